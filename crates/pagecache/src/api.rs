@@ -1,0 +1,462 @@
+//! Layer 7, api: the handles users hold.
+
+use crate::cache::{FileShared, Inner};
+use crate::frame::state::DIRTY;
+use crate::frame::FrameNo;
+pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
+pub use crate::stats::Stats;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Smallest number of frames a cache may have.
+pub const MIN_FRAMES: usize = 4;
+
+/// Cache configuration. Every field is public; build one with
+/// `Config { capacity, ..Config::default() }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Memory budget for page frames, in bytes (rounded down to whole pages;
+    /// at least [`MIN_FRAMES`] pages).
+    pub capacity: usize,
+    /// Page size in bytes: a power of two from 4 KiB to 2 MiB.
+    pub page_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            capacity: 256 << 20,
+            page_size: 4096,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the configuration; returns the number of frames.
+    pub fn frames(&self) -> io::Result<usize> {
+        let ps = self.page_size;
+        if !ps.is_power_of_two() || !(4096..=2 << 20).contains(&ps) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("page_size {ps} is not a power of two from 4096 to 2097152"),
+            ));
+        }
+        let n = self.capacity / ps;
+        if n < MIN_FRAMES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "capacity {} holds {n} pages of {ps} bytes; at least {MIN_FRAMES} are needed",
+                    self.capacity
+                ),
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// A page cache: a fixed budget of frames shared by every file opened
+/// through it. Cheap to clone (a reference-counted handle).
+#[derive(Debug, Clone)]
+pub struct PageCache {
+    inner: Arc<Inner>,
+}
+
+impl PageCache {
+    /// A cache over ordinary files (`pread`/`pwritev`).
+    pub fn new(config: Config) -> io::Result<PageCache> {
+        Self::with_backend(config, PosixBackend)
+    }
+
+    /// A cache whose file I/O goes through `backend` (tests use
+    /// [`FaultyBackend`]).
+    pub fn with_backend(config: Config, backend: impl Backend) -> io::Result<PageCache> {
+        let n = config.frames()?;
+        Ok(PageCache {
+            inner: Arc::new(Inner::new(n, config.page_size, Arc::new(backend))?),
+        })
+    }
+
+    /// Opens an existing file for reading and writing.
+    pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
+        self.open_with(path, OpenOptions::new().read(true).write(true))
+    }
+
+    /// Opens a file with the given options.
+    pub fn open_with(&self, path: impl AsRef<Path>, opts: &OpenOptions) -> io::Result<File> {
+        let path = path.as_ref();
+        let ctx = |e: io::Error| crate::cache::context(e, format!("opening {}", path.display()));
+        if (opts.create || opts.create_new || opts.truncate) && !opts.write {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "create and truncate need write access",
+            )));
+        }
+        let fd = self.inner.backend.open(path, opts).map_err(ctx)?;
+        let shared = self.inner.attach(path, fd, opts.write).map_err(ctx)?;
+        let file = File {
+            cache: self.inner.clone(),
+            shared,
+            writable: opts.write,
+        };
+        if opts.truncate {
+            file.set_len(0)?;
+        }
+        Ok(file)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.inner.page_size
+    }
+
+    /// Number of frames (the capacity in pages).
+    pub fn frames(&self) -> usize {
+        self.inner.frames.len()
+    }
+
+    /// Frames currently free (a snapshot).
+    pub fn free_frames(&self) -> usize {
+        self.inner.free_frames()
+    }
+
+    /// Checks the cache's internal invariants and panics if one is broken.
+    /// Meant for tests: call it while no other thread uses the cache and no
+    /// page is pinned.
+    pub fn validate(&self) {
+        self.inner.validate();
+    }
+}
+
+/// An open file. Handles to the same file (same device and inode) share one
+/// set of cached pages. Clone it to share it between threads.
+#[derive(Debug)]
+pub struct File {
+    cache: Arc<Inner>,
+    shared: Arc<FileShared>,
+    writable: bool,
+}
+
+impl Clone for File {
+    fn clone(&self) -> Self {
+        // Relaxed: we hold a handle, so the count cannot reach 0 meanwhile.
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
+        File {
+            cache: self.cache.clone(),
+            shared: self.shared.clone(),
+            writable: self.writable,
+        }
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        // AcqRel: the last dropper sees every other handle's effects.
+        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _ = self.cache.detach(&self.shared);
+        }
+    }
+}
+
+impl File {
+    fn inner(&self) -> &Inner {
+        &self.cache
+    }
+
+    fn check_writable(&self, what: &str) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: {what} through a read-only handle",
+                    self.shared.path.display()
+                ),
+            ))
+        }
+    }
+
+    fn check_page(&self, index: u64) -> io::Result<()> {
+        let pages = self.len().div_ceil(self.cache.page_size as u64);
+        if index >= pages {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: page {index} is past the end of file ({pages} pages)",
+                    self.shared.path.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The path this file was first opened by.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Length in bytes (including writes not yet written back).
+    pub fn len(&self) -> u64 {
+        self.shared.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Page size of the cache.
+    pub fn page_size(&self) -> usize {
+        self.cache.page_size
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`, like
+    /// `std::os::unix::fs::FileExt::read_at`: short only at end of file.
+    /// Each page is read atomically (never torn by a concurrent write).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner().read_at(&self.shared, buf, offset)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset` or fails with
+    /// `UnexpectedEof`.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let n = self.read_at(buf, offset)?;
+        if n < buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: read of {} bytes at {offset} ends past the end of file",
+                    self.shared.path.display(),
+                    buf.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` at `offset`, extending the file if needed. Only
+    /// dirties pages; see [`File::sync`].
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_writable("write")?;
+        self.inner().write_at(&self.shared, buf, offset)
+    }
+
+    /// Pins page `index`. `UnexpectedEof` at or past the last page. Bytes of
+    /// the last page past the end of file read as zero.
+    pub fn page(&self, index: u64) -> io::Result<PageRef<'_>> {
+        self.check_page(index)?;
+        let frame = self.inner().get_page(&self.shared, index)?;
+        Ok(PageRef {
+            file: self,
+            frame,
+            index,
+        })
+    }
+
+    /// Latches page `index` for writing: waits until every pin of it is
+    /// dropped; readers and writers of the page wait for the `PageMut`.
+    /// The page is marked dirty when the `PageMut` is dropped.
+    pub fn page_mut(&self, index: u64) -> io::Result<PageMut<'_>> {
+        self.check_writable("page_mut")?;
+        self.check_page(index)?;
+        let frame = self.inner().get_page_locked(&self.shared, index, false)?;
+        self.cache.desc(frame).begin_change();
+        Ok(PageMut {
+            file: self,
+            frame,
+            index,
+        })
+    }
+
+    /// Gang lookup: clears `out`, then pins up to `max` consecutive pages
+    /// from `start`, reading the missing ones. Returns how many it pinned,
+    /// fewer than `max` only at end of file.
+    pub fn pages<'a>(
+        &'a self,
+        start: u64,
+        out: &mut Vec<PageRef<'a>>,
+        max: usize,
+    ) -> io::Result<usize> {
+        out.clear();
+        let npages = self.len().div_ceil(self.cache.page_size as u64);
+        let end = npages.min(start.saturating_add(max as u64));
+        let inner = self.inner();
+        let mut i = start;
+        while i < end {
+            // Fast path: one walk to the leaf, then pin consecutive slots
+            // (each with the 5.1 pin and identity check).
+            let mut advanced = false;
+            if let Some(leaf) = self.shared.tree.leaf(&inner.nodes, i) {
+                while i < end {
+                    let Some(frame) = leaf.slot((i & 63) as usize) else {
+                        break;
+                    };
+                    let Some(frame) = inner.pin_in_leaf(&self.shared, i, frame) else {
+                        break;
+                    };
+                    out.push(PageRef {
+                        file: self,
+                        frame,
+                        index: i,
+                    });
+                    i += 1;
+                    advanced = true;
+                    if i & 63 == 0 {
+                        break; // next leaf
+                    }
+                }
+            }
+            if i < end && !(advanced && i & 63 == 0) {
+                // A miss or contention at `i`: the full path (may read).
+                let frame = inner.get_page(&self.shared, i)?;
+                out.push(PageRef {
+                    file: self,
+                    frame,
+                    index: i,
+                });
+                i += 1;
+            }
+        }
+        Ok(out.len())
+    }
+
+    /// Sets the length. Shrinking drops cached pages past the end (pinned
+    /// ones are freed by their last release) and zeroes the tail of the last
+    /// page; growing reads as zeros. Takes effect on disk at once.
+    pub fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_writable("set_len")?;
+        self.inner().set_len(&self.shared, len)
+    }
+
+    /// Writes every dirty page back, persists the length and calls
+    /// `fdatasync`. On error the pages that failed stay dirty, and a later
+    /// `sync` retries them. Also reports a write-back failure that eviction
+    /// met since the last `sync`.
+    pub fn sync(&self) -> io::Result<()> {
+        self.inner().flush(&self.shared, true)
+    }
+
+    /// Closes this handle, writing the file's dirty pages back and reporting
+    /// any error (dropping a handle does the same silently).
+    pub fn close(self) -> io::Result<()> {
+        let res = self.inner().flush(&self.shared, false);
+        drop(self);
+        res
+    }
+
+    /// Number of this file's pages that are dirty (a snapshot; tests).
+    pub fn dirty_pages(&self) -> usize {
+        let mut n = 0;
+        for i in 0..self.len().div_ceil(self.cache.page_size as u64) {
+            if let Some(f) = self.shared.tree.lookup(&self.cache.nodes, i) {
+                if self.cache.desc(f).identity() == (self.shared.id, i)
+                    && self.cache.desc(f).load() & DIRTY != 0
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+/// A pinned page: its bytes do not change while it lives. Dereferences to
+/// the whole page (`page_size` bytes; past end of file they are zero).
+#[derive(Debug)]
+pub struct PageRef<'a> {
+    file: &'a File,
+    frame: FrameNo,
+    index: u64,
+}
+
+impl PageRef<'_> {
+    /// The page's index in its file.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+}
+
+impl Deref for PageRef<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold a pin on `frame` for our whole life.
+        unsafe { self.file.cache.frames.bytes(self.frame) }
+    }
+}
+
+impl Clone for PageRef<'_> {
+    fn clone(&self) -> Self {
+        self.file.cache.desc(self.frame).pin_more();
+        PageRef {
+            file: self.file,
+            frame: self.frame,
+            index: self.index,
+        }
+    }
+}
+
+impl Drop for PageRef<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.file.cache.release(self.frame);
+    }
+}
+
+/// An exclusively latched page. Dereferences mutably to the whole page;
+/// marked dirty when dropped.
+#[derive(Debug)]
+pub struct PageMut<'a> {
+    file: &'a File,
+    frame: FrameNo,
+    index: u64,
+}
+
+impl PageMut<'_> {
+    /// The page's index in its file.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+}
+
+impl Deref for PageMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: latched and drained: nobody else reads through a pin.
+        unsafe { self.file.cache.frames.bytes(self.frame) }
+    }
+}
+
+impl DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: latched and drained with the version odd: exclusive (the
+        // `&mut self` borrow keeps a second slice from existing).
+        unsafe { self.file.cache.frames.bytes_mut(self.frame) }
+    }
+}
+
+impl Drop for PageMut<'_> {
+    fn drop(&mut self) {
+        // Bytes past end of file must stay zero.
+        let len = self.file.len();
+        let ps = self.file.cache.page_size as u64;
+        let start = self.index * ps;
+        if len < start + ps {
+            let keep = len.saturating_sub(start) as usize;
+            // SAFETY: still latched with the version odd.
+            unsafe { self.file.cache.frames.bytes_mut(self.frame)[keep..].fill(0) };
+        }
+        self.file
+            .cache
+            .finish_write(&self.file.shared, self.index, self.frame);
+    }
+}

@@ -1,0 +1,111 @@
+//! Copies between frames and user buffers with per-word relaxed atomic
+//! accesses on the frame side.
+//!
+//! Optimistic readers (protocol 5.4) copy bytes that a writer may be changing
+//! at the same moment; with plain loads that is a data race, undefined
+//! behaviour in Rust. Relaxed atomic loads of aligned words (and single bytes
+//! at unaligned edges) race soundly; the seqlock version decides afterwards
+//! whether the snapshot is kept. Writers use the matching atomic stores. On
+//! x86-64 both compile to ordinary moves.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+const W: usize = std::mem::size_of::<u64>();
+
+/// Copies `dst.len()` bytes from `src` into `dst`.
+///
+/// # Safety
+/// `src .. src + dst.len()` must lie inside one live frame of the arena.
+#[inline]
+pub(crate) unsafe fn atomic_load_copy(dst: &mut [u8], src: *const u8) {
+    let n = dst.len();
+    let mut i = 0;
+    while i < n && (src as usize + i) % W != 0 {
+        // SAFETY: in bounds (caller); AtomicU8 has the alignment of u8.
+        dst[i] = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+        i += 1;
+    }
+    while i + W <= n {
+        // SAFETY: in bounds (caller) and 8-byte aligned by the loop above.
+        // Relaxed: validated by the seqlock version (Acquire fence after).
+        let w = unsafe { (*(src.add(i) as *const AtomicU64)).load(Ordering::Relaxed) };
+        dst[i..i + W].copy_from_slice(&w.to_ne_bytes());
+        i += W;
+    }
+    while i < n {
+        // SAFETY: in bounds (caller).
+        dst[i] = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+        i += 1;
+    }
+}
+
+/// Copies `src` to `dst`.
+///
+/// # Safety
+/// `dst .. dst + src.len()` must lie inside one frame the caller owns
+/// exclusively (latched and drained, or unpublished) with its version odd.
+#[inline]
+pub(crate) unsafe fn atomic_store_copy(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let mut i = 0;
+    while i < n && (dst as usize + i) % W != 0 {
+        // SAFETY: in bounds and exclusively owned (caller).
+        unsafe { (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Relaxed) };
+        i += 1;
+    }
+    while i + W <= n {
+        let mut b = [0u8; W];
+        b.copy_from_slice(&src[i..i + W]);
+        // SAFETY: in bounds, aligned by the loop above, exclusively owned.
+        // Relaxed: published by the version's Release store (end_change).
+        unsafe {
+            (*(dst.add(i) as *const AtomicU64)).store(u64::from_ne_bytes(b), Ordering::Relaxed)
+        };
+        i += W;
+    }
+    while i < n {
+        // SAFETY: in bounds and exclusively owned (caller).
+        unsafe { (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Relaxed) };
+        i += 1;
+    }
+}
+
+/// Zeroes `n` bytes at `dst`.
+///
+/// # Safety
+/// As for [`atomic_store_copy`].
+pub(crate) unsafe fn atomic_zero(dst: *mut u8, n: usize) {
+    const Z: [u8; 512] = [0; 512];
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(Z.len());
+        // SAFETY: forwarded from the caller; `i + k <= n`.
+        unsafe { atomic_store_copy(dst.add(i), &Z[..k]) };
+        i += k;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_alignment_and_length() {
+        let src: Vec<u8> = (0..200u8).collect();
+        for off in 0..9 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 64, 100] {
+                let mut dst = vec![0xAA; len];
+                // SAFETY: off + len <= 200, inside `src`.
+                unsafe { atomic_load_copy(&mut dst, src.as_ptr().add(off)) };
+                assert_eq!(&dst[..], &src[off..off + len]);
+                let mut back = vec![0u8; 200];
+                // SAFETY: inside `back`, which we own.
+                unsafe { atomic_store_copy(back.as_mut_ptr().add(off), &dst) };
+                assert_eq!(&back[off..off + len], &src[off..off + len]);
+                // SAFETY: as above.
+                unsafe { atomic_zero(back.as_mut_ptr().add(off), len) };
+                assert!(back.iter().all(|&b| b == 0));
+            }
+        }
+    }
+}

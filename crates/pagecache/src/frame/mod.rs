@@ -1,0 +1,176 @@
+//! Layer 1, frames: one arena of page-sized frames and their descriptors.
+//!
+//! The arena is a single anonymous mapping of `nframes * page_size` bytes,
+//! made once when the cache is created (with `MADV_HUGEPAGE`, so the kernel
+//! can back it with transparent huge pages and the TLB covers more of it).
+//! Frame `f` is the bytes at `base + f * page_size`. Next to it lives an
+//! array of [`FrameDesc`], one per frame, never freed while the cache lives
+//! (type-stable; see `state`).
+//!
+//! Memory overhead per frame: 64 bytes of descriptor (one cache line, so
+//! pins of different frames never share a line) plus the index's share
+//! (a 64-way leaf node of 576 bytes covers 64 pages: 9 bytes a page for a
+//! dense file).
+
+pub mod state;
+
+#[cfg(not(loom))]
+pub mod alloc;
+
+#[cfg(not(loom))]
+pub use arena::FrameTable;
+
+#[cfg(not(loom))]
+mod arena {
+    use super::state::FrameDesc;
+    use std::io;
+    use std::ptr::NonNull;
+
+    /// Frame number: index into the arena and the descriptor array.
+    pub type FrameNo = u32;
+
+    /// The arena of frames plus their descriptors. Both are fixed for the
+    /// life of the cache.
+    #[derive(Debug)]
+    pub struct FrameTable {
+        base: NonNull<u8>,
+        map_len: usize,
+        page_size: usize,
+        page_shift: u32,
+        descs: Box<[FrameDesc]>,
+    }
+
+    // SAFETY: the arena is plain memory shared by design; every access to a
+    // frame's bytes is governed by the frame's state word (pins, latch,
+    // seqlock), which is what makes sharing across threads sound.
+    unsafe impl Send for FrameTable {}
+    // SAFETY: as above.
+    unsafe impl Sync for FrameTable {}
+
+    impl FrameTable {
+        /// Maps `nframes` frames of `page_size` bytes (a power of two).
+        pub fn new(nframes: usize, page_size: usize) -> io::Result<Self> {
+            debug_assert!(page_size.is_power_of_two());
+            let map_len = nframes
+                .checked_mul(page_size)
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity overflows"))?;
+            // SAFETY: anonymous private mapping with no address hint; the
+            // result is checked against MAP_FAILED before use.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!("mapping the frame arena of {map_len} bytes: {e}"),
+                ));
+            }
+            // SAFETY: `p` is the mapping just made, of `map_len` bytes.
+            // MADV_HUGEPAGE is advice; failure (no THP support) is harmless.
+            unsafe {
+                libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
+            }
+            let descs = (0..nframes).map(|_| FrameDesc::new()).collect();
+            Ok(FrameTable {
+                // SAFETY: mmap succeeded, so `p` is non-null.
+                base: unsafe { NonNull::new_unchecked(p.cast()) },
+                map_len,
+                page_size,
+                page_shift: page_size.trailing_zeros(),
+                descs,
+            })
+        }
+
+        /// Number of frames.
+        #[inline]
+        pub fn len(&self) -> usize {
+            self.descs.len()
+        }
+
+        /// Always false: a table has at least the minimum number of frames.
+        #[inline]
+        pub fn is_empty(&self) -> bool {
+            self.descs.is_empty()
+        }
+
+        /// Bytes per frame.
+        #[inline]
+        pub fn page_size(&self) -> usize {
+            self.page_size
+        }
+
+        /// log2 of the page size.
+        #[inline]
+        pub fn page_shift(&self) -> u32 {
+            self.page_shift
+        }
+
+        /// The descriptor of frame `f`. Panics if `f` is out of range (a
+        /// frame number always comes from this table or is bounds-checked
+        /// first, see `index`).
+        #[inline]
+        pub fn desc(&self, f: FrameNo) -> &FrameDesc {
+            &self.descs[f as usize]
+        }
+
+        /// Frame number of a descriptor in this table.
+        pub fn frame_of(&self, d: &FrameDesc) -> FrameNo {
+            let off = (d as *const FrameDesc as usize) - (self.descs.as_ptr() as usize);
+            (off / std::mem::size_of::<FrameDesc>()) as FrameNo
+        }
+
+        /// Start of frame `f`'s bytes.
+        #[inline]
+        pub fn ptr(&self, f: FrameNo) -> *mut u8 {
+            assert!((f as usize) < self.descs.len());
+            // SAFETY: in bounds of the mapping: f < nframes.
+            unsafe { self.base.as_ptr().add((f as usize) << self.page_shift) }
+        }
+
+        /// Frame `f`'s bytes as a shared slice.
+        ///
+        /// # Safety
+        /// The caller must hold a pin on `f` (so the bytes cannot change: all
+        /// writers wait for pins to drain) for the whole life of the slice.
+        #[inline]
+        pub unsafe fn bytes(&self, f: FrameNo) -> &[u8] {
+            // SAFETY: in bounds; immutability guaranteed by the caller's pin.
+            unsafe { std::slice::from_raw_parts(self.ptr(f), self.page_size) }
+        }
+
+        /// Frame `f`'s bytes as a mutable slice.
+        ///
+        /// # Safety
+        /// The caller must own the bytes exclusively: it holds the latch with
+        /// the pins drained, or the frame is unpublished (refcount 0 owned by
+        /// the caller). Optimistic readers may still read concurrently; they
+        /// validate through the version, which the caller keeps odd.
+        #[allow(clippy::mut_from_ref)] // exclusivity is the latch's, not the borrow's
+        #[inline]
+        pub unsafe fn bytes_mut(&self, f: FrameNo) -> &mut [u8] {
+            // SAFETY: in bounds; exclusivity guaranteed by the caller.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr(f), self.page_size) }
+        }
+    }
+
+    impl Drop for FrameTable {
+        fn drop(&mut self) {
+            // SAFETY: unmapping exactly the mapping made in `new`; no
+            // reference into it outlives the table (pins borrow the cache).
+            unsafe {
+                libc::munmap(self.base.as_ptr().cast(), self.map_len);
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+pub use arena::FrameNo;

@@ -1,0 +1,689 @@
+//! Layer 3, index: one 64-way radix tree per file, read without locks.
+//!
+//! Entries of a leaf are `frame number + 1` (0 is empty); entries of an
+//! interior node are child node ids (0 is empty). The root word packs the
+//! root node id and the height, so a reader loads both in one atomic load.
+//! Height grows with the largest index and never shrinks; empty nodes are
+//! freed as soon as their last entry goes.
+//!
+//! # Reclamation: type-stable nodes instead of a read-side guard
+//!
+//! `DESIGN.md` 5.1 offers three ways to keep lock-free readers safe from
+//! freed nodes. We use **type-stable nodes** (the kernel's
+//! `SLAB_TYPESAFE_BY_RCU` idea): all nodes of a cache live in one arena that
+//! is reserved once (virtual memory, `MAP_NORESERVE`, backed on first touch)
+//! and never unmapped while the cache lives. A freed node goes back on a free
+//! list and may be reused at once, by any file. A reader that raced with the
+//! free therefore reads *valid memory with possibly wrong contents*:
+//!
+//! * a wrong child id: every id is bounds-checked against the arena, so the
+//!   walk stays in mapped memory, and it is bounded by the height it loaded;
+//! * a wrong or empty entry: an empty entry is reported as a miss, and the
+//!   miss path re-checks under the tree lock (authoritative); a wrong frame
+//!   number is pinned and then rejected by the identity re-check of 5.1 step 3
+//!   (owner and index are stable while pinned, because identity only changes
+//!   with the refcount frozen at zero).
+//!
+//! Measured on this machine (`DESIGN.md` 5.1), a radix walk with a CAS pin
+//! costs 16 ns and `crossbeam_epoch::pin()` per lookup adds 9 ns; this choice
+//! removes that fence entirely, and a descheduled reader cannot hold back
+//! reclamation (the EBR pitfall of `kernel-mechanisms.md` section 4).
+//!
+//! # Locks and guards
+//!
+//! Writers (insert, remove, grow, tag collection for `sync`) hold the file's
+//! tree lock, proved by a [`TreeLocked`] token. Lock-free readers (`lookup`,
+//! `leaf`, `tag_dirty`) need nothing. Fields: (T) written under the tree lock,
+//! read by anyone; (A) atomic RMW from any context.
+//!
+//! # Dirty tags
+//!
+//! Each node has a `dirty` bitmap: bit `c` set means "child/slot `c` may hold
+//! a dirty page". Protocol (ordering argument):
+//!
+//! ```text
+//!   dirtier (any context)                 sync (tree lock)
+//!   D1 set DIRTY on the page (RMW)        S1 clear the tag bit (RMW) top-down,
+//!      only a 0->1 transition goes on        each level before scanning below
+//!   D2 fetch_or the tag bits (RMW),       S2 start_writeback: test-and-clear
+//!      leaf first, then each ancestor        DIRTY on the page (RMW)
+//! ```
+//!
+//! Every step is an AcqRel RMW. If D2 precedes S1 on a tag word, S1 reads
+//! from D2 (synchronizes-with), so D1 happens-before S2 and S2 sees DIRTY:
+//! this sync writes the page. If S1 precedes D2, the bit stays set and the
+//! next sync finds the page. A failed write-back sets DIRTY again (0->1) and
+//! re-tags. Spurious tag bits are harmless (sync filters on DIRTY).
+//!
+//! Growth vs. tagging: the grower stores the new root, then ORs the old
+//! root's bitmap into the new root with an RMW on the old root's `dirty`
+//! (`fetch_or(0)`, AcqRel); a dirtier re-loads the root after D2 and re-tags
+//! from the new root if it changed. Either the grower's RMW reads the
+//! dirtier's bit, or the dirtier's RMW reads from the grower's and then sees
+//! the new root.
+
+use crate::frame::FrameNo;
+use parking_lot::{Mutex, MutexGuard};
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Fan-out bits per level.
+pub const SHIFT: u32 = 6;
+/// Slots per node.
+pub const FANOUT: usize = 1 << SHIFT;
+const MASK: u64 = FANOUT as u64 - 1;
+
+/// A radix tree node. Zeroed memory is a valid empty node.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Node {
+    /// (T) entries; read lock-free.
+    slots: [AtomicU64; FANOUT],
+    /// (A) dirty tag bitmap, see the module docs.
+    dirty: AtomicU64,
+    /// (T) number of non-empty slots.
+    count: AtomicU32,
+}
+
+/// The cache-wide arena of index nodes (type-stable, see module docs).
+#[derive(Debug)]
+pub struct NodeArena {
+    base: NonNull<Node>,
+    max_nodes: u32,
+    /// Next never-used id (ids start at 1; 0 means "no node").
+    next: AtomicU32,
+    /// Freed ids, reused first.
+    free: Mutex<Vec<u32>>,
+    map_len: usize,
+}
+
+// SAFETY: nodes are made of atomics only; the arena pointer is valid for the
+// arena's life and shared by design.
+unsafe impl Send for NodeArena {}
+// SAFETY: as above.
+unsafe impl Sync for NodeArena {}
+
+impl NodeArena {
+    /// Reserves room for `max_nodes` nodes (virtual memory only).
+    pub fn new(max_nodes: u32) -> io::Result<Self> {
+        let map_len = (max_nodes as usize + 1) * std::mem::size_of::<Node>();
+        // SAFETY: anonymous private mapping; checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("reserving the index node arena ({map_len} bytes): {e}"),
+            ));
+        }
+        Ok(NodeArena {
+            // SAFETY: mmap succeeded so `p` is non-null and suitably aligned
+            // (page aligned >= 64).
+            base: unsafe { NonNull::new_unchecked(p.cast()) },
+            max_nodes,
+            next: AtomicU32::new(1),
+            free: Mutex::new(Vec::new()),
+            map_len,
+        })
+    }
+
+    /// The node with id `id`, or `None` if the id is out of range (a garbage
+    /// id read from a recycled node).
+    #[inline]
+    fn get(&self, id: u64) -> Option<&Node> {
+        if id == 0 || id > self.max_nodes as u64 {
+            return None;
+        }
+        // SAFETY: 1 <= id <= max_nodes is inside the mapping, which lives as
+        // long as `self`; zeroed memory is a valid `Node` of atomics.
+        Some(unsafe { &*self.base.as_ptr().add(id as usize) })
+    }
+
+    fn alloc(&self) -> io::Result<u32> {
+        if let Some(id) = self.free.lock().pop() {
+            return Ok(id);
+        }
+        // Relaxed: only allocation under some tree lock bumps it; the id is
+        // handed out once. The node's zero contents need no publication:
+        // the Release store of the slot that links it publishes them.
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if id > self.max_nodes {
+            self.next.fetch_sub(1, Ordering::Relaxed);
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "index node arena exhausted",
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Returns an empty node (all slots zero, count zero).
+    fn free_node(&self, id: u32) {
+        let n = self.get(id as u64).expect("freeing a valid node");
+        debug_assert_eq!(n.count.load(Ordering::Relaxed), 0);
+        // Relaxed: stray tag bits may have landed (see module docs); clear
+        // them so a reused node starts clean. Racing taggers are harmless.
+        n.dirty.store(0, Ordering::Relaxed);
+        self.free.lock().push(id);
+    }
+
+    /// Nodes in use (for tests and stats).
+    pub fn in_use(&self) -> usize {
+        (self.next.load(Ordering::Relaxed) as usize - 1) - self.free.lock().len()
+    }
+}
+
+impl Drop for NodeArena {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly our mapping; trees borrow the arena
+        // through the cache, which outlives them.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.map_len);
+        }
+    }
+}
+
+/// Proof that the caller holds a tree's lock.
+#[derive(Debug)]
+pub struct TreeLocked<'a> {
+    _g: MutexGuard<'a, ()>,
+    tree: &'a Tree,
+}
+
+/// One file's index.
+#[derive(Debug, Default)]
+pub struct Tree {
+    /// (T) root node id in the low 32 bits, height in the high 32 (0 = empty).
+    root: AtomicU64,
+    lock: Mutex<()>,
+}
+
+#[inline]
+fn pack(id: u32, height: u32) -> u64 {
+    ((height as u64) << 32) | id as u64
+}
+
+#[inline]
+fn unpack(r: u64) -> (u64, u32) {
+    (r & 0xffff_ffff, (r >> 32) as u32)
+}
+
+/// Largest index + 1 a tree of `height` levels can hold.
+#[inline]
+fn capacity(height: u32) -> u64 {
+    if height * SHIFT >= 64 {
+        u64::MAX
+    } else {
+        1u64 << (height * SHIFT)
+    }
+}
+
+#[inline]
+fn slot_at(index: u64, level: u32) -> usize {
+    if level * SHIFT >= 64 {
+        0
+    } else {
+        ((index >> (level * SHIFT)) & MASK) as usize
+    }
+}
+
+impl Tree {
+    /// Takes the tree lock.
+    pub fn lock(&self) -> TreeLocked<'_> {
+        TreeLocked {
+            _g: self.lock.lock(),
+            tree: self,
+        }
+    }
+
+    /// Lock-free: the leaf node that would hold `index`, if the path exists.
+    /// Context: any. The result may be stale (see module docs).
+    #[inline]
+    pub fn leaf<'a>(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
+        // Acquire: pairs with the Release stores that link nodes, so their
+        // zeroed/initialised slots are visible.
+        let (mut id, height) = unpack(self.root.load(Ordering::Acquire));
+        if height == 0 || index >= capacity(height) {
+            return None;
+        }
+        let mut level = height - 1;
+        loop {
+            let node = arena.get(id)?;
+            if level == 0 {
+                return Some(node);
+            }
+            // Acquire: as above, for the child's publication.
+            id = node.slots[slot_at(index, level)].load(Ordering::Acquire);
+            level -= 1;
+        }
+    }
+
+    /// Lock-free: the frame recorded for `index`, if any (5.1 step 1).
+    /// Context: any; the caller must pin and re-check identity.
+    #[inline]
+    pub fn lookup(&self, arena: &NodeArena, index: u64) -> Option<FrameNo> {
+        let leaf = self.leaf(arena, index)?;
+        Node::entry(leaf, index)
+    }
+
+    /// Lock-free: sets the dirty tag path for `index` (steps D2 of the
+    /// module's tag protocol). Context: any; the caller just moved the page
+    /// from clean to dirty while holding a pin on it.
+    pub fn tag_dirty(&self, arena: &NodeArena, index: u64) {
+        loop {
+            // Acquire: see `leaf`.
+            let root = self.root.load(Ordering::Acquire);
+            let (root_id, height) = unpack(root);
+            if height == 0 || index >= capacity(height) {
+                return; // the page left the tree (truncated): nothing to tag
+            }
+            let mut path = [0u64; 12];
+            let mut id = root_id;
+            let mut level = height - 1;
+            let mut depth = 0;
+            loop {
+                let Some(node) = arena.get(id) else { return };
+                path[depth] = id;
+                depth += 1;
+                if level == 0 {
+                    break;
+                }
+                // Acquire: see `leaf`.
+                id = node.slots[slot_at(index, level)].load(Ordering::Acquire);
+                level -= 1;
+            }
+            // Bottom-up: leaf first, so a sync that sees an ancestor bit
+            // finds the leaf bit too.
+            for (d, &nid) in path[..depth].iter().enumerate().rev() {
+                let lvl = height - 1 - d as u32;
+                if let Some(n) = arena.get(nid) {
+                    // AcqRel: step D2, see the module docs.
+                    n.dirty.fetch_or(1 << slot_at(index, lvl), Ordering::AcqRel);
+                }
+            }
+            // Acquire: if a grower replaced the root, re-tag from the new one.
+            if self.root.load(Ordering::Acquire) == root {
+                return;
+            }
+        }
+    }
+}
+
+impl Node {
+    #[inline]
+    fn entry(node: &Node, index: u64) -> Option<FrameNo> {
+        // Acquire: pairs with the Release store in `insert`, so the frame's
+        // identity and state published before are visible to the pinner.
+        let e = node.slots[(index & MASK) as usize].load(Ordering::Acquire);
+        if e == 0 {
+            None
+        } else {
+            Some((e - 1) as FrameNo)
+        }
+    }
+
+    /// Entry of slot `i` of a leaf (gang lookups walk a leaf's slots).
+    #[inline]
+    pub fn slot(&self, i: usize) -> Option<FrameNo> {
+        // Acquire: as in `entry`.
+        let e = self.slots[i].load(Ordering::Acquire);
+        if e == 0 {
+            None
+        } else {
+            Some((e - 1) as FrameNo)
+        }
+    }
+}
+
+impl<'a> TreeLocked<'a> {
+    /// Authoritative lookup under the lock.
+    pub fn get(&self, arena: &NodeArena, index: u64) -> Option<FrameNo> {
+        self.tree.lookup(arena, index)
+    }
+
+    fn root(&self) -> (u64, u32) {
+        // Relaxed: the root only changes under the lock we hold.
+        unpack(self.tree.root.load(Ordering::Relaxed))
+    }
+
+    /// Inserts `frame` at `index`. Fails with `Ok(Err(existing))` if the slot
+    /// is taken, `Err` if the node arena is exhausted. Publication: the slot
+    /// store is Release, so the frame's identity and state set before the
+    /// call are visible to any reader that loads the entry.
+    pub fn insert(
+        &mut self,
+        arena: &NodeArena,
+        index: u64,
+        frame: FrameNo,
+    ) -> io::Result<Result<(), FrameNo>> {
+        let (mut root_id, mut height) = self.root();
+        if height == 0 {
+            root_id = arena.alloc()? as u64;
+            height = 1;
+            while index >= capacity(height) {
+                height += 1;
+            }
+            // Release: publishes the new (zeroed) root node.
+            self.tree
+                .root
+                .store(pack(root_id as u32, height), Ordering::Release);
+        }
+        while index >= capacity(height) {
+            // Grow: a new root whose slot 0 is the old root.
+            let new_id = arena.alloc()?;
+            let new = arena.get(new_id as u64).expect("fresh node");
+            let old = arena.get(root_id).expect("root node");
+            // Relaxed: the new node is unpublished until the root store.
+            new.slots[0].store(root_id, Ordering::Relaxed);
+            new.count.store(1, Ordering::Relaxed);
+            if old.dirty.load(Ordering::Relaxed) != 0 {
+                new.dirty.store(1, Ordering::Relaxed);
+            }
+            height += 1;
+            root_id = new_id as u64;
+            // Release: publishes the new root's contents.
+            self.tree
+                .root
+                .store(pack(new_id, height), Ordering::Release);
+            // AcqRel RMW on the old root's bitmap: see "Growth vs. tagging".
+            if old.dirty.fetch_or(0, Ordering::AcqRel) != 0 {
+                new.dirty.fetch_or(1, Ordering::AcqRel);
+            }
+        }
+        let mut node = arena.get(root_id).expect("root node");
+        let mut level = height - 1;
+        while level > 0 {
+            let s = slot_at(index, level);
+            // Relaxed: under the lock, we are the only writer.
+            let child = node.slots[s].load(Ordering::Relaxed);
+            let child = if child == 0 {
+                let id = arena.alloc()? as u64;
+                // Release: publishes the zeroed child to lock-free readers.
+                node.slots[s].store(id, Ordering::Release);
+                node.count.fetch_add(1, Ordering::Relaxed);
+                id
+            } else {
+                child
+            };
+            node = arena.get(child).expect("child node");
+            level -= 1;
+        }
+        let s = (index & MASK) as usize;
+        let cur = node.slots[s].load(Ordering::Relaxed);
+        if cur != 0 {
+            return Ok(Err((cur - 1) as FrameNo));
+        }
+        // Release: 5.3 publication of the new page (identity, LOCKED state).
+        node.slots[s].store(frame as u64 + 1, Ordering::Release);
+        node.count.fetch_add(1, Ordering::Relaxed);
+        Ok(Ok(()))
+    }
+
+    /// Clears the slot of `index` if it holds `frame` (5.2 step C, first
+    /// half), freeing nodes that become empty. Returns whether it did.
+    pub fn remove(&mut self, arena: &NodeArena, index: u64, frame: FrameNo) -> bool {
+        let (root_id, height) = self.root();
+        if height == 0 || index >= capacity(height) {
+            return false;
+        }
+        let mut path: [(u64, usize); 12] = [(0, 0); 12];
+        let mut id = root_id;
+        let mut level = height - 1;
+        let mut depth = 0;
+        loop {
+            let node = arena.get(id).expect("node on a locked path");
+            let s = slot_at(index, level);
+            path[depth] = (id, s);
+            depth += 1;
+            if level == 0 {
+                break;
+            }
+            id = node.slots[s].load(Ordering::Relaxed);
+            if id == 0 {
+                return false;
+            }
+            level -= 1;
+        }
+        let (leaf_id, s) = path[depth - 1];
+        let leaf = arena.get(leaf_id).expect("leaf");
+        if leaf.slots[s].load(Ordering::Relaxed) != frame as u64 + 1 {
+            return false;
+        }
+        // Release: readers that still load the old entry pin and re-check
+        // identity; those that load 0 go to the locked miss path.
+        leaf.slots[s].store(0, Ordering::Release);
+        leaf.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
+        // Free empty nodes bottom-up.
+        for d in (0..depth).rev() {
+            let (nid, s) = path[d];
+            let node = arena.get(nid).expect("node");
+            if d < depth - 1 {
+                node.slots[s].store(0, Ordering::Release);
+                node.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
+            }
+            let left = node.count.fetch_sub(1, Ordering::Relaxed) - 1;
+            if left > 0 {
+                break;
+            }
+            if d == 0 {
+                // Release: readers of the old root see height 0 or a root
+                // whose slots are all empty; both are misses.
+                self.tree.root.store(0, Ordering::Release);
+            }
+            arena.free_node(nid as u32);
+        }
+        true
+    }
+
+    /// Every `(index, frame)` with `index >= start`, in index order.
+    pub fn entries_from(&self, arena: &NodeArena, start: u64, out: &mut Vec<(u64, FrameNo)>) {
+        let (root_id, height) = self.root();
+        if height == 0 {
+            return;
+        }
+        walk(arena, root_id, height - 1, 0, start, false, out);
+    }
+
+    /// Sync's collection (steps S1 of the tag protocol): clears every dirty
+    /// tag top-down and returns the pages that were tagged, in index order.
+    pub fn take_dirty(&self, arena: &NodeArena, out: &mut Vec<(u64, FrameNo)>) {
+        let (root_id, height) = self.root();
+        if height == 0 {
+            return;
+        }
+        walk(arena, root_id, height - 1, 0, 0, true, out);
+    }
+
+    /// Checks the tree's invariants (tests): counts match occupied slots,
+    /// every child is a valid node, every leaf entry's frame satisfies
+    /// `check(index, frame)`.
+    pub fn validate(&self, arena: &NodeArena, mut check: impl FnMut(u64, FrameNo, bool)) -> usize {
+        let (root_id, height) = self.root();
+        if height == 0 {
+            return 0;
+        }
+        fn rec(
+            arena: &NodeArena,
+            id: u64,
+            level: u32,
+            base: u64,
+            tagged_above: bool,
+            check: &mut dyn FnMut(u64, FrameNo, bool),
+        ) -> usize {
+            let node = arena.get(id).expect("valid node id");
+            let mut n = 0;
+            let mut pages = 0;
+            let tags = node.dirty.load(Ordering::Relaxed);
+            for s in 0..FANOUT {
+                let e = node.slots[s].load(Ordering::Relaxed);
+                if e == 0 {
+                    continue;
+                }
+                n += 1;
+                let tagged = tagged_above && tags & (1 << s) != 0;
+                let idx = base | ((s as u64) << (level * SHIFT).min(63));
+                if level == 0 {
+                    check(idx, (e - 1) as FrameNo, tagged);
+                    pages += 1;
+                } else {
+                    pages += rec(arena, e, level - 1, idx, tagged, check);
+                }
+            }
+            assert_eq!(n, node.count.load(Ordering::Relaxed), "node {id} count");
+            assert!(n > 0, "empty node {id} left in the tree");
+            pages
+        }
+        rec(arena, root_id, height - 1, 0, true, &mut check)
+    }
+}
+
+fn walk(
+    arena: &NodeArena,
+    id: u64,
+    level: u32,
+    base: u64,
+    start: u64,
+    take_dirty: bool,
+    out: &mut Vec<(u64, FrameNo)>,
+) {
+    let node = arena.get(id).expect("node on a locked path");
+    let span_shift = level * SHIFT;
+    let mut bits = if take_dirty {
+        // AcqRel: step S1, see module docs. Clear-then-scan.
+        node.dirty.swap(0, Ordering::AcqRel)
+    } else {
+        u64::MAX
+    };
+    while bits != 0 {
+        let s = bits.trailing_zeros() as u64;
+        bits &= bits - 1;
+        let idx = base | (s << span_shift.min(63));
+        let span_end = if span_shift >= 64 {
+            u64::MAX
+        } else {
+            idx.saturating_add((1u64 << span_shift) - 1)
+        };
+        if span_end < start {
+            continue;
+        }
+        let e = node.slots[s as usize].load(Ordering::Relaxed);
+        if e == 0 {
+            continue;
+        }
+        if level == 0 {
+            out.push((idx, (e - 1) as FrameNo));
+        } else {
+            walk(arena, e, level - 1, idx, start, take_dirty, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arena() -> NodeArena {
+        NodeArena::new(4096).unwrap()
+    }
+
+    #[test]
+    fn node_is_cache_aligned() {
+        assert_eq!(std::mem::align_of::<Node>(), 64);
+        assert_eq!(std::mem::size_of::<Node>(), 576);
+    }
+
+    #[test]
+    fn insert_lookup_remove_and_free_nodes() {
+        let a = arena();
+        let t = Tree::default();
+        let indices = [0u64, 1, 63, 64, 4095, 4096, 1 << 20, (1 << 40) + 5];
+        {
+            let mut g = t.lock();
+            for (i, &idx) in indices.iter().enumerate() {
+                assert!(g.insert(&a, idx, i as FrameNo).unwrap().is_ok());
+            }
+            assert_eq!(g.insert(&a, 64, 99).unwrap(), Err(3));
+            let n = g.validate(&a, |_, _, _| {});
+            assert_eq!(n, indices.len());
+        }
+        for (i, &idx) in indices.iter().enumerate() {
+            assert_eq!(t.lookup(&a, idx), Some(i as FrameNo), "index {idx}");
+        }
+        assert_eq!(t.lookup(&a, 2), None);
+        assert_eq!(t.lookup(&a, u64::MAX), None);
+        let mut g = t.lock();
+        let mut all = Vec::new();
+        g.entries_from(&a, 64, &mut all);
+        assert_eq!(
+            all.iter().map(|e| e.0).collect::<Vec<_>>(),
+            vec![64, 4095, 4096, 1 << 20, (1 << 40) + 5]
+        );
+        for (i, &idx) in indices.iter().enumerate() {
+            assert!(!g.remove(&a, idx, 1000), "wrong frame is not removed");
+            assert!(g.remove(&a, idx, i as FrameNo));
+        }
+        assert_eq!(t.lookup(&a, 0), None);
+        assert_eq!(a.in_use(), 0, "all nodes returned");
+        assert_eq!(g.validate(&a, |_, _, _| {}), 0);
+    }
+
+    #[test]
+    fn dirty_tags_are_taken_once_and_survive_growth() {
+        let a = arena();
+        let t = Tree::default();
+        {
+            let mut g = t.lock();
+            for i in 0..10 {
+                g.insert(&a, i, i as FrameNo).unwrap().unwrap();
+            }
+        }
+        t.tag_dirty(&a, 3);
+        t.tag_dirty(&a, 7);
+        {
+            // growth after tagging keeps the tags reachable
+            let mut g = t.lock();
+            g.insert(&a, 1 << 13, 50).unwrap().unwrap();
+            let mut tagged = Vec::new();
+            g.validate(&a, |i, _, tg| {
+                if tg {
+                    tagged.push(i)
+                }
+            });
+            assert_eq!(tagged, vec![3, 7]);
+            let mut d = Vec::new();
+            g.take_dirty(&a, &mut d);
+            assert_eq!(d, vec![(3, 3), (7, 7)]);
+            d.clear();
+            g.take_dirty(&a, &mut d);
+            assert!(d.is_empty(), "tags cleared by the first take");
+        }
+    }
+
+    #[test]
+    fn arena_exhaustion_is_an_error_not_a_panic() {
+        let a = NodeArena::new(2).unwrap();
+        let t = Tree::default();
+        let mut g = t.lock();
+        g.insert(&a, 0, 0).unwrap().unwrap();
+        let e = g.insert(&a, 1 << 30, 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
+    }
+
+    #[test]
+    fn garbage_ids_are_rejected() {
+        let a = arena();
+        assert!(a.get(0).is_none());
+        assert!(a.get(4097).is_none());
+        assert!(a.get(4096).is_some());
+    }
+}

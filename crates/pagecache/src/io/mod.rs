@@ -1,0 +1,436 @@
+//! Layer 6, io: how pages reach the file.
+//!
+//! [`Backend`] opens files; [`BackendFile`] reads and writes one of them at
+//! byte offsets. The cache calls them only on the slow paths (a miss, a
+//! write-back, `sync`, `set_len`), never while holding a tree lock or any
+//! other shared lock: I/O happens under a page's latch or pin only.
+//!
+//! [`PosixBackend`] is `pread`/`pwritev`/`ftruncate`/`fdatasync` on an
+//! ordinary file descriptor. [`FaultyBackend`] wraps any backend and injects
+//! failures for tests: fail the Nth read or write with a chosen errno, make
+//! reads short, report ENOSPC past a size.
+
+use std::fs;
+use std::io::{self, IoSlice};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How to open a file. Mirrors `std::fs::OpenOptions` (no append: the cache
+/// writes at explicit offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub(crate) read: bool,
+    pub(crate) write: bool,
+    pub(crate) create: bool,
+    pub(crate) create_new: bool,
+    pub(crate) truncate: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// All options off (like `std::fs::OpenOptions::new`).
+    pub fn new() -> Self {
+        OpenOptions {
+            read: false,
+            write: false,
+            create: false,
+            create_new: false,
+            truncate: false,
+        }
+    }
+    /// Open for reading.
+    pub fn read(&mut self, v: bool) -> &mut Self {
+        self.read = v;
+        self
+    }
+    /// Open for writing.
+    pub fn write(&mut self, v: bool) -> &mut Self {
+        self.write = v;
+        self
+    }
+    /// Create the file if missing (needs `write`).
+    pub fn create(&mut self, v: bool) -> &mut Self {
+        self.create = v;
+        self
+    }
+    /// Create the file, failing if it exists (needs `write`).
+    pub fn create_new(&mut self, v: bool) -> &mut Self {
+        self.create_new = v;
+        self
+    }
+    /// Truncate to length 0 on open (needs `write`). Done through the cache,
+    /// so pages another handle cached are dropped too.
+    pub fn truncate(&mut self, v: bool) -> &mut Self {
+        self.truncate = v;
+        self
+    }
+    /// Whether writes are allowed.
+    pub fn is_write(&self) -> bool {
+        self.write
+    }
+}
+
+/// Opens files for the cache.
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens `path`. `opts.truncate` is handled by the cache, not here.
+    fn open(&self, path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BackendFile>>;
+}
+
+/// One open file. Offsets are bytes; calls may be made from many threads at
+/// once, for different pages.
+#[allow(clippy::len_without_is_empty)] // a file length, not a collection
+pub trait BackendFile: Send + Sync + std::fmt::Debug {
+    /// `(device, inode)`: handles with the same identity share cached pages.
+    fn identity(&self) -> io::Result<(u64, u64)>;
+    /// One positioned read (`pread`); may be short, 0 at end of file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// One positioned gathered write (`pwritev`); may be short.
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize>;
+    /// Length of the file on disk.
+    fn len(&self) -> io::Result<u64>;
+    /// `ftruncate`.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// `fdatasync`.
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// Reads a whole page at `offset`: loops over short reads, retries EINTR,
+/// stops at end of file. Returns the bytes read (the rest is untouched).
+pub fn read_full(f: &dyn BackendFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `bufs` at `offset`: loops over short writes, retries EINTR.
+/// A write that makes no progress is `WriteZero`.
+pub fn write_full(f: &dyn BackendFile, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0usize;
+    while done < total {
+        // Rebuild the iovec from the first unwritten byte.
+        let mut skip = done;
+        let mut iov = Vec::with_capacity(bufs.len());
+        for b in bufs {
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            iov.push(IoSlice::new(&b[skip..]));
+            skip = 0;
+        }
+        match f.write_at(&iov, offset + done as u64) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "write returned 0 bytes",
+                ))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `pread`/`pwritev` on ordinary file descriptors.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PosixBackend;
+
+/// A file opened by [`PosixBackend`].
+#[derive(Debug)]
+pub struct PosixFile {
+    file: fs::File,
+}
+
+impl Backend for PosixBackend {
+    fn open(&self, path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(opts.write)
+            .create(opts.create)
+            .create_new(opts.create_new)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        if file.metadata()?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is a directory",
+            ));
+        }
+        Ok(Arc::new(PosixFile { file }))
+    }
+}
+
+impl BackendFile for PosixFile {
+    fn identity(&self) -> io::Result<(u64, u64)> {
+        let m = self.file.metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(&self.file, buf, offset)
+    }
+
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
+        // guarantees it); `cnt` entries are valid for reads for the call.
+        let n = unsafe {
+            libc::pwritev(
+                self.file.as_raw_fd(),
+                bufs.as_ptr().cast(),
+                cnt as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// Shared switches of a [`FaultyBackend`]; tests keep an `Arc` to flip them
+/// while the cache runs.
+#[derive(Debug, Default)]
+pub struct Faults {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    /// Fail the read whose 1-based number equals this (0 = never).
+    fail_read_nth: AtomicU64,
+    fail_read_errno: AtomicU64,
+    /// Fail every write from the Nth on (0 = never) until cleared.
+    fail_write_from: AtomicU64,
+    fail_write_errno: AtomicU64,
+    /// Largest single read returned (0 = unlimited): forces short reads.
+    short_read_max: AtomicU64,
+    /// Writes ending past this offset fail with ENOSPC (0 = unlimited).
+    enospc_past: AtomicU64,
+    syncs: AtomicU64,
+    fail_sync_errno: AtomicU64,
+}
+
+impl Faults {
+    /// New switches, all off.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    /// The `n`th read from now on fails with `errno` (once).
+    pub fn fail_nth_read(&self, n: u64, errno: i32) {
+        let base = self.reads.load(Ordering::SeqCst);
+        self.fail_read_errno.store(errno as u64, Ordering::SeqCst);
+        self.fail_read_nth.store(base + n, Ordering::SeqCst);
+    }
+    /// Every write from the `n`th from now on fails with `errno`, until
+    /// [`Faults::clear`].
+    pub fn fail_writes_from(&self, n: u64, errno: i32) {
+        let base = self.writes.load(Ordering::SeqCst);
+        self.fail_write_errno.store(errno as u64, Ordering::SeqCst);
+        self.fail_write_from.store(base + n, Ordering::SeqCst);
+    }
+    /// Reads return at most `max` bytes each (0 = off).
+    pub fn short_reads(&self, max: u64) {
+        self.short_read_max.store(max, Ordering::SeqCst);
+    }
+    /// Writes that would end past `len` fail with ENOSPC (0 = off).
+    pub fn enospc_past(&self, len: u64) {
+        self.enospc_past.store(len, Ordering::SeqCst);
+    }
+    /// `fdatasync` fails with `errno` until cleared (0 = off).
+    pub fn fail_syncs(&self, errno: i32) {
+        self.fail_sync_errno.store(errno as u64, Ordering::SeqCst);
+    }
+    /// Turns every fault off.
+    pub fn clear(&self) {
+        self.fail_read_nth.store(0, Ordering::SeqCst);
+        self.fail_write_from.store(0, Ordering::SeqCst);
+        self.short_read_max.store(0, Ordering::SeqCst);
+        self.enospc_past.store(0, Ordering::SeqCst);
+        self.fail_sync_errno.store(0, Ordering::SeqCst);
+    }
+    /// Reads issued so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+    /// Writes issued so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+    /// `fdatasync` calls so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::SeqCst)
+    }
+}
+
+/// Wraps a backend and injects the failures switched on in [`Faults`].
+#[derive(Debug)]
+pub struct FaultyBackend<B = PosixBackend> {
+    inner: B,
+    faults: Arc<Faults>,
+}
+
+impl<B: Backend> FaultyBackend<B> {
+    /// Wraps `inner`; flip switches through `faults`.
+    pub fn new(inner: B, faults: Arc<Faults>) -> Self {
+        FaultyBackend { inner, faults }
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Arc<dyn BackendFile>,
+    faults: Arc<Faults>,
+}
+
+impl<B: Backend> Backend for FaultyBackend<B> {
+    fn open(&self, path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
+        Ok(Arc::new(FaultyFile {
+            inner: self.inner.open(path, opts)?,
+            faults: self.faults.clone(),
+        }))
+    }
+}
+
+impl BackendFile for FaultyFile {
+    fn identity(&self) -> io::Result<(u64, u64)> {
+        self.inner.identity()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let f = &self.faults;
+        let n = f.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == f.fail_read_nth.load(Ordering::SeqCst) {
+            let errno = f.fail_read_errno.load(Ordering::SeqCst) as i32;
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let max = f.short_read_max.load(Ordering::SeqCst) as usize;
+        let len = if max > 0 {
+            buf.len().min(max)
+        } else {
+            buf.len()
+        };
+        self.inner.read_at(&mut buf[..len], offset)
+    }
+
+    fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        let f = &self.faults;
+        let n = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let from = f.fail_write_from.load(Ordering::SeqCst);
+        if from != 0 && n >= from {
+            let errno = f.fail_write_errno.load(Ordering::SeqCst) as i32;
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let past = f.enospc_past.load(Ordering::SeqCst);
+        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        if past != 0 && offset + total > past {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.write_at(bufs, offset)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let f = &self.faults;
+        f.syncs.fetch_add(1, Ordering::SeqCst);
+        let errno = f.fail_sync_errno.load(Ordering::SeqCst);
+        if errno != 0 {
+            return Err(io::Error::from_raw_os_error(errno as i32));
+        }
+        self.inner.sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpfile(name: &str, data: &[u8]) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("pc-io-{}-{name}", std::process::id()));
+        fs::write(&p, data).unwrap();
+        p
+    }
+
+    #[test]
+    fn read_full_loops_over_short_reads() {
+        let p = tmpfile("short", &[7u8; 10000]);
+        let faults = Faults::new();
+        faults.short_reads(100);
+        let b = FaultyBackend::new(PosixBackend, faults.clone());
+        let f = b.open(&p, OpenOptions::new().read(true)).unwrap();
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(read_full(&*f, &mut buf, 8192).unwrap(), 10000 - 8192);
+        assert!(buf[..1808].iter().all(|&b| b == 7));
+        assert!(faults.reads() >= 19);
+        fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn nth_read_fails_once_with_chosen_errno() {
+        let p = tmpfile("nth", &[1u8; 4096]);
+        let faults = Faults::new();
+        let b = FaultyBackend::new(PosixBackend, faults.clone());
+        let f = b.open(&p, OpenOptions::new().read(true)).unwrap();
+        faults.fail_nth_read(2, libc::EIO);
+        let mut buf = [0u8; 16];
+        assert!(f.read_at(&mut buf, 0).is_ok());
+        assert_eq!(
+            f.read_at(&mut buf, 0).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
+        assert!(f.read_at(&mut buf, 0).is_ok());
+        fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn write_full_handles_gathered_writes_and_enospc() {
+        let p = tmpfile("w", b"");
+        let faults = Faults::new();
+        let b = FaultyBackend::new(PosixBackend, faults.clone());
+        let f = b
+            .open(&p, OpenOptions::new().read(true).write(true))
+            .unwrap();
+        write_full(&*f, &[b"abc", b"def"], 2).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"\0\0abcdef");
+        faults.enospc_past(5);
+        let e = write_full(&*f, &[b"xyz"], 4).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        fs::remove_file(p).unwrap();
+    }
+}

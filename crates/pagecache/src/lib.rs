@@ -1,0 +1,83 @@
+//! `pagecache`: a user-space page cache for many-core machines.
+//!
+//! An application opens files through a [`PageCache`] and reads, writes,
+//! pins and syncs fixed-size pages held in a memory budget it sets. Lookups
+//! of cached pages take no lock and write no shared cache line except the
+//! page's own reference count (and `read_at` hits not even that).
+//!
+//! ```no_run
+//! use pagecache::{Config, OpenOptions, PageCache};
+//! # fn main() -> std::io::Result<()> {
+//! let cache = PageCache::new(Config { capacity: 64 << 20, ..Config::default() })?;
+//! let file = cache.open_with("data.bin", OpenOptions::new().read(true).write(true).create(true))?;
+//! file.write_at(b"hello", 0)?;
+//! let mut buf = [0u8; 5];
+//! assert_eq!(file.read_at(&mut buf, 0)?, 5);
+//! {
+//!     let page = file.page(0)?;            // pinned: bytes cannot change
+//!     assert_eq!(&page[..5], b"hello");
+//! }
+//! file.page_mut(0)?[0] = b'j';            // latched, dirty on drop
+//! file.sync()?;                           // write back, persist length, fdatasync
+//! println!("{}", cache.stats());
+//! # Ok(()) }
+//! ```
+//!
+//! # Layers
+//!
+//! | module | layer (`DESIGN.md` 3) | what it holds |
+//! |---|---|---|
+//! | [`frame`] | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
+//! | [`index`] | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags |
+//! | `cache` | 4 cache | protocols 5.1-5.6 (lookup, freeze, miss, optimistic read, write, truncate) |
+//! | [`reclaim`] | 5 reclaim | replacement policy (CLOCK for now) |
+//! | [`io`] | 6 io | backend trait, `pread`/`pwritev`, fault injection |
+//! | this file | 7 api | `PageCache`, `File`, `PageRef`, `PageMut` |
+//!
+//! # Memory overhead
+//!
+//! Per frame: 64 bytes of descriptor. Per cached page: its share of index
+//! nodes (576 bytes per 64 consecutive pages, so 9 bytes a page for dense
+//! files). Counters: 128 stripes of 128 bytes per cache.
+//!
+//! # Semantics users must know
+//!
+//! * **Pins are latches.** While a [`PageRef`] of a page lives, its bytes do
+//!   not change: `write_at` and `page_mut` of that page wait until every pin
+//!   is dropped, and new pins wait behind a waiting writer so writers do not
+//!   starve. Like `std::sync::RwLock`, a thread that writes (or `page_mut`s,
+//!   or `set_len`s over) a page while it still holds a `PageRef` of that page
+//!   waits for itself forever. Likewise `sync` or `set_len` while the same
+//!   thread holds a [`PageMut`] of that file.
+//! * **Coherence.** The cache assumes it is the only writer of the files it
+//!   opens, as a database buffer pool does. Changes made to a file behind its
+//!   back (another process, `std::fs`) are not seen for pages already cached,
+//!   and may be overwritten by write-back.
+//! * **Durability.** `write_at` and `PageMut` only dirty pages. `sync` writes
+//!   every dirty page, persists the length and calls `fdatasync`; if a write
+//!   fails the pages stay dirty and a later `sync` retries them. Dropping the
+//!   last handle writes back (best effort; [`File::close`] reports errors);
+//!   if that fails the pages stay cached, and reopening the file and calling
+//!   `sync` retries.
+
+#![warn(missing_docs)]
+
+pub(crate) mod sync;
+
+pub mod frame;
+
+#[cfg(not(loom))]
+mod cache;
+#[cfg(not(loom))]
+pub mod index;
+#[cfg(not(loom))]
+pub mod io;
+#[cfg(not(loom))]
+pub mod reclaim;
+#[cfg(not(loom))]
+pub mod stats;
+
+#[cfg(not(loom))]
+mod api;
+#[cfg(not(loom))]
+pub use api::*;

@@ -1,0 +1,223 @@
+//! Counters, kept per thread so that no hot path writes a shared line.
+//!
+//! Each thread gets a stripe id from a process-wide pool the first time it
+//! counts, and gives it back when it exits. While a thread owns its id no
+//! other thread writes that stripe, so an increment is a plain load + store
+//! (no locked instruction, no shared cache line). If more threads are alive
+//! than there are stripes, the extra threads share one overflow stripe with
+//! `fetch_add`. [`Stats`] sums the stripes: a snapshot, exact once the
+//! counting threads have stopped.
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Number of stripes; the last one is the shared overflow stripe.
+const STRIPES: usize = 128;
+
+/// The counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// Lookups that found the page cached (pins and optimistic reads).
+    Hits,
+    /// Lookups that did not.
+    Misses,
+    /// Page reads issued to the backend (one per missing page).
+    Reads,
+    /// Write calls issued to the backend (one per run of pages).
+    Writes,
+    /// Pages written back (by `sync`, close or eviction).
+    Writebacks,
+    /// Pages evicted to reuse their frame.
+    Evictions,
+    /// Lookups restarted from the root (frozen frame, identity mismatch,
+    /// latch wait).
+    LookupRetries,
+    /// `read_at` pages copied with no reference (protocol 5.4).
+    OptimisticReads,
+    /// Optimistic copies that failed validation or found the page busy and
+    /// fell back to a pin.
+    OptimisticFallbacks,
+    /// Failed page reads.
+    ReadErrors,
+    /// Failed write-backs.
+    WriteErrors,
+}
+
+const NCOUNTERS: usize = 11;
+
+type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
+
+/// Per-cache counter stripes.
+#[derive(Debug)]
+pub struct Counters {
+    stripes: Box<[Stripe]>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            stripes: (0..STRIPES)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+}
+
+struct Slot {
+    id: usize,
+}
+
+static FREE_IDS: Mutex<(usize, Vec<usize>)> = Mutex::new((0, Vec::new()));
+
+impl Slot {
+    fn acquire() -> Slot {
+        let mut g = FREE_IDS.lock();
+        let id = if let Some(id) = g.1.pop() {
+            id
+        } else if g.0 < STRIPES - 1 {
+            g.0 += 1;
+            g.0 - 1
+        } else {
+            STRIPES - 1
+        };
+        Slot { id }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.id != STRIPES - 1 {
+            // The mutex orders this thread's last counts before the next
+            // owner's first load of the stripe.
+            FREE_IDS.lock().1.push(self.id);
+        }
+    }
+}
+
+thread_local! {
+    static SLOT: Slot = Slot::acquire();
+}
+
+impl Counters {
+    /// Adds `n` to counter `c` on the calling thread's stripe.
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        let id = SLOT.try_with(|s| s.id).unwrap_or(STRIPES - 1);
+        let cell = &self.stripes[id][c as usize];
+        if id == STRIPES - 1 {
+            // Relaxed: a statistic; shared stripe needs an atomic add.
+            cell.fetch_add(n, Ordering::Relaxed);
+        } else {
+            // Relaxed load + store: only this thread writes this stripe
+            // (see module docs); readers tolerate a snapshot.
+            cell.store(cell.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        }
+    }
+
+    /// Sums counter `c` over all stripes.
+    pub fn sum(&self, c: Counter) -> u64 {
+        self.stripes
+            .iter()
+            // Relaxed: a snapshot.
+            .map(|s| s[c as usize].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// A snapshot of every counter.
+    pub fn snapshot(&self) -> Stats {
+        use Counter::*;
+        Stats {
+            hits: self.sum(Hits),
+            misses: self.sum(Misses),
+            reads: self.sum(Reads),
+            writes: self.sum(Writes),
+            writebacks: self.sum(Writebacks),
+            evictions: self.sum(Evictions),
+            lookup_retries: self.sum(LookupRetries),
+            optimistic_reads: self.sum(OptimisticReads),
+            optimistic_fallbacks: self.sum(OptimisticFallbacks),
+            read_errors: self.sum(ReadErrors),
+            write_errors: self.sum(WriteErrors),
+        }
+    }
+}
+
+/// A snapshot of a cache's counters (see [`Counter`] for each meaning).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups that found the page cached.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Page reads issued to the backend.
+    pub reads: u64,
+    /// Write calls issued to the backend.
+    pub writes: u64,
+    /// Pages written back.
+    pub writebacks: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Lookups restarted from the root.
+    pub lookup_retries: u64,
+    /// `read_at` pages copied with no reference.
+    pub optimistic_reads: u64,
+    /// Optimistic copies that fell back to a pin.
+    pub optimistic_fallbacks: u64,
+    /// Failed page reads.
+    pub read_errors: u64,
+    /// Failed write-backs.
+    pub write_errors: u64,
+}
+
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "hits {} misses {} reads {} writes {} writebacks {} evictions {} \
+             lookup_retries {} optimistic_reads {} optimistic_fallbacks {} \
+             read_errors {} write_errors {}",
+            self.hits,
+            self.misses,
+            self.reads,
+            self.writes,
+            self.writebacks,
+            self.evictions,
+            self.lookup_retries,
+            self.optimistic_reads,
+            self.optimistic_fallbacks,
+            self.read_errors,
+            self.write_errors
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn counts_from_many_threads_are_exact() {
+        let c = Arc::new(Counters::default());
+        let threads: Vec<_> = (0..200)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        c.add(Counter::Hits, 1);
+                    }
+                    c.add(Counter::Reads, 2);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = c.snapshot();
+        assert_eq!(s.hits, 200_000);
+        assert_eq!(s.reads, 400);
+        assert_eq!(s.misses, 0);
+    }
+}
