@@ -1,0 +1,53 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)] // each test file uses a subset
+
+use pagecache::{Config, PageCache};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const PS: usize = 4096;
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pagecache-test-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Deterministic byte of file content at `pos`.
+pub fn pattern(pos: u64) -> u8 {
+    (pos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
+}
+
+/// Writes a file of `len` pattern bytes with std::fs.
+pub fn make_file(path: &Path, len: u64) {
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    std::fs::write(path, data).unwrap();
+}
+
+/// A cache of `frames` 4 KiB frames.
+pub fn cache(frames: usize) -> PageCache {
+    PageCache::new(Config {
+        capacity: frames * PS,
+        ..Config::default()
+    })
+    .unwrap()
+}

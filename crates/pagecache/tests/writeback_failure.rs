@@ -1,0 +1,103 @@
+//! A failed write-back keeps the data dirty, is reported, and is retried.
+mod common;
+use common::*;
+use pagecache::{Config, Faults, FaultyBackend, PageCache, PosixBackend};
+
+fn faulty(frames: usize) -> (PageCache, std::sync::Arc<Faults>) {
+    let faults = Faults::new();
+    let c = PageCache::with_backend(
+        Config {
+            capacity: frames * PS,
+            ..Config::default()
+        },
+        FaultyBackend::new(PosixBackend, faults.clone()),
+    )
+    .unwrap();
+    (c, faults)
+}
+
+#[test]
+fn failed_sync_keeps_pages_dirty_and_a_later_sync_succeeds() {
+    let d = TempDir::new("wbf");
+    let p = d.path("f");
+    make_file(&p, 4 * PS as u64);
+    let (c, faults) = faulty(16);
+    let f = c.open(&p).unwrap();
+    f.write_at(&[1u8; 100], 0).unwrap();
+    f.write_at(&[2u8; 100], 2 * PS as u64).unwrap();
+    faults.fail_writes_from(1, libc::EIO);
+    let e = f.sync().unwrap_err();
+    assert_eq!(
+        e.kind(),
+        std::io::Error::from_raw_os_error(libc::EIO).kind()
+    );
+    assert!(e.to_string().contains("writing back pages"), "{e}");
+    assert_eq!(f.dirty_pages(), 2);
+    assert_eq!(c.stats().write_errors, 2, "both runs failed");
+    assert_eq!(faults.syncs(), 0, "no fdatasync after a failed write");
+    // Still failing: still reported, still dirty.
+    assert!(f.sync().is_err());
+    assert_eq!(f.dirty_pages(), 2);
+    faults.clear();
+    f.sync().unwrap();
+    assert_eq!(f.dirty_pages(), 0);
+    let disk = std::fs::read(&p).unwrap();
+    assert_eq!(&disk[..100], &[1u8; 100]);
+    assert_eq!(&disk[2 * PS..2 * PS + 100], &[2u8; 100]);
+    assert_eq!(disk[100], pattern(100));
+    c.validate();
+}
+use std::io::ErrorKind;
+
+#[test]
+fn eviction_write_back_failure_keeps_the_page_and_the_next_sync_reports_it() {
+    let d = TempDir::new("wbf");
+    let p = d.path("f");
+    let q = d.path("g");
+    make_file(&p, 8 * PS as u64);
+    make_file(&q, 64 * PS as u64);
+    let (c, faults) = faulty(8);
+    let f = c.open(&p).unwrap();
+    let g = c.open(&q).unwrap();
+    for i in 0..8u64 {
+        f.write_at(&[9u8; 16], i * PS as u64).unwrap();
+    }
+    faults.fail_writes_from(1, libc::EIO);
+    // Reading another file needs frames: eviction tries to write back the
+    // dirty pages, fails, and must neither drop them nor deadlock.
+    let mut buf = [0u8; 16];
+    let e = g.read_at(&mut buf, 40 * PS as u64).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}");
+    assert_eq!(f.dirty_pages(), 8, "no dirty page dropped");
+    faults.clear();
+    // The next sync writes them and reports the eviction's failure.
+    let e = f.sync().unwrap_err();
+    assert!(e.to_string().contains("eviction"), "{e}");
+    assert_eq!(f.dirty_pages(), 0);
+    for i in 0..8usize {
+        assert_eq!(&std::fs::read(&p).unwrap()[i * PS..i * PS + 16], &[9u8; 16]);
+    }
+    f.sync().unwrap();
+    // And with the pages clean, eviction makes room again.
+    g.read_at(&mut buf, 40 * PS as u64).unwrap();
+    assert_eq!(buf[0], pattern(40 * PS as u64));
+}
+
+#[test]
+fn failed_close_keeps_the_data_for_a_later_open() {
+    let d = TempDir::new("wbf");
+    let p = d.path("f");
+    make_file(&p, PS as u64);
+    let (c, faults) = faulty(16);
+    let f = c.open(&p).unwrap();
+    f.write_at(b"precious", 0).unwrap();
+    faults.fail_writes_from(1, libc::EIO);
+    assert!(f.close().is_err());
+    faults.clear();
+    let f = c.open(&p).unwrap();
+    let mut b = [0u8; 8];
+    f.read_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"precious", "still cached after the failed close");
+    f.sync().unwrap();
+    assert_eq!(&std::fs::read(&p).unwrap()[..8], b"precious");
+}
