@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Model-checks the lock-free protocol cores (tests/loom.rs) with loom.
+# Runtime on the project's 2-core machine: see docs/benchmarks.md ("loom").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/loom}"
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+start=$(date +%s)
+cargo test --release -p pagecache --test loom -- --test-threads=1 "$@"
+echo "loom models passed in $(( $(date +%s) - start )) s"
