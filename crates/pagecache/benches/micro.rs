@@ -1,1 +1,596 @@
-fn main() {}
+//! Micro-benchmarks for the `DESIGN.md` section 6 rows, each measured side by
+//! side with its references in the same run: the kernel (`pread`), the
+//! physical limit (a bare `memcpy` from an in-memory copy, a single-threaded
+//! `HashMap` lookup) and the peers users compare us with (`quick_cache`,
+//! `moka`). Every row is run `--runs` times (interleaving the variants); the
+//! table shows medians and the min-max spread, and ratios are taken per run
+//! and then the median.
+//!
+//! ```sh
+//! cargo bench -p pagecache --bench micro                    # full: 1 GiB file, 5 runs
+//! cargo bench -p pagecache --bench micro -- --quick         # 64 MiB, 3 runs
+//! cargo bench -p pagecache --bench micro -- --only gang     # rows whose name contains "gang"
+//! ```
+//!
+//! Reference results and the machine they came from are in
+//! `docs/benchmarks.md`.
+
+use pagecache::{Config, File, PageCache};
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+const PS: usize = 4096;
+
+struct Opts {
+    file_bytes: u64,
+    runs: usize,
+    dur: Duration,
+    only: Option<String>,
+}
+
+fn parse() -> Opts {
+    let mut o = Opts {
+        file_bytes: 1 << 30,
+        runs: 5,
+        dur: Duration::from_millis(400),
+        only: None,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--quick" => {
+                o.file_bytes = 64 << 20;
+                o.runs = 3;
+                o.dur = Duration::from_millis(150);
+            }
+            "--runs" => {
+                i += 1;
+                o.runs = args[i].parse().expect("--runs N");
+            }
+            "--file-mib" => {
+                i += 1;
+                o.file_bytes = args[i].parse::<u64>().expect("--file-mib N") << 20;
+            }
+            "--ms" => {
+                i += 1;
+                o.dur = Duration::from_millis(args[i].parse().expect("--ms N"));
+            }
+            "--only" => {
+                i += 1;
+                o.only = Some(args[i].clone());
+            }
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+        i += 1;
+    }
+    o
+}
+
+struct Rng(u64);
+impl Rng {
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Runs `op` on `threads` threads for `dur`; returns total ops per second.
+/// `op(tid, rng)` does one operation.
+fn rate<F>(threads: usize, dur: Duration, op: F) -> f64
+where
+    F: Fn(usize, &mut Rng) + Sync,
+{
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let barrier = Barrier::new(threads + 1);
+    let mut t0 = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (stop, total, barrier, op) = (&stop, &total, &barrier, &op);
+            s.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC));
+                barrier.wait();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        op(t, &mut rng);
+                    }
+                    n += 64;
+                }
+                total.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        barrier.wait();
+        t0 = Instant::now();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+    });
+    // Until every thread has stopped: with more threads than cores, some see
+    // the stop flag late, and their work must be inside the measured time.
+    let elapsed = t0.elapsed();
+    total.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+}
+
+/// Single-threaded rate on the calling thread (no dispatch overhead).
+fn rate1(dur: Duration, mut op: impl FnMut(&mut Rng)) -> f64 {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    loop {
+        for _ in 0..256 {
+            op(&mut rng);
+        }
+        n += 256;
+        let e = t0.elapsed();
+        if e >= dur {
+            return n as f64 / e.as_secs_f64();
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `(numerator variant, denominator variant, label, target or 0)`.
+type Ratio = (usize, usize, &'static str, f64);
+
+/// One table row group: named variants measured `runs` times, interleaved.
+struct Row {
+    title: String,
+    unit: &'static str,
+    names: Vec<String>,
+    samples: Vec<Vec<f64>>, // per variant, per run: ops/s
+}
+
+impl Row {
+    fn print(&self, ratios: &[Ratio]) {
+        println!("\n### {}\n", self.title);
+        println!("| variant | {} median | min | max |", self.unit);
+        println!("|---|---:|---:|---:|");
+        for (name, s) in self.names.iter().zip(&self.samples) {
+            let mut v: Vec<f64> = s.iter().map(|r| self.conv(*r)).collect();
+            let m = median(&mut v);
+            println!(
+                "| {name} | {m:.1} | {:.1} | {:.1} |",
+                v.first().unwrap(),
+                v.last().unwrap()
+            );
+        }
+        for &(a, b, label, target) in ratios {
+            let mut r: Vec<f64> = self.samples[a]
+                .iter()
+                .zip(&self.samples[b])
+                .map(|(x, y)| x / y)
+                .collect();
+            let m = median(&mut r);
+            let verdict = if target == 0.0 {
+                String::new()
+            } else if m >= target {
+                format!(" (target >= {target}x: met)")
+            } else {
+                format!(" (target >= {target}x: MISSED)")
+            };
+            println!(
+                "\n{label}: **{m:.2}x** (runs {:.2}..{:.2}){verdict}",
+                r.first().unwrap(),
+                r.last().unwrap()
+            );
+        }
+    }
+
+    fn conv(&self, ops: f64) -> f64 {
+        match self.unit {
+            "ns/op" => 1e9 / ops,
+            _ => ops / 1e6,
+        }
+    }
+}
+
+fn measure(
+    o: &Opts,
+    title: &str,
+    unit: &'static str,
+    variants: Vec<(String, Box<dyn Fn() -> f64 + '_>)>,
+) -> Option<Row> {
+    if let Some(f) = &o.only {
+        if !title.contains(f.as_str()) {
+            return None;
+        }
+    }
+    let mut row = Row {
+        title: title.to_string(),
+        unit,
+        names: variants.iter().map(|v| v.0.clone()).collect(),
+        samples: vec![Vec::new(); variants.len()],
+    };
+    for _ in 0..o.runs {
+        for (k, (_, f)) in variants.iter().enumerate() {
+            row.samples[k].push(f());
+        }
+    }
+    Some(row)
+}
+
+fn main() {
+    let o = parse();
+    let dir = std::env::temp_dir().join(format!("pagecache-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("data.bin");
+    let npages = o.file_bytes / PS as u64;
+    println!(
+        "# pagecache micro-benchmarks\n\nfile {} MiB ({} pages), {} runs x {} ms per variant, {} CPUs",
+        o.file_bytes >> 20,
+        npages,
+        o.runs,
+        o.dur.as_millis(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+
+    // The file, its in-memory copy, and the kernel's cached copy.
+    let mem: Vec<u8> = (0..o.file_bytes)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+        .collect();
+    std::fs::write(&path, &mem).unwrap();
+    let std_file = std::fs::File::open(&path).unwrap();
+    let mut sink = vec![0u8; 1 << 20];
+    for off in (0..o.file_bytes).step_by(sink.len()) {
+        std_file.read_at(&mut sink, off).unwrap();
+    }
+
+    let cache = PageCache::new(Config {
+        capacity: (o.file_bytes as usize) + (64 << 20),
+        ..Config::default()
+    })
+    .unwrap();
+    let file = cache.open(&path).unwrap();
+    let mut page = vec![0u8; PS];
+    for i in 0..npages {
+        file.read_at(&mut page, i * PS as u64).unwrap();
+    }
+    let thp = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("AnonHugePages"))
+                .map(|l| l.to_string())
+        })
+        .unwrap_or_default();
+    println!("loaded; {thp}; {}", cache.stats());
+
+    let mut rows: Vec<(Row, Vec<Ratio>)> = Vec::new();
+    let rnd_off = move |r: &mut Rng, len: u64| (r.next() % (o.file_bytes - len)) & !7;
+    let rnd_page = move |r: &mut Rng| r.next() % npages;
+
+    // 1. 64 B read_at vs pread vs memcpy
+    for (len, title, target_pread, target_memcpy) in [
+        (
+            64u64,
+            "read_at 64 B, random cached offsets, 1 thread",
+            10.0,
+            0.0,
+        ),
+        (
+            4096,
+            "read_at 4 KiB, random cached pages, 1 thread",
+            0.0,
+            0.8,
+        ),
+    ] {
+        let align = if len == 4096 { !4095u64 } else { !7u64 };
+        if let Some(r) = measure(
+            &o,
+            title,
+            "ns/op",
+            vec![
+                (
+                    "pagecache read_at".into(),
+                    Box::new(|| {
+                        let mut b = vec![0u8; len as usize];
+                        rate1(o.dur, |r| {
+                            let off = rnd_off(r, len) & align;
+                            file.read_at(&mut b, off).unwrap();
+                            black_box(&b);
+                        })
+                    }),
+                ),
+                (
+                    "kernel pread".into(),
+                    Box::new(|| {
+                        let mut b = vec![0u8; len as usize];
+                        rate1(o.dur, |r| {
+                            let off = rnd_off(r, len) & align;
+                            std_file.read_at(&mut b, off).unwrap();
+                            black_box(&b);
+                        })
+                    }),
+                ),
+                (
+                    "bare memcpy from memory".into(),
+                    Box::new(|| {
+                        let mut b = vec![0u8; len as usize];
+                        rate1(o.dur, |r| {
+                            let off = (rnd_off(r, len) & align) as usize;
+                            b.copy_from_slice(&mem[off..off + len as usize]);
+                            black_box(&b);
+                        })
+                    }),
+                ),
+            ],
+        ) {
+            let mut ratios = vec![(0, 1, "pagecache vs pread (rate ratio)", target_pread)];
+            ratios.push((0, 2, "pagecache vs memcpy (rate ratio)", target_memcpy));
+            rows.push((r, ratios));
+        }
+    }
+
+    // 2. page() pin + drop vs HashMap lookup
+    let map: HashMap<u64, u32> = (0..npages).map(|i| (i, i as u32)).collect();
+    // The floor of any pin: one CAS increment and one decrement on a random
+    // 64-byte descriptor-sized slot (what page() + drop must at least do).
+    let slots: Vec<crossbeam_utils::CachePadded<AtomicU64>> =
+        (0..npages).map(|_| Default::default()).collect();
+    if let Some(r) = measure(
+        &o,
+        "page() pin + drop vs HashMap<u64,u32> lookup, random keys, 1 thread",
+        "ns/op",
+        vec![
+            (
+                "pagecache page()".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        black_box(file.page(rnd_page(r)).unwrap().index());
+                    })
+                }),
+            ),
+            (
+                "std HashMap get".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        black_box(map.get(&rnd_page(r)));
+                    })
+                }),
+            ),
+            (
+                "floor: CAS +1 and fetch_sub on a random slot".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        let a = &slots[rnd_page(r) as usize];
+                        let v = a.load(Ordering::Relaxed);
+                        let _ = a.compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed);
+                        a.fetch_sub(1, Ordering::Release);
+                    })
+                }),
+            ),
+        ],
+    ) {
+        // cost ratio: page() at most 1.5x HashMap => rate ratio >= 1/1.5
+        rows.push((
+            r,
+            vec![
+                (
+                    0,
+                    1,
+                    "page() rate / HashMap rate (target: cost <= 1.5x)",
+                    1.0 / 1.5,
+                ),
+                (0, 2, "page() rate / RMW-floor rate", 0.0),
+            ],
+        ));
+    }
+    drop(map);
+    drop(slots);
+
+    // 3. page() vs quick_cache and moka, 1, 2, 32 threads
+    let qc: quick_cache::sync::Cache<u64, Arc<[u8]>> =
+        quick_cache::sync::Cache::new(npages as usize);
+    let mk: moka::sync::Cache<u64, Arc<[u8]>> = moka::sync::Cache::new(npages);
+    for i in 0..npages {
+        let v: Arc<[u8]> = Arc::from(&mem[(i as usize) * PS..(i as usize + 1) * PS]);
+        qc.insert(i, v.clone());
+        mk.insert(i, v);
+    }
+    mk.run_pending_tasks();
+    let (qc, mk) = (&qc, &mk);
+    let fref = &file;
+    for threads in [1usize, 2, 32] {
+        let title = format!("page() vs quick_cache / moka get(), random hits, {threads} threads");
+        if let Some(r) = measure(
+            &o,
+            &title,
+            "Mops/s",
+            vec![
+                (
+                    "pagecache page()".into(),
+                    Box::new(move || {
+                        rate(threads, o.dur, |_, r| {
+                            black_box(fref.page(rnd_page(r)).unwrap().index());
+                        })
+                    }),
+                ),
+                (
+                    "quick_cache get".into(),
+                    Box::new(move || {
+                        rate(threads, o.dur, |_, r| {
+                            black_box(qc.get(&rnd_page(r)));
+                        })
+                    }),
+                ),
+                (
+                    "moka get".into(),
+                    Box::new(move || {
+                        rate(threads, o.dur, |_, r| {
+                            black_box(mk.get(&rnd_page(r)));
+                        })
+                    }),
+                ),
+            ],
+        ) {
+            rows.push((
+                r,
+                vec![
+                    (0, 1, "pagecache / quick_cache", 1.0),
+                    (0, 2, "pagecache / moka", 1.0),
+                ],
+            ));
+        }
+    }
+
+    // 4. scaling: 1, 2, 32 threads, read_at 64 B and page()
+    let read64 = |_: usize, r: &mut Rng| {
+        let mut b = [0u8; 64];
+        file.read_at(&mut b, rnd_off(r, 64)).unwrap();
+        black_box(&b);
+    };
+    let pin = |_: usize, r: &mut Rng| {
+        black_box(file.page(rnd_page(r)).unwrap().index());
+    };
+    if let Some(r) = measure(
+        &o,
+        "scaling: read_at 64 B random hits (optimistic), 1/2/32 threads",
+        "Mops/s",
+        vec![
+            ("1 thread".into(), Box::new(|| rate(1, o.dur, read64))),
+            ("2 threads".into(), Box::new(|| rate(2, o.dur, read64))),
+            ("32 threads".into(), Box::new(|| rate(32, o.dur, read64))),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![(1, 0, "2 threads / 1", 1.8), (2, 1, "32 threads / 2", 0.9)],
+        ));
+    }
+    if let Some(r) = measure(
+        &o,
+        "scaling: page() random hits, 1/2/32 threads",
+        "Mops/s",
+        vec![
+            ("1 thread".into(), Box::new(|| rate(1, o.dur, pin))),
+            ("2 threads".into(), Box::new(|| rate(2, o.dur, pin))),
+            ("32 threads".into(), Box::new(|| rate(32, o.dur, pin))),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![(1, 0, "2 threads / 1", 1.6), (2, 1, "32 threads / 2", 0.9)],
+        ));
+    }
+
+    // 5. same page: optimistic read vs pinned read
+    let same_opt = |_: usize, _: &mut Rng| {
+        let mut b = [0u8; 64];
+        file.read_at(&mut b, 128).unwrap();
+        black_box(&b);
+    };
+    let same_pin = |_: usize, _: &mut Rng| {
+        let p = file.page(0).unwrap();
+        let mut b = [0u8; 64];
+        b.copy_from_slice(&p[128..192]);
+        black_box(&b);
+    };
+    let same_pread = |_: usize, _: &mut Rng| {
+        let mut b = [0u8; 64];
+        std_file.read_at(&mut b, 128).unwrap();
+        black_box(&b);
+    };
+    if let Some(r) = measure(
+        &o,
+        "same page (pread2 shape): 64 B of one page, 1 and 2 threads",
+        "Mops/s",
+        vec![
+            (
+                "optimistic read_at, 1 thread".into(),
+                Box::new(|| rate(1, o.dur, same_opt)),
+            ),
+            (
+                "optimistic read_at, 2 threads".into(),
+                Box::new(|| rate(2, o.dur, same_opt)),
+            ),
+            (
+                "pinned page() + copy, 1 thread".into(),
+                Box::new(|| rate(1, o.dur, same_pin)),
+            ),
+            (
+                "pinned page() + copy, 2 threads".into(),
+                Box::new(|| rate(2, o.dur, same_pin)),
+            ),
+            (
+                "kernel pread, 1 thread".into(),
+                Box::new(|| rate(1, o.dur, same_pread)),
+            ),
+            (
+                "kernel pread, 2 threads".into(),
+                Box::new(|| rate(2, o.dur, same_pread)),
+            ),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![
+                (1, 0, "optimistic: 2 threads / 1", 1.8),
+                (3, 2, "pinned: 2 threads / 1", 0.0),
+                (5, 4, "kernel pread: 2 threads / 1", 0.0),
+            ],
+        ));
+    }
+
+    // 6. gang of 16 vs 16 single lookups, sequential
+    let span = npages - 16;
+    if let Some(r) = measure(
+        &o,
+        "gang lookup: 16 consecutive pages, pages() vs 16 x page(), 1 thread",
+        "ns/op",
+        vec![
+            (
+                "pages(start, 16)".into(),
+                Box::new(|| {
+                    let mut v = Vec::with_capacity(16);
+                    let mut pos = 0;
+                    let f: &File = &file;
+                    rate1(o.dur, |_| {
+                        let n = f.pages(pos, &mut v, 16).unwrap();
+                        black_box(n);
+                        v.clear();
+                        pos = (pos + 16) % span;
+                    })
+                }),
+            ),
+            (
+                "16 x page(i)".into(),
+                Box::new(|| {
+                    let mut pos = 0;
+                    rate1(o.dur, |_| {
+                        for k in 0..16 {
+                            black_box(file.page(pos + k).unwrap().index());
+                        }
+                        pos = (pos + 16) % span;
+                    })
+                }),
+            ),
+        ],
+    ) {
+        rows.push((r, vec![(0, 1, "gang speed-up per page", 3.0)]));
+    }
+
+    for (r, ratios) in &rows {
+        r.print(ratios);
+    }
+    println!("\nstats after the run: {}", cache.stats());
+    drop(file);
+    let _ = std::fs::remove_dir_all(&dir);
+}

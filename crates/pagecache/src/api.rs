@@ -185,8 +185,16 @@ impl File {
         }
     }
 
+    #[inline]
+    fn npages(&self) -> u64 {
+        // A shift, not a division: this is on every page() call.
+        let mask = self.cache.page_size as u64 - 1;
+        (self.len() + mask) >> self.cache.shift
+    }
+
+    #[inline]
     fn check_page(&self, index: u64) -> io::Result<()> {
-        let pages = self.len().div_ceil(self.cache.page_size as u64);
+        let pages = self.npages();
         if index >= pages {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -222,6 +230,7 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`, like
     /// `std::os::unix::fs::FileExt::read_at`: short only at end of file.
     /// Each page is read atomically (never torn by a concurrent write).
+    #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.inner().read_at(&self.shared, buf, offset)
     }
@@ -252,6 +261,7 @@ impl File {
 
     /// Pins page `index`. `UnexpectedEof` at or past the last page. Bytes of
     /// the last page past the end of file read as zero.
+    #[inline]
     pub fn page(&self, index: u64) -> io::Result<PageRef<'_>> {
         self.check_page(index)?;
         let frame = self.inner().get_page(&self.shared, index)?;
@@ -287,7 +297,7 @@ impl File {
         max: usize,
     ) -> io::Result<usize> {
         out.clear();
-        let npages = self.len().div_ceil(self.cache.page_size as u64);
+        let npages = self.npages();
         let end = npages.min(start.saturating_add(max as u64));
         let inner = self.inner();
         let mut i = start;
@@ -356,7 +366,7 @@ impl File {
     /// Number of this file's pages that are dirty (a snapshot; tests).
     pub fn dirty_pages(&self) -> usize {
         let mut n = 0;
-        for i in 0..self.len().div_ceil(self.cache.page_size as u64) {
+        for i in 0..self.npages() {
             if let Some(f) = self.shared.tree.lookup(&self.cache.nodes, i) {
                 if self.cache.desc(f).identity() == (self.shared.id, i)
                     && self.cache.desc(f).load() & DIRTY != 0

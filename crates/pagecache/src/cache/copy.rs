@@ -19,22 +19,45 @@ const W: usize = std::mem::size_of::<u64>();
 #[inline]
 pub(crate) unsafe fn atomic_load_copy(dst: &mut [u8], src: *const u8) {
     let n = dst.len();
+    let d = dst.as_mut_ptr();
     let mut i = 0;
     while i < n && (src as usize + i) % W != 0 {
-        // SAFETY: in bounds (caller); AtomicU8 has the alignment of u8.
-        dst[i] = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+        // SAFETY: i < n, in bounds of both (caller); AtomicU8 has u8's
+        // alignment.
+        unsafe { *d.add(i) = (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
         i += 1;
     }
+    // Four words per step: fewer instructions in flight per copy lets the
+    // next lookup's cache miss start sooner (see docs/benchmarks.md).
+    while i + 4 * W <= n {
+        // SAFETY: in bounds (caller) and 8-byte aligned by the loop above;
+        // destination writes are unaligned-safe. Relaxed: validated by the
+        // seqlock version (Acquire fence after).
+        unsafe {
+            let s = src.add(i) as *const AtomicU64;
+            let w0 = (*s).load(Ordering::Relaxed);
+            let w1 = (*s.add(1)).load(Ordering::Relaxed);
+            let w2 = (*s.add(2)).load(Ordering::Relaxed);
+            let w3 = (*s.add(3)).load(Ordering::Relaxed);
+            let p = d.add(i) as *mut u64;
+            std::ptr::write_unaligned(p, w0);
+            std::ptr::write_unaligned(p.add(1), w1);
+            std::ptr::write_unaligned(p.add(2), w2);
+            std::ptr::write_unaligned(p.add(3), w3);
+        }
+        i += 4 * W;
+    }
     while i + W <= n {
-        // SAFETY: in bounds (caller) and 8-byte aligned by the loop above.
-        // Relaxed: validated by the seqlock version (Acquire fence after).
-        let w = unsafe { (*(src.add(i) as *const AtomicU64)).load(Ordering::Relaxed) };
-        dst[i..i + W].copy_from_slice(&w.to_ne_bytes());
+        // SAFETY: as above, one word.
+        unsafe {
+            let w = (*(src.add(i) as *const AtomicU64)).load(Ordering::Relaxed);
+            std::ptr::write_unaligned(d.add(i) as *mut u64, w);
+        }
         i += W;
     }
     while i < n {
-        // SAFETY: in bounds (caller).
-        dst[i] = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+        // SAFETY: i < n, in bounds of both (caller).
+        unsafe { *d.add(i) = (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
         i += 1;
     }
 }

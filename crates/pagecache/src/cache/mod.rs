@@ -104,6 +104,9 @@ use std::sync::{Arc, OnceLock};
 mod copy;
 pub(crate) use copy::{atomic_load_copy, atomic_store_copy, atomic_zero};
 
+/// Per-page copies of at least this many bytes use a pin instead of the
+/// optimistic path (see `read_at`).
+const OPTIMISTIC_MAX: usize = 1024;
 /// Retries of an optimistic read before falling back to a pin.
 const OPTIMISTIC_TRIES: usize = 3;
 /// Frozen-frame retries before waiting on the tree lock instead of spinning
@@ -346,6 +349,7 @@ impl Inner {
     // ----- frames --------------------------------------------------------
 
     /// The common free path: the caller owns `f` (refcount 0).
+    #[cold]
     fn free_frame(&self, f: FrameNo) {
         let d = self.desc(f);
         debug_assert_eq!(refs(d.load()), 0);
@@ -354,7 +358,7 @@ impl Inner {
     }
 
     /// Drops one reference; frees the frame if it was the last.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self, f: FrameNo) {
         if self.desc(f).release() == Released::Last {
             self.free_frame(f);
@@ -462,8 +466,26 @@ impl Inner {
 
     // ----- lookup (5.1) and miss (5.3) -------------------------------------
 
+    /// Protocol 5.1, first attempt only, inlined into the hit paths: load the
+    /// slot, pin, check identity. `Err(())` means "take the full path"
+    /// ([`Inner::find_get`]), which also handles misses authoritatively.
+    #[inline(always)]
+    fn find_get_fast(&self, fs: &FileShared, index: u64) -> Result<FrameNo, ()> {
+        let f = fs.tree.lookup(&self.nodes, index).ok_or(())?;
+        if f as usize >= self.frames.len() {
+            return Err(());
+        }
+        let d = self.desc(f);
+        let s = d.try_pin(PinKind::User).map_err(|_| ())?;
+        if s & REMOVED == 0 && d.identity() == (fs.id, index) {
+            return Ok(f);
+        }
+        self.release(f);
+        Err(())
+    }
+
     /// Protocol 5.1. Returns the pinned frame of `(fs, index)` if cached.
-    #[inline]
+    #[inline(never)]
     pub(crate) fn find_get(&self, fs: &FileShared, index: u64) -> io::Result<Option<FrameNo>> {
         let mut retries = 0;
         loop {
@@ -510,7 +532,7 @@ impl Inner {
 
     /// Gang-lookup step: protocol 5.1 steps 2-3 on a frame read from a leaf
     /// slot. `None` on any failure (the caller takes the full path).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pin_in_leaf(&self, fs: &FileShared, index: u64, f: FrameNo) -> Option<FrameNo> {
         if f as usize >= self.frames.len() {
             return None;
@@ -617,7 +639,18 @@ impl Inner {
     }
 
     /// A pinned, up-to-date page (hit, or miss filled by us).
+    #[inline(always)]
     pub(crate) fn get_page(&self, fs: &FileShared, index: u64) -> io::Result<FrameNo> {
+        if let Ok(f) = self.find_get_fast(fs, index) {
+            self.count(Counter::Hits);
+            return Ok(f);
+        }
+        self.get_page_slow(fs, index)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn get_page_slow(&self, fs: &FileShared, index: u64) -> io::Result<FrameNo> {
         match self.get_or_insert(fs, index)? {
             Got::Hit(f) => {
                 self.count(Counter::Hits);
@@ -739,6 +772,15 @@ impl Inner {
         let end = len.min(offset.saturating_add(buf.len() as u64));
         let total = (end - offset) as usize;
         let ps = self.page_size;
+        let off = (offset & (ps as u64 - 1)) as usize;
+        if off + total <= ps && total < OPTIMISTIC_MAX {
+            // Fast path: a small read inside one page.
+            let index = offset >> self.shift;
+            if self.read_optimistic(fs, index, off, &mut buf[..total]) {
+                self.counters.add(Counter::OptimisticReads, 1);
+                return Ok(total);
+            }
+        }
         let mut done = 0;
         let mut optimistic = 0;
         while done < total {
@@ -747,10 +789,13 @@ impl Inner {
             let off = (pos & (ps as u64 - 1)) as usize;
             let n = (ps - off).min(total - done);
             let dst = &mut buf[done..done + n];
-            if self.read_optimistic(fs, index, off, dst) {
+            // Large copies go through a pin so they can use the vectorised
+            // memcpy (word-by-word atomic loads cost 2x on a 4 KiB page); the
+            // one refcount RMW pair is small next to such a copy.
+            if n < OPTIMISTIC_MAX && self.read_optimistic(fs, index, off, dst) {
                 optimistic += 1;
             } else {
-                if fs.tree.lookup(&self.nodes, index).is_some() {
+                if n < OPTIMISTIC_MAX && fs.tree.lookup(&self.nodes, index).is_some() {
                     self.count(Counter::OptimisticFallbacks);
                 }
                 let f = self.get_page(fs, index)?;
@@ -762,7 +807,7 @@ impl Inner {
             done += n;
         }
         if optimistic > 0 {
-            self.counters.add(Counter::Hits, optimistic);
+            // Counted as hits by the snapshot (one add on the hot path).
             self.counters.add(Counter::OptimisticReads, optimistic);
         }
         Ok(total)

@@ -212,7 +212,7 @@ impl FrameDesc {
     ///
     /// Context: any; the frame may be free or recycled (descriptors are
     /// type-stable), the caller re-checks identity after success.
-    #[inline]
+    #[inline(always)]
     pub fn try_pin(&self, kind: PinKind) -> Result<u64, PinFail> {
         let pass_pending_writer = kind == PinKind::Writeback;
         let mark = if kind == PinKind::User { REFERENCED } else { 0 };
@@ -263,7 +263,7 @@ impl FrameDesc {
     /// caller owns the frame and must free it (this is why any frame must be
     /// freeable by a plain release: a speculative pin on a recycled frame can
     /// end up holding the last reference, kernel invariant (a)).
-    #[inline]
+    #[inline(always)]
     pub fn release(&self) -> Released {
         // Release: our reads of the page's bytes happen-before whoever sees
         // the count drop (a latch holder draining pins, or a remover's
@@ -271,7 +271,7 @@ impl FrameDesc {
         let old = self.state.fetch_sub(1, Ordering::Release);
         debug_assert!(refs(old) > 0, "release of a frame with no reference");
         if old & DRAIN != 0 {
-            unpark_all(self.drain_key());
+            self.wake_drainer();
         }
         if refs(old) == 1 {
             // Acquire: pairs with every other releaser's Release so that the
@@ -281,6 +281,11 @@ impl FrameDesc {
         } else {
             Released::Alive
         }
+    }
+
+    #[cold]
+    fn wake_drainer(&self) {
+        unpark_all(self.drain_key());
     }
 
     /// Parks until the latch is released (or the frame changes). Returns at

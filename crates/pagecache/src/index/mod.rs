@@ -139,7 +139,7 @@ impl NodeArena {
 
     /// The node with id `id`, or `None` if the id is out of range (a garbage
     /// id read from a recycled node).
-    #[inline]
+    #[inline(always)]
     fn get(&self, id: u64) -> Option<&Node> {
         if id == 0 || id > self.max_nodes as u64 {
             return None;
@@ -248,29 +248,31 @@ impl Tree {
 
     /// Lock-free: the leaf node that would hold `index`, if the path exists.
     /// Context: any. The result may be stale (see module docs).
-    #[inline]
+    #[inline(always)]
     pub fn leaf<'a>(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
         // Acquire: pairs with the Release stores that link nodes, so their
         // zeroed/initialised slots are visible.
         let (mut id, height) = unpack(self.root.load(Ordering::Acquire));
-        if height == 0 || index >= capacity(height) {
+        // Height 0 (empty) fails the first check; the shift is < 64 for any
+        // height a real index reaches below 11 levels.
+        if height == 0 || (height < 11 && index >> (height * SHIFT) != 0) {
             return None;
         }
-        let mut level = height - 1;
+        let mut shift = (height - 1) * SHIFT;
         loop {
             let node = arena.get(id)?;
-            if level == 0 {
+            if shift == 0 {
                 return Some(node);
             }
             // Acquire: as above, for the child's publication.
-            id = node.slots[slot_at(index, level)].load(Ordering::Acquire);
-            level -= 1;
+            id = node.slots[((index >> shift) & MASK) as usize].load(Ordering::Acquire);
+            shift -= SHIFT;
         }
     }
 
     /// Lock-free: the frame recorded for `index`, if any (5.1 step 1).
     /// Context: any; the caller must pin and re-check identity.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&self, arena: &NodeArena, index: u64) -> Option<FrameNo> {
         let leaf = self.leaf(arena, index)?;
         Node::entry(leaf, index)

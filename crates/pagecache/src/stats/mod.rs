@@ -65,6 +65,8 @@ impl Default for Counters {
     }
 }
 
+/// Releases the thread's stripe id at thread exit. Only touched once per
+/// thread (on first count), so the hot path reads a destructor-free `Cell`.
 struct Slot {
     id: usize,
 }
@@ -96,15 +98,33 @@ impl Drop for Slot {
     }
 }
 
+const UNSET: usize = usize::MAX;
+
 thread_local! {
+    /// The thread's stripe id (UNSET before its first count). `const`
+    /// initialised with no destructor: reading it is one TLS load.
+    static ID: std::cell::Cell<usize> = const { std::cell::Cell::new(UNSET) };
+    /// Owns the id and returns it at thread exit.
     static SLOT: Slot = Slot::acquire();
+}
+
+#[cold]
+fn acquire_id() -> usize {
+    // If the thread is being torn down, SLOT is gone: use the overflow
+    // stripe (atomic adds), which is always correct.
+    let id = SLOT.try_with(|s| s.id).unwrap_or(STRIPES - 1);
+    let _ = ID.try_with(|c| c.set(id));
+    id
 }
 
 impl Counters {
     /// Adds `n` to counter `c` on the calling thread's stripe.
     #[inline]
     pub fn add(&self, c: Counter, n: u64) {
-        let id = SLOT.try_with(|s| s.id).unwrap_or(STRIPES - 1);
+        let mut id = ID.try_with(|c| c.get()).unwrap_or(STRIPES - 1);
+        if id == UNSET {
+            id = acquire_id();
+        }
         let cell = &self.stripes[id][c as usize];
         if id == STRIPES - 1 {
             // Relaxed: a statistic; shared stripe needs an atomic add.
@@ -129,7 +149,8 @@ impl Counters {
     pub fn snapshot(&self) -> Stats {
         use Counter::*;
         Stats {
-            hits: self.sum(Hits),
+            // Optimistic reads are hits too; counted once on that path.
+            hits: self.sum(Hits) + self.sum(OptimisticReads),
             misses: self.sum(Misses),
             reads: self.sum(Reads),
             writes: self.sum(Writes),
