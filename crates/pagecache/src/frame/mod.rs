@@ -18,6 +18,8 @@ pub mod state;
 pub mod alloc;
 
 #[cfg(not(loom))]
+pub(crate) use arena::map_huge;
+#[cfg(not(loom))]
 pub use arena::FrameTable;
 
 #[cfg(not(loom))]
@@ -37,7 +39,68 @@ mod arena {
         map_len: usize,
         page_size: usize,
         page_shift: u32,
-        descs: Box<[FrameDesc]>,
+        descs: Descs,
+    }
+
+    /// Anonymous mapping with `MADV_HUGEPAGE`: random lookups over a large
+    /// cache touch descriptors (and frames) all over; huge pages keep the
+    /// TLB from adding a page walk to each of those misses.
+    pub(crate) fn map_huge(len: usize, what: &str) -> io::Result<NonNull<u8>> {
+        // SAFETY: anonymous private mapping with no address hint; the
+        // result is checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("mapping {what} ({len} bytes): {e}"),
+            ));
+        }
+        // SAFETY: `p` is the mapping just made, of `len` bytes.
+        // MADV_HUGEPAGE is advice; failure (no THP support) is harmless.
+        unsafe {
+            libc::madvise(p, len, libc::MADV_HUGEPAGE);
+        }
+        // SAFETY: mmap succeeded, so `p` is non-null.
+        Ok(unsafe { NonNull::new_unchecked(p.cast()) })
+    }
+
+    /// The descriptor array, in its own huge-page mapping.
+    #[derive(Debug)]
+    struct Descs {
+        ptr: NonNull<FrameDesc>,
+        len: usize,
+    }
+
+    impl std::ops::Deref for Descs {
+        type Target = [FrameDesc];
+        fn deref(&self) -> &[FrameDesc] {
+            // SAFETY: `len` descriptors were initialised in `new` and live
+            // until `drop`.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    impl Drop for Descs {
+        fn drop(&mut self) {
+            // SAFETY: unmapping exactly the mapping made in `FrameTable::new`;
+            // FrameDesc has no destructor.
+            unsafe {
+                libc::munmap(
+                    self.ptr.as_ptr().cast(),
+                    self.len * std::mem::size_of::<FrameDesc>(),
+                );
+            }
+        }
     }
 
     // SAFETY: the arena is plain memory shared by design; every access to a
@@ -54,38 +117,30 @@ mod arena {
             let map_len = nframes
                 .checked_mul(page_size)
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity overflows"))?;
-            // SAFETY: anonymous private mapping with no address hint; the
-            // result is checked against MAP_FAILED before use.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
+            let base = map_huge(map_len, "the frame arena")?;
+            let dlen = nframes * std::mem::size_of::<FrameDesc>();
+            let dptr = match map_huge(dlen, "the frame descriptors") {
+                Ok(p) => p.cast::<FrameDesc>(),
+                Err(e) => {
+                    // SAFETY: unmapping the arena we just mapped.
+                    unsafe { libc::munmap(base.as_ptr().cast(), map_len) };
+                    return Err(e);
+                }
             };
-            if p == libc::MAP_FAILED {
-                let e = io::Error::last_os_error();
-                return Err(io::Error::new(
-                    io::ErrorKind::OutOfMemory,
-                    format!("mapping the frame arena of {map_len} bytes: {e}"),
-                ));
+            for i in 0..nframes {
+                // SAFETY: in bounds of the fresh mapping, page-aligned base so
+                // each slot is 64-byte aligned; nothing reads it before.
+                unsafe { dptr.as_ptr().add(i).write(FrameDesc::new()) };
             }
-            // SAFETY: `p` is the mapping just made, of `map_len` bytes.
-            // MADV_HUGEPAGE is advice; failure (no THP support) is harmless.
-            unsafe {
-                libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
-            }
-            let descs = (0..nframes).map(|_| FrameDesc::new()).collect();
             Ok(FrameTable {
-                // SAFETY: mmap succeeded, so `p` is non-null.
-                base: unsafe { NonNull::new_unchecked(p.cast()) },
+                base,
                 map_len,
                 page_size,
                 page_shift: page_size.trailing_zeros(),
-                descs,
+                descs: Descs {
+                    ptr: dptr,
+                    len: nframes,
+                },
             })
         }
 
@@ -123,7 +178,7 @@ mod arena {
 
         /// Frame number of a descriptor in this table.
         pub fn frame_of(&self, d: &FrameDesc) -> FrameNo {
-            let off = (d as *const FrameDesc as usize) - (self.descs.as_ptr() as usize);
+            let off = (d as *const FrameDesc as usize) - (self.descs.ptr.as_ptr() as usize);
             (off / std::mem::size_of::<FrameDesc>()) as FrameNo
         }
 

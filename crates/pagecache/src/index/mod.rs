@@ -108,28 +108,11 @@ impl NodeArena {
     /// Reserves room for `max_nodes` nodes (virtual memory only).
     pub fn new(max_nodes: u32) -> io::Result<Self> {
         let map_len = (max_nodes as usize + 1) * std::mem::size_of::<Node>();
-        // SAFETY: anonymous private mapping; checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                format!("reserving the index node arena ({map_len} bytes): {e}"),
-            ));
-        }
+        // Huge pages: a random lookup touches a leaf anywhere in the arena.
+        let base = crate::frame::map_huge(map_len, "the index node arena")?;
         Ok(NodeArena {
-            // SAFETY: mmap succeeded so `p` is non-null and suitably aligned
-            // (page aligned >= 64).
-            base: unsafe { NonNull::new_unchecked(p.cast()) },
+            // Page aligned, so suitably aligned for `Node` (64).
+            base: base.cast(),
             max_nodes,
             next: AtomicU32::new(1),
             free: Mutex::new(Vec::new()),
