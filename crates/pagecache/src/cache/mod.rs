@@ -158,6 +158,8 @@ pub(crate) struct FileShared {
     pub(crate) id: u64,
     /// (C) path given at first open, for error messages.
     pub(crate) path: PathBuf,
+    /// (C) `(device, inode)`, the registry key.
+    ident: (u64, u64),
     /// The index; its lock is the tree lock.
     pub(crate) tree: Tree,
     /// (A) logical length in bytes; grows by `fetch_max` per written page,
@@ -289,6 +291,7 @@ impl Inner {
         let fs = Arc::new(FileShared {
             id,
             path: path.to_path_buf(),
+            ident,
             tree: Tree::default(),
             len: AtomicU64::new(len),
             size: RwLock::new(SizeState::default()),
@@ -317,10 +320,14 @@ impl Inner {
         if self.has_dirty(fs) {
             return res;
         }
-        if let Ok(ident) = fs.read_fd.identity() {
-            reg.by_inode.remove(&ident);
-        } else {
-            reg.by_inode.retain(|_, v| !Arc::ptr_eq(v, fs));
+        // Only our own entry: a racing open may have registered a new file
+        // for the same inode after an earlier detach removed ours.
+        if reg
+            .by_inode
+            .get(&fs.ident)
+            .is_some_and(|v| Arc::ptr_eq(v, fs))
+        {
+            reg.by_inode.remove(&fs.ident);
         }
         reg.by_id.remove(&fs.id);
         drop(reg);

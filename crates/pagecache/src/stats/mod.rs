@@ -90,6 +90,9 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        // Anything this thread still counts (from other TLS destructors)
+        // goes to the shared stripe: the id is about to belong to another.
+        let _ = ID.try_with(|c| c.set(STRIPES - 1));
         if self.id != STRIPES - 1 {
             // The mutex orders this thread's last counts before the next
             // owner's first load of the stripe.
