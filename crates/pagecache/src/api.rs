@@ -214,6 +214,8 @@ impl File {
 
     /// Length in bytes (including writes not yet written back).
     pub fn len(&self) -> u64 {
+        // Acquire: pairs with writers' AcqRel `fetch_max` and `set_len`'s
+        // Release store (bytes below the length are visible).
         self.shared.len.load(Ordering::Acquire)
     }
 

@@ -23,6 +23,8 @@ const READERS: usize = 14;
 const WRITERS: usize = 10;
 const SYNCERS: usize = 2;
 const OPS: usize = 4000;
+/// Normally ~1.5 s in a debug build; generous for a loaded machine.
+const WATCHDOG_SECS: u64 = 240;
 
 fn enc(f: usize, i: u64, c: u64) -> u64 {
     ((f as u64) << 56) | (i << 32) | c
@@ -253,7 +255,24 @@ fn oversubscribed_mixed_workload_keeps_every_byte_right() {
     let done = AtomicBool::new(false);
     let oom = AtomicU64::new(0);
     let syncs = AtomicU64::new(0);
+    // A deadlock must fail the test, not hang CI: if the workers are not
+    // done in time, report and exit non-zero (blocked threads cannot be
+    // unwound by a panic).
+    let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
+        s.spawn(|| {
+            let t0 = std::time::Instant::now();
+            while !finished.load(SeqCst) {
+                if t0.elapsed() > std::time::Duration::from_secs(WATCHDOG_SECS) {
+                    eprintln!(
+                        "stress: workers not done after {WATCHDOG_SECS} s: deadlock? stats {}",
+                        cache.stats()
+                    );
+                    std::process::exit(101);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
         let mut work = Vec::new();
         for k in 0..READERS {
             let (files, m, oom) = (&files, &m, &oom);
@@ -283,6 +302,7 @@ fn oversubscribed_mixed_workload_keeps_every_byte_right() {
             w.join().unwrap();
         }
         done.store(true, SeqCst);
+        finished.store(true, SeqCst);
     });
     // Everything written is on disk after a final sync, as the model says.
     for (f, file) in files.iter().enumerate() {

@@ -10,11 +10,12 @@
 //!  2. CAS state: refs+1 unless refs == 0       unlatched} to 0; failure means
 //!     or LOCKED (Acquire on success)           a reader holds it: leave it
 //!     refs == 0 -> retry from 1             B. the CAS compared the flags: the
-//!     LOCKED    -> park, retry from 1          page was clean and idle when
-//!  3. re-check identity (owner, index)         frozen (freeze-then-test)
-//!     and !REMOVED; mismatch -> release    C. clear the slot, make the
-//!     through the common path, retry           version odd, clear identity,
-//!                                              hand the frame to its next use
+//!     LOCKED    -> park while the frame        page was clean and idle when
+//!                  still is (file, index),     frozen (freeze-then-test)
+//!                  then retry from 1        C. clear the slot, make the
+//!  3. re-check identity (owner, index)         version odd, clear identity,
+//!     and !REMOVED; mismatch -> release        hand the frame to its next use
+//!     through the common path, retry
 //! ```
 //!
 //! Ordering: 2 and A are RMWs on one word, so they are totally ordered. If 2
@@ -26,6 +27,11 @@
 //! identity rather than re-loading the slot, which with type-stable index
 //! nodes could come from a recycled node). The stray reference is dropped by
 //! the common release path, which frees the frame if it was the last.
+//!
+//! Waiting in step 2 is restricted to the latch of the page being looked up
+//! (`FrameDesc::wait_unlocked_as`): gang lookups hold pins of lower pages
+//! while they look up the next one, and are deadlock-free with writers only
+//! because every such wait is for a higher page of the same file.
 //!
 //! # Protocol 5.3: miss
 //!
@@ -279,10 +285,13 @@ impl Inner {
             if writable {
                 let _ = fs.write_fd.set(fd);
             }
+            // Relaxed: 0 -> 1 happens only here, under the registry lock that
+            // `detach` re-checks under; other changes come from live handles.
             fs.handles.fetch_add(1, Ordering::Relaxed);
             return Ok(fs.clone());
         }
         let len = fd.len()?;
+        // Relaxed: a unique number, published with the file under the lock.
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let write_fd = OnceLock::new();
         if writable {
@@ -312,6 +321,8 @@ impl Inner {
     pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let res = self.flush(fs, false);
         let mut reg = self.registry.write();
+        // Relaxed: read under the registry lock, which orders it against the
+        // only 0 -> 1 transition (`attach`).
         if fs.handles.load(Ordering::Relaxed) != 0 || res.is_err() {
             return res; // reopened meanwhile, or dirty pages must stay
         }
@@ -521,7 +532,8 @@ impl Inner {
                         drop(fs.tree.lock());
                     }
                 }
-                Err(PinFail::Locked) => d.wait_unlocked(),
+                // Only this page's latch: see `wait_unlocked_as`.
+                Err(PinFail::Locked) => d.wait_unlocked_as(fs.id, index),
                 Err(PinFail::Overflow) => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
@@ -603,6 +615,8 @@ impl Inner {
         // SAFETY: we hold the latch of an unpublished-content page (LOCKED,
         // refs = cache + us); optimistic readers see !UPTODATE and back off.
         let buf = unsafe { self.frames.bytes_mut(f) };
+        // Acquire: pairs with writers' `fetch_max` (AcqRel) and `set_len`'s
+        // Release store, so a length we see covers bytes already written.
         let len = fs.len.load(Ordering::Acquire);
         let res = if start >= len {
             Ok(0)
@@ -838,6 +852,7 @@ impl Inner {
                 )
             })?;
         let mut size = fs.size.read_recursive();
+        // Acquire: see `fill`.
         if size.pending_truncate.is_some() && end > fs.len.load(Ordering::Acquire) {
             drop(size);
             self.retry_truncate(fs)?;
@@ -862,6 +877,9 @@ impl Inner {
             unsafe { atomic_store_copy(self.frames.ptr(f).add(off), &buf[done..done + n]) };
             // Grow the length to cover this page's bytes before the page is
             // unlatched (so a write-back of it sees them inside the file).
+            // AcqRel: Release publishes this page's bytes to readers that load
+            // the new length with Acquire (`read_at`); Acquire orders us after
+            // earlier growers.
             fs.len.fetch_max(pos + n as u64, Ordering::AcqRel);
             // 5-6: version even, DIRTY, unlock, tag, unpin.
             self.finish_write(fs, index, f);
@@ -879,6 +897,9 @@ impl Inner {
     /// page (dirty again on failure, re-tagged) but keeps the pins.
     fn write_pages(&self, fs: &FileShared, run: &[(u64, FrameNo)]) -> io::Result<()> {
         let ps = self.page_size as u64;
+        // Acquire: read after pinning the run, so a shrink that began later
+        // (it latches the last page, waiting for our pin) cannot be missed;
+        // pairs with `set_len`'s Release store.
         let len = fs.len.load(Ordering::Acquire);
         let first = run[0].0;
         let mut slices: Vec<&[u8]> = Vec::with_capacity(run.len());
@@ -989,6 +1010,8 @@ impl Inner {
         if durable {
             let len = {
                 let size = fs.size.write();
+                // Acquire: under the size lock held exclusively no write can
+                // race; pairs with the writers' AcqRel `fetch_max`.
                 let len = fs.len.load(Ordering::Acquire);
                 if size.pending_truncate.is_none() {
                     if let Some(w) = fs.write_fd.get() {
@@ -1035,7 +1058,7 @@ impl Inner {
                     }
                     return WbPin::Pinned;
                 }
-                Err(PinFail::Locked) if wait => d.wait_unlocked(),
+                Err(PinFail::Locked) if wait => d.wait_unlocked_as(fs.id, index),
                 Err(PinFail::Locked) => return WbPin::Busy,
                 // Freed or frozen: the page was written back and evicted.
                 Err(_) => return WbPin::Skip,
@@ -1090,6 +1113,7 @@ impl Inner {
             )
         })?;
         let mut size = fs.size.write();
+        // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
         let old = fs.len.load(Ordering::Acquire);
         if let Some(t) = size.pending_truncate {
             w.set_len(t)
@@ -1100,11 +1124,14 @@ impl Inner {
             w.set_len(new_len).map_err(|e| {
                 context(e, format!("{}: extending to {new_len}", fs.path.display()))
             })?;
+            // Release: readers that see the new length see the extension
+            // (the file bytes are zero; no cached page covers them).
             fs.len.store(new_len, Ordering::Release);
             return Ok(());
         }
         // Shrink: the length first, so no write-back after this point writes
         // past the new end (write-backs read the length under their pin).
+        // Release: pairs with the Acquire loads of write-back and `fill`.
         fs.len.store(new_len, Ordering::Release);
         let ps = self.page_size as u64;
         let first_gone = new_len.div_ceil(ps);

@@ -288,29 +288,42 @@ impl FrameDesc {
         unpark_all(self.drain_key());
     }
 
-    /// Parks until the latch is released (or the frame changes). Returns at
-    /// once if it is not claimed. The caller must retry its lookup from the
-    /// root afterwards: the frame may hold another page by then.
+    /// Parks until the latch is released. Returns at once if it is not
+    /// claimed. Context: the caller holds a pin (so the frame's identity is
+    /// stable). For a frame found without a pin, use
+    /// [`FrameDesc::wait_unlocked_as`].
     pub fn wait_unlocked(&self) {
-        self.wait_clear(LOCKED);
+        self.wait_clear(LOCKED, None);
     }
 
-    /// Parks until `WRITEBACK` clears.
-    pub fn wait_writeback(&self) {
-        self.wait_clear(WRITEBACK);
+    /// Parks until the latch is released, but only while the frame still
+    /// holds page `(owner, index)`: checked before parking and again under
+    /// the wait-queue lock. The caller found the frame without a pin, so it
+    /// may since have been recycled for another page; parking on *that*
+    /// page's latch could make a gang lookup, which holds pins of lower
+    /// pages, wait out of page order and deadlock with writers (found by
+    /// `tests/stress.rs`). Identity cannot change while `LOCKED` stays set:
+    /// reuse needs the refcount at zero, which needs an unlock first, and
+    /// the unlock wakes every waiter. The caller retries from the root.
+    pub fn wait_unlocked_as(&self, owner: u64, index: u64) {
+        self.wait_clear(LOCKED, Some((owner, index)));
     }
 
-    fn wait_clear(&self, bit: u64) {
+    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>) {
+        // Relaxed identity loads: a hint re-validated under the queue lock;
+        // a wrong answer only costs a retry from the root.
+        let same = || expect.is_none_or(|e| self.identity() == e);
         loop {
             // Acquire: if the bit is already clear we return and the caller
             // reads state published by the clearing `unlock` (Release).
             let s = self.state.load(Ordering::Acquire);
-            if s & bit == 0 {
+            if s & bit == 0 || !same() {
                 return;
             }
             if s & WAITERS == 0
                 && self
                     .state
+                    // Relaxed: see the comment below the CAS.
                     .compare_exchange(s, s | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
                     .is_err()
             {
@@ -322,7 +335,7 @@ impl FrameDesc {
                 // Relaxed: evaluated under the queue lock; the waker clears
                 // the bit before taking the same lock to unpark.
                 let s = self.state.load(Ordering::Relaxed);
-                s & bit != 0 && s & WAITERS != 0
+                s & bit != 0 && s & WAITERS != 0 && same()
             });
         }
     }
@@ -369,6 +382,8 @@ impl FrameDesc {
             if s & DRAIN == 0
                 && self
                     .state
+                    // Relaxed: only advertises the sleeper to releasers; the
+                    // count we act on is re-read with Acquire at the loop head.
                     .compare_exchange(s, s | DRAIN, Ordering::Relaxed, Ordering::Relaxed)
                     .is_err()
             {
@@ -473,6 +488,7 @@ impl FrameDesc {
 
     /// Ends a seqlock write section: the version becomes even.
     pub fn end_change(&self) {
+        // Relaxed: only the exclusive owner writes `version`.
         let v = self.version.load(Ordering::Relaxed);
         debug_assert!(v & 1 == 1, "end_change outside a write section");
         // Release: the writes of the section happen-before a reader that
@@ -483,6 +499,7 @@ impl FrameDesc {
     /// Sets the identity. Caller owns the frame exclusively, inside a
     /// `begin_change`/`end_change` section.
     pub fn set_identity(&self, owner: u64, index: u64) {
+        // Relaxed: our own earlier store.
         debug_assert!(self.version.load(Ordering::Relaxed) & 1 == 1);
         // Relaxed: inside the seqlock write section (see `begin_change`).
         self.owner.store(owner, Ordering::Relaxed);

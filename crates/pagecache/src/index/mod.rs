@@ -141,6 +141,7 @@ impl NodeArena {
         // the Release store of the slot that links it publishes them.
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         if id > self.max_nodes {
+            // Relaxed: undoes our own bump; ids are never handed out past max.
             self.next.fetch_sub(1, Ordering::Relaxed);
             return Err(io::Error::new(
                 io::ErrorKind::OutOfMemory,
@@ -153,6 +154,7 @@ impl NodeArena {
     /// Returns an empty node (all slots zero, count zero).
     fn free_node(&self, id: u32) {
         let n = self.get(id as u64).expect("freeing a valid node");
+        // Relaxed: `count` is only written under the tree lock we hold.
         debug_assert_eq!(n.count.load(Ordering::Relaxed), 0);
         // Relaxed: stray tag bits may have landed (see module docs); clear
         // them so a reused node starts clean. Racing taggers are harmless.
@@ -162,6 +164,7 @@ impl NodeArena {
 
     /// Nodes in use (for tests and stats).
     pub fn in_use(&self) -> usize {
+        // Relaxed: a statistic.
         (self.next.load(Ordering::Relaxed) as usize - 1) - self.free.lock().len()
     }
 }
@@ -404,6 +407,7 @@ impl<'a> TreeLocked<'a> {
             level -= 1;
         }
         let s = (index & MASK) as usize;
+        // Relaxed: under the tree lock, the only writer.
         let cur = node.slots[s].load(Ordering::Relaxed);
         if cur != 0 {
             return Ok(Err((cur - 1) as FrameNo));
@@ -433,6 +437,7 @@ impl<'a> TreeLocked<'a> {
             if level == 0 {
                 break;
             }
+            // Relaxed: under the tree lock, the only writer.
             id = node.slots[s].load(Ordering::Relaxed);
             if id == 0 {
                 return false;
@@ -441,6 +446,7 @@ impl<'a> TreeLocked<'a> {
         }
         let (leaf_id, s) = path[depth - 1];
         let leaf = arena.get(leaf_id).expect("leaf");
+        // Relaxed: under the tree lock, the only writer.
         if leaf.slots[s].load(Ordering::Relaxed) != frame as u64 + 1 {
             return false;
         }
@@ -453,9 +459,13 @@ impl<'a> TreeLocked<'a> {
             let (nid, s) = path[d];
             let node = arena.get(nid).expect("node");
             if d < depth - 1 {
+                // Release: unlinks the freed child; readers that still reach
+                // it read a recycled node (see module docs).
                 node.slots[s].store(0, Ordering::Release);
+                // AcqRel: the tag protocol's RMW discipline (module docs).
                 node.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
             }
+            // Relaxed: `count` is only used under the tree lock.
             let left = node.count.fetch_sub(1, Ordering::Relaxed) - 1;
             if left > 0 {
                 break;
@@ -561,6 +571,7 @@ fn walk(
         if span_end < start {
             continue;
         }
+        // Relaxed: under the tree lock, the only writer.
         let e = node.slots[s as usize].load(Ordering::Relaxed);
         if e == 0 {
             continue;
