@@ -47,8 +47,10 @@
 //!   is dropped, and new pins wait behind a waiting writer so writers do not
 //!   starve. Like `std::sync::RwLock`, a thread that writes (or `page_mut`s,
 //!   or `set_len`s over) a page while it still holds a `PageRef` of that page
-//!   waits for itself forever. Likewise `sync` or `set_len` while the same
-//!   thread holds a [`PageMut`] of that file.
+//!   waits for itself forever; so does a thread that pins a page again while
+//!   it already pins it and another thread waits to write it (recursive read
+//!   locking with writer preference). Likewise `sync` or `set_len` while the
+//!   same thread holds a [`PageMut`] of that file.
 //! * **Coherence.** The cache assumes it is the only writer of the files it
 //!   opens, as a database buffer pool does. Changes made to a file behind its
 //!   back (another process, `std::fs`) are not seen for pages already cached,

@@ -127,7 +127,7 @@ fn optimistic_and_pinned_reads_vs_write() {
         let writer = thread::spawn(move || {
             let d = &pw.d;
             d.try_pin(PinKind::User).unwrap_or_else(|_| unreachable!());
-            d.lock();
+            assert!(d.try_lock(), "the only writer");
             d.wait_drained();
             d.begin_change();
             pw.w[0].store(7, Ordering::Relaxed);

@@ -699,7 +699,13 @@ impl Inner {
                 Got::Hit(f) => {
                     self.count(Counter::Hits);
                     let d = self.desc(f);
-                    d.lock();
+                    if !d.try_lock() {
+                        // Another latch holder: it may be waiting for our
+                        // pin, so drop it before waiting (see `try_lock`).
+                        self.release(f);
+                        d.wait_unlocked_as(fs.id, index);
+                        continue;
+                    }
                     if d.load() & REMOVED != 0 {
                         // Truncated between pin and latch: try again.
                         let _ = d.unlock(0, 0);
@@ -1139,9 +1145,14 @@ impl Inner {
         // Zero the tail of the new last page if it is cached.
         if new_len % ps != 0 {
             let last = new_len / ps;
-            if let Some(f) = self.find_get(fs, last)? {
+            while let Some(f) = self.find_get(fs, last)? {
                 let d = self.desc(f);
-                d.lock();
+                if !d.try_lock() {
+                    // Drop our pin before waiting (see `try_lock`).
+                    self.release(f);
+                    d.wait_unlocked_as(fs.id, last);
+                    continue;
+                }
                 d.wait_drained();
                 d.begin_change();
                 let tail = (new_len % ps) as usize;
@@ -1151,6 +1162,7 @@ impl Inner {
                 d.end_change();
                 let _ = d.unlock(0, 0);
                 self.release(f);
+                break;
             }
         }
         if let Err(e) = w.set_len(new_len) {

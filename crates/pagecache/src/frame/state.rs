@@ -340,26 +340,33 @@ impl FrameDesc {
         }
     }
 
-    /// Claims the exclusive latch (protocol 5.5 step 1). The caller holds a
-    /// pin. Parks while another holder has it. Afterwards new pins park;
-    /// call [`FrameDesc::wait_drained`] before touching the bytes.
-    pub fn lock(&self) {
+    /// Tries to claim the exclusive latch (protocol 5.5 step 1). The caller
+    /// holds a pin. On success new pins park; call
+    /// [`FrameDesc::wait_drained`] before touching the bytes.
+    ///
+    /// There is deliberately no blocking `lock`: a pin holder that waited for
+    /// another latch holder would deadlock with it, since that holder waits
+    /// for the pins to drain. On failure the caller drops its pin, parks with
+    /// [`FrameDesc::wait_unlocked_as`] and retries its lookup.
+    #[must_use = "on failure the caller must drop its pin before waiting"]
+    pub fn try_lock(&self) -> bool {
+        // Relaxed: seeds the CAS below.
+        let mut s = self.state.load(Ordering::Relaxed);
         loop {
-            // Relaxed: seeds the CAS below.
-            let s = self.state.load(Ordering::Relaxed);
-            debug_assert!(refs(s) > 0, "lock without a pin");
+            debug_assert!(refs(s) > 0, "try_lock without a pin");
             if s & LOCKED != 0 {
-                self.wait_unlocked();
-                continue;
+                return false;
             }
             // Acquire: pairs with the previous holder's `unlock` (Release),
             // so its byte writes happen-before ours.
-            if self
-                .state
-                .compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
+            match self.state.compare_exchange_weak(
+                s,
+                s | LOCKED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => s = cur,
             }
         }
     }
@@ -594,7 +601,8 @@ mod tests {
         assert_eq!(free.try_pin(PinKind::User), Err(PinFail::Free));
         let f = cached_frame();
         f.try_pin(PinKind::User).unwrap();
-        f.lock();
+        assert!(f.try_lock());
+        assert!(!f.try_lock(), "a second claim fails instead of waiting");
         assert_eq!(f.try_pin(PinKind::User), Err(PinFail::Locked));
         // Write-back may pass a latch holder that still waits for pins (here
         // none other than ours exist, so it must not).
@@ -608,7 +616,7 @@ mod tests {
         let f = cached_frame();
         f.try_pin(PinKind::User).unwrap(); // a reader
         f.try_pin(PinKind::User).unwrap(); // the writer
-        f.lock();
+        assert!(f.try_lock());
         assert_eq!(refs(f.load()), 3);
         assert!(
             f.try_pin(PinKind::Writeback).is_ok(),
@@ -676,7 +684,7 @@ mod tests {
     fn waiters_are_woken_by_unlock() {
         let f = std::sync::Arc::new(cached_frame());
         f.try_pin(PinKind::User).unwrap();
-        f.lock();
+        assert!(f.try_lock());
         let g = f.clone();
         let t = std::thread::spawn(move || {
             g.wait_unlocked();
