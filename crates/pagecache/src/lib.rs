@@ -50,7 +50,10 @@
 //!   waits for itself forever; so does a thread that pins a page again while
 //!   it already pins it and another thread waits to write it (recursive read
 //!   locking with writer preference). Likewise `sync` or `set_len` while the
-//!   same thread holds a [`PageMut`] of that file.
+//!   same thread holds a [`PageMut`] of that file, or `write_at` while it
+//!   holds a `PageMut` and another thread runs `set_len`. Take several pins
+//!   or `PageMut`s of one file in ascending page order (as
+//!   [`File::pages`] does). `docs/locking.md` lists every rule.
 //! * **Coherence.** The cache assumes it is the only writer of the files it
 //!   opens, as a database buffer pool does. Changes made to a file behind its
 //!   back (another process, `std::fs`) are not seen for pages already cached,
