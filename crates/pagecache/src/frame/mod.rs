@@ -4,7 +4,7 @@
 //! made once when the cache is created (with `MADV_HUGEPAGE`, so the kernel
 //! can back it with transparent huge pages and the TLB covers more of it).
 //! Frame `f` is the bytes at `base + f * page_size`. Next to it lives an
-//! array of [`FrameDesc`], one per frame, never freed while the cache lives
+//! array of [`FrameDesc`](state::FrameDesc), one per frame, never freed while the cache lives
 //! (type-stable; see `state`).
 //!
 //! Memory overhead per frame: 64 bytes of descriptor (one cache line, so
