@@ -1,6 +1,7 @@
 //! Layer 7, api: the handles users hold.
 
 use crate::cache::{FileShared, Inner};
+pub use crate::frame::alloc::PoolKind;
 use crate::frame::state::DIRTY;
 use crate::frame::FrameNo;
 pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
@@ -23,6 +24,9 @@ pub struct Config {
     pub capacity: usize,
     /// Page size in bytes: a power of two from 4 KiB to 2 MiB.
     pub page_size: usize,
+    /// Free-frame allocator: per-CPU caches (default) or the one-lock
+    /// baseline the lab compares against.
+    pub pool: PoolKind,
 }
 
 impl Default for Config {
@@ -30,6 +34,7 @@ impl Default for Config {
         Config {
             capacity: 256 << 20,
             page_size: 4096,
+            pool: PoolKind::PerCpu,
         }
     }
 }
@@ -76,7 +81,12 @@ impl PageCache {
     pub fn with_backend(config: Config, backend: impl Backend) -> io::Result<PageCache> {
         let n = config.frames()?;
         Ok(PageCache {
-            inner: Arc::new(Inner::new(n, config.page_size, Arc::new(backend))?),
+            inner: Arc::new(Inner::new(
+                n,
+                config.page_size,
+                config.pool,
+                Arc::new(backend),
+            )?),
         })
     }
 

@@ -44,6 +44,39 @@ pub(crate) fn unpark_all(key: usize) {
     }
 }
 
+/// A mutex whose `lock` returns the guard directly: `parking_lot` normally,
+/// loom's (modelled) mutex under `--cfg loom`.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T> {
+    #[cfg(not(loom))]
+    inner: parking_lot::Mutex<T>,
+    #[cfg(loom)]
+    inner: loom::sync::Mutex<T>,
+}
+
+#[cfg(not(loom))]
+pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+#[cfg(loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(v: T) -> Self {
+        Mutex {
+            #[cfg(not(loom))]
+            inner: parking_lot::Mutex::new(v),
+            #[cfg(loom)]
+            inner: loom::sync::Mutex::new(v),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        #[cfg(not(loom))]
+        return self.inner.lock();
+        #[cfg(loom)]
+        return self.inner.lock().unwrap();
+    }
+}
+
 #[cfg(loom)]
 pub(crate) fn park(_key: usize, still_blocked: impl Fn() -> bool) {
     if still_blocked() {

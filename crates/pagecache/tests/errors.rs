@@ -41,18 +41,22 @@ fn bad_config_is_invalid_input() {
         Config {
             capacity: 1 << 20,
             page_size: 3000,
+            ..Config::default()
         },
         Config {
             capacity: 1 << 20,
             page_size: 2048,
+            ..Config::default()
         },
         Config {
             capacity: 1 << 30,
             page_size: 4 << 20,
+            ..Config::default()
         },
         Config {
             capacity: 3 * 4096,
             page_size: 4096,
+            ..Config::default()
         },
         Config {
             capacity: 0,
@@ -69,7 +73,8 @@ fn bad_config_is_invalid_input() {
     .is_ok());
     assert!(PageCache::new(Config {
         capacity: 8 << 20,
-        page_size: 2 << 20
+        page_size: 2 << 20,
+        ..Config::default()
     })
     .is_ok());
 }

@@ -177,3 +177,58 @@ fn optimistic_and_pinned_reads_vs_write() {
         assert_eq!(p.w[0].load(Ordering::Relaxed), 7);
     });
 }
+
+/// Per-CPU frame caches: refill, drain and steal between two shards and the
+/// global pool never hand one frame to two owners and never lose one.
+#[test]
+fn percpu_refill_and_drain() {
+    use loom::sync::atomic::AtomicBool;
+    use pagecache::frame::alloc::{FrameAllocator, PerCpuPool};
+    const N: usize = 4;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        // 4 frames, 2 shards: batch 1, high 2. Shard 1 takes two frames and
+        // frees them (they stay cached on shard 1); shard 0 wants three, so
+        // once the global pool is dry it must steal from shard 1, and its
+        // frees past two drain back to the global pool. While the other
+        // thread holds frames, running out (None) is legitimate.
+        let p = Arc::new(PerCpuPool::with_shards(N, 2));
+        assert_eq!(p.batch(), 1);
+        let owned: Arc<Vec<AtomicBool>> =
+            Arc::new((0..N).map(|_| AtomicBool::new(false)).collect());
+        let take = |p: &PerCpuPool, o: &[AtomicBool], shard: usize| {
+            let f = p.alloc_on(shard)?;
+            assert!(
+                !o[f as usize].swap(true, Ordering::SeqCst),
+                "frame {f} handed out twice"
+            );
+            Some(f)
+        };
+        let give = |p: &PerCpuPool, o: &[AtomicBool], shard: usize, f: u32| {
+            assert!(
+                o[f as usize].swap(false, Ordering::SeqCst),
+                "frame {f} freed while free"
+            );
+            p.free_on(shard, f);
+        };
+        let (p2, o2) = (p.clone(), owned.clone());
+        let t = thread::spawn(move || {
+            let a = take(&p2, &o2, 1);
+            let b = take(&p2, &o2, 1);
+            for f in [a, b].into_iter().flatten() {
+                give(&p2, &o2, 1, f);
+            }
+        });
+        let mine: Vec<u32> = (0..3).filter_map(|_| take(&p, &owned, 0)).collect();
+        for f in mine {
+            give(&p, &owned, 0, f);
+        }
+        t.join().unwrap();
+        assert_eq!(p.free_count(), N, "no frame lost");
+        p.validate(N);
+        // Everything is free now: all four must be allocatable from shard 0.
+        let all: Vec<u32> = (0..N).filter_map(|_| take(&p, &owned, 0)).collect();
+        assert_eq!(all.len(), N, "a frame is stranded");
+    });
+}

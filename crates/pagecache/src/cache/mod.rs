@@ -91,7 +91,7 @@
 //! Nothing waits for a latch while holding a tree lock, and no I/O happens
 //! under a tree lock or the registry lock.
 
-use crate::frame::alloc::{FrameAllocator, GlobalPool};
+use crate::frame::alloc::{FrameAllocator, Pool, PoolKind};
 use crate::frame::state::{
     refs, FrameDesc, PinFail, PinKind, Released, DIRTY, LOCKED, REMOVED, UPTODATE,
 };
@@ -197,7 +197,7 @@ struct Registry {
 pub(crate) struct Inner {
     pub(crate) frames: FrameTable,
     pub(crate) nodes: NodeArena,
-    alloc: GlobalPool,
+    alloc: Pool,
     policy: Clock,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) counters: Counters,
@@ -229,6 +229,7 @@ impl Inner {
     pub(crate) fn new(
         nframes: usize,
         page_size: usize,
+        pool: PoolKind,
         backend: Arc<dyn Backend>,
     ) -> io::Result<Inner> {
         let frames = FrameTable::new(nframes, page_size)?;
@@ -244,7 +245,7 @@ impl Inner {
         Ok(Inner {
             frames,
             nodes: NodeArena::new(max_nodes as u32)?,
-            alloc: GlobalPool::new(nframes),
+            alloc: Pool::new(pool, nframes),
             policy: Clock::default(),
             backend,
             counters: Counters::default(),

@@ -14,8 +14,10 @@
 
 pub mod state;
 
-#[cfg(not(loom))]
 pub mod alloc;
+
+/// Frame number: index into the arena and the descriptor array.
+pub type FrameNo = u32;
 
 #[cfg(not(loom))]
 pub(crate) use arena::map_huge;
@@ -28,8 +30,7 @@ mod arena {
     use std::io;
     use std::ptr::NonNull;
 
-    /// Frame number: index into the arena and the descriptor array.
-    pub type FrameNo = u32;
+    use super::FrameNo;
 
     /// The arena of frames plus their descriptors. Both are fixed for the
     /// life of the cache.
@@ -226,6 +227,3 @@ mod arena {
         }
     }
 }
-
-#[cfg(not(loom))]
-pub use arena::FrameNo;
