@@ -587,6 +587,56 @@ fn main() {
         rows.push((r, vec![(0, 1, "gang speed-up per page", 3.0)]));
     }
 
+    // 7. frame allocator: per-CPU caches vs one global lock, bursts of 32
+    {
+        use pagecache::frame::alloc::{FrameAllocator, GlobalPool, PerCpuPool};
+        const NF: usize = 1 << 16;
+        const BURST: usize = 32;
+        fn burst(a: &dyn FrameAllocator) {
+            let mut held = [0u32; BURST];
+            for h in held.iter_mut() {
+                *h = a.alloc().expect("frames");
+            }
+            for &h in held.iter().rev() {
+                a.free(h);
+            }
+        }
+        // Leaked so the measuring closures can be `'static`-free of borrows.
+        let pc: &'static PerCpuPool = Box::leak(Box::new(PerCpuPool::new(NF)));
+        let gl: &'static GlobalPool = Box::leak(Box::new(GlobalPool::new(NF)));
+        let mut variants: Vec<(String, Box<dyn Fn() -> f64 + '_>)> = Vec::new();
+        for (name, a) in [
+            ("per-CPU", pc as &'static dyn FrameAllocator),
+            ("global pool", gl as &'static dyn FrameAllocator),
+        ] {
+            for t in [1usize, 2, 32] {
+                variants.push((
+                    format!("{name}, {t} thread(s), frames/s"),
+                    Box::new(move || rate(t, o.dur, |_, _| burst(a)) * BURST as f64),
+                ));
+            }
+        }
+        if let Some(r) = measure(
+            &o,
+            "frame alloc + free (bursts of 32): per-CPU caches vs global pool, 1/2/32 threads",
+            "Mops/s",
+            variants,
+        ) {
+            rows.push((
+                r,
+                vec![
+                    (1, 0, "per-CPU: 2 threads / 1", 1.8),
+                    (2, 1, "per-CPU: 32 threads / 2", 0.9),
+                    (4, 3, "global pool: 2 threads / 1", 0.0),
+                    (5, 4, "global pool: 32 threads / 2", 0.0),
+                    (0, 3, "per-CPU / global, 1 thread", 0.0),
+                    (1, 4, "per-CPU / global, 2 threads", 0.0),
+                    (2, 5, "per-CPU / global, 32 threads", 0.0),
+                ],
+            ));
+        }
+    }
+
     for (r, ratios) in &rows {
         r.print(ratios);
     }
