@@ -1,5 +1,6 @@
 //! Layer 7, api: the handles users hold.
 
+pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 use crate::cache::{FileShared, Inner};
 pub use crate::frame::alloc::PoolKind;
 use crate::frame::state::DIRTY;
@@ -116,6 +117,13 @@ impl PageCache {
             file.set_len(0)?;
         }
         Ok(file)
+    }
+
+    /// An anonymous region of `len` bytes: zero-filled pages taken from the
+    /// cache's budget on first touch and returned when freed or dropped. Not
+    /// evictable; `OutOfMemory` when no file page can be evicted for it.
+    pub fn anon(&self, len: u64) -> io::Result<crate::anon::AnonRegion> {
+        crate::anon::AnonRegion::new(self.inner.clone(), len)
     }
 
     /// A snapshot of the counters.

@@ -32,6 +32,7 @@
 //! | `cache` | 4 cache | protocols 5.1-5.6 (lookup, freeze, miss, optimistic read, write, truncate) |
 //! | [`reclaim`] | 5 reclaim | replacement policy (CLOCK for now) |
 //! | [`io`] | 6 io | backend trait, `pread`/`pwritev`, fault injection |
+//! | [`anon`] | 4 cache | anonymous regions: zero-filled pages in the same budget |
 //! | this file | 7 api | `PageCache`, `File`, `PageRef`, `PageMut` |
 //!
 //! # Memory overhead
@@ -82,6 +83,8 @@ pub mod reclaim;
 #[cfg(not(loom))]
 pub mod stats;
 
+#[cfg(not(loom))]
+pub mod anon;
 #[cfg(not(loom))]
 mod api;
 #[cfg(not(loom))]

@@ -369,7 +369,7 @@ impl Inner {
 
     /// The common free path: the caller owns `f` (refcount 0).
     #[cold]
-    fn free_frame(&self, f: FrameNo) {
+    pub(crate) fn free_frame(&self, f: FrameNo) {
         let d = self.desc(f);
         debug_assert_eq!(refs(d.load()), 0);
         d.reset();
@@ -385,7 +385,7 @@ impl Inner {
     }
 
     /// A free frame (refcount 0, no identity), reclaiming if none is free.
-    fn alloc_frame(&self) -> io::Result<FrameNo> {
+    pub(crate) fn alloc_frame(&self) -> io::Result<FrameNo> {
         if let Some(f) = self.alloc.alloc() {
             return Ok(f);
         }
@@ -441,6 +441,9 @@ impl Inner {
             return self.drop_evict_pin(f);
         }
         let (owner, index) = d.identity();
+        if owner & crate::anon::ANON_BIT != 0 {
+            return self.drop_evict_pin(f); // anonymous pages are not evictable
+        }
         let Some(fs) = self.file_by_id(owner) else {
             return self.drop_evict_pin(f);
         };
@@ -1211,11 +1214,17 @@ impl Inner {
         }
         let free = self.alloc.free_count();
         let cached = in_index.iter().filter(|&&b| b).count();
-        // With no pins held, every frame is either cached or free.
+        let anon = (0..self.frames.len() as FrameNo)
+            .filter(|&f| {
+                let d = self.desc(f);
+                d.identity().0 & crate::anon::ANON_BIT != 0 && refs(d.load()) > 0
+            })
+            .count();
+        // With no pins held, every frame is cached, anonymous, or free.
         assert_eq!(
-            free + cached,
+            free + cached + anon,
             self.frames.len(),
-            "frames leaked or double-counted"
+            "frames leaked or double-counted ({free} free, {cached} cached, {anon} anonymous)"
         );
     }
 }

@@ -10,10 +10,10 @@
 //! # The state word
 //!
 //! ```text
-//!  63        40 39      38     37     36    35     34     33     32   31                0
-//! +------------+-------+------+------+-----+------+------+------+------+------------------+
-//! |  (unused)  |REMOVED| REF  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LOCKED|    refcount      |
-//! +------------+-------+------+------+-----+------+------+------+------+------------------+
+//!  63      41  40    39      38     37     36    35     34     33     32   31              0
+//! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
+//! | (unused) |UNEVI|REMOVED| REF  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LOCKED|    refcount    |
+//! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
 //! ```
 //!
 //! * `refcount` (bits 0-31): the cache's own reference (1 while the page is in
@@ -40,6 +40,8 @@
 //! * `REMOVED`: the page was taken out of its file's index while pinned
 //!   (truncate, protocol 5.6); the cache's reference is gone and the last
 //!   release frees the frame.
+//! * `UNEVICTABLE`: replacement must never pick this frame (anonymous pages:
+//!   there is nowhere to write them). Like the kernel's unevictable list.
 //!
 //! Packing the refcount with `LOCKED` makes "pin unless write-locked" a single
 //! compare-and-swap, as FreeBSD's `busy_lock` and tokio's task state do.
@@ -76,6 +78,8 @@ pub const WRITEBACK: u64 = 1 << 37;
 pub const REFERENCED: u64 = 1 << 38;
 /// Removed from the index while pinned; the last release frees the frame.
 pub const REMOVED: u64 = 1 << 39;
+/// Never a candidate for eviction (anonymous pages: there is no swap yet).
+pub const UNEVICTABLE: u64 = 1 << 40;
 
 /// Owner id of a frame that holds no page.
 pub const NO_OWNER: u64 = 0;
@@ -470,7 +474,8 @@ impl FrameDesc {
     pub fn freeze(&self, expected_refs: u64) -> Result<u64, u64> {
         // Relaxed: seeds the CAS.
         let s = self.state.load(Ordering::Relaxed);
-        if refs(s) != expected_refs || s & (LOCKED | DIRTY | WRITEBACK | REMOVED) != 0 {
+        if refs(s) != expected_refs || s & (LOCKED | DIRTY | WRITEBACK | REMOVED | UNEVICTABLE) != 0
+        {
             return Err(s);
         }
         // Acquire: the page's last users released with Release; after the
@@ -569,7 +574,15 @@ mod tests {
     #[test]
     fn bits_do_not_overlap_the_refcount() {
         for bit in [
-            LOCKED, WAITERS, DRAIN, UPTODATE, DIRTY, WRITEBACK, REFERENCED, REMOVED,
+            LOCKED,
+            WAITERS,
+            DRAIN,
+            UPTODATE,
+            DIRTY,
+            WRITEBACK,
+            REFERENCED,
+            REMOVED,
+            UNEVICTABLE,
         ] {
             assert_eq!(bit & REFS, 0);
             assert_eq!(bit.count_ones(), 1);

@@ -12,7 +12,7 @@
 //! add, so concurrent reclaimers share no lock. The batched, sharded,
 //! scan-resistant policy of `DESIGN.md` layer 5 replaces it behind this trait.
 
-use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UPTODATE, WRITEBACK};
+use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UNEVICTABLE, UPTODATE, WRITEBACK};
 use crate::frame::{FrameNo, FrameTable};
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,17 +43,24 @@ impl ReplacementPolicy for Clock {
 
     fn candidates(&self, frames: &FrameTable, out: &mut Vec<FrameNo>, want: usize) -> usize {
         let n = frames.len();
+        // A claim must be smaller than the frame count: a claim that is a
+        // multiple of it would restart every sweep at the same frame when a
+        // sweep stops early (a livelock found with 16-frame caches).
+        let claim = CLAIM.min(n / 4).max(1);
         let mut scanned = 0;
         while out.len() < want && scanned < n {
             // Relaxed: the hand is a hint; candidates are re-validated.
-            let start = self.hand.fetch_add(CLAIM, Ordering::Relaxed);
-            for pos in start..start + CLAIM {
+            let start = self.hand.fetch_add(claim, Ordering::Relaxed);
+            for pos in start..start + claim {
                 let f = (pos % n) as FrameNo;
                 scanned += 1;
                 let d = frames.desc(f);
                 let s = d.load();
                 // Only pages held by the cache alone, idle and valid.
-                if refs(s) != 1 || s & (LOCKED | WRITEBACK | REMOVED) != 0 || s & UPTODATE == 0 {
+                if refs(s) != 1
+                    || s & (LOCKED | WRITEBACK | REMOVED | UNEVICTABLE) != 0
+                    || s & UPTODATE == 0
+                {
                     continue;
                 }
                 if s & REFERENCED != 0 {

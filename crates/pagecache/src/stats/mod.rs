@@ -43,9 +43,11 @@ pub enum Counter {
     ReadErrors,
     /// Failed write-backs.
     WriteErrors,
+    /// Anonymous pages faulted in (zero-filled on first touch).
+    AnonFaults,
 }
 
-const NCOUNTERS: usize = 11;
+const NCOUNTERS: usize = 12;
 
 type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
 
@@ -164,6 +166,7 @@ impl Counters {
             optimistic_fallbacks: self.sum(OptimisticFallbacks),
             read_errors: self.sum(ReadErrors),
             write_errors: self.sum(WriteErrors),
+            anon_faults: self.sum(AnonFaults),
         }
     }
 }
@@ -193,6 +196,8 @@ pub struct Stats {
     pub read_errors: u64,
     /// Failed write-backs.
     pub write_errors: u64,
+    /// Anonymous pages faulted in.
+    pub anon_faults: u64,
 }
 
 impl std::fmt::Display for Stats {
@@ -201,7 +206,7 @@ impl std::fmt::Display for Stats {
             f,
             "hits {} misses {} reads {} writes {} writebacks {} evictions {} \
              lookup_retries {} optimistic_reads {} optimistic_fallbacks {} \
-             read_errors {} write_errors {}",
+             read_errors {} write_errors {} anon_faults {}",
             self.hits,
             self.misses,
             self.reads,
@@ -212,7 +217,8 @@ impl std::fmt::Display for Stats {
             self.optimistic_reads,
             self.optimistic_fallbacks,
             self.read_errors,
-            self.write_errors
+            self.write_errors,
+            self.anon_faults
         )
     }
 }

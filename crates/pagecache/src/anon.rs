@@ -1,0 +1,305 @@
+//! Anonymous regions: zero-filled pages that share the cache's frame budget.
+//!
+//! An [`AnonRegion`] is an array of page slots (`frame + 1`, 0 = never
+//! touched or freed). Its frames are ordinary frames of the arena with an
+//! owner id that has [`ANON_BIT`] set, so eviction recognises and skips them
+//! (they are not evictable yet: there is no swap), and pins, latches and the
+//! common release path are the same as for file pages.
+//!
+//! # Protocol: first touch (fault) vs. free
+//!
+//! ```text
+//!  toucher of page i (no lock)               free(range) / drop (no lock)
+//!  1. e = slot[i] (Acquire); e != 0 ->       A. e = slot[i].swap(0) (AcqRel);
+//!     pin it as in 5.1 (CAS, identity           0 -> nothing to free
+//!     (region, i) and !REMOVED re-check);    B. orphan(frame): REMOVED and the
+//!     failure -> retry from 1                   region's reference dropped in
+//!  2. e == 0: allocate a frame (free list,      one RMW; last reference -> free
+//!     else reclaim file pages), zero it         the frame now, else the last
+//!     with atomic stores, set identity          pin's release frees it
+//!     (version odd/even), publish
+//!     refs = 1 (the region's) + 1 (ours)
+//!  3. CAS slot[i] 0 -> frame + 1 (Release);
+//!     lost -> reset and free our frame,
+//!     retry from 1 (pin the winner's)
+//! ```
+//!
+//! Ordering: the slot CAS (3) is Release, so a toucher that loads the new
+//! entry (Acquire, 1) sees the zeroed bytes, identity and state published
+//! before it. Two touchers race only on the CAS; the loser's frame was never
+//! visible. A free (A) and a toucher's pin (1) are ordered as 5.1 vs 5.6: a
+//! pin taken before the orphan step keeps valid bytes until released; one
+//! taken after sees `REMOVED` and retries, finding the slot empty and
+//! faulting a fresh zero page. Zeroing uses atomic stores because an
+//! optimistic file reader may still be validating a copy from the recycled
+//! frame (its version check discards it).
+
+use crate::cache::{context, Inner};
+use crate::frame::state::{refs, PinFail, PinKind, Released, REMOVED, UNEVICTABLE, UPTODATE};
+use crate::frame::FrameNo;
+use crate::stats::Counter;
+use std::io;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Owner ids of anonymous regions have this bit set; file ids never do.
+pub const ANON_BIT: u64 = 1 << 63;
+
+static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
+
+/// A region of anonymous, zero-filled pages (see the module docs).
+#[derive(Debug)]
+pub struct AnonRegion {
+    cache: Arc<Inner>,
+    /// (C) owner id of this region's frames.
+    id: u64,
+    /// (C) length in bytes.
+    len: u64,
+    /// (A) `frame + 1` per page, 0 = not present.
+    slots: Box<[AtomicU32]>,
+}
+
+impl AnonRegion {
+    pub(crate) fn new(cache: Arc<Inner>, len: u64) -> io::Result<AnonRegion> {
+        let ps = cache.page_size as u64;
+        let pages = len.div_ceil(ps);
+        if pages > cache.frames.len() as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "anonymous region of {len} bytes needs {pages} pages; the cache has {} frames",
+                    cache.frames.len()
+                ),
+            ));
+        }
+        // Relaxed: a unique number.
+        let id = ANON_BIT | NEXT_REGION.fetch_add(1, Ordering::Relaxed);
+        Ok(AnonRegion {
+            cache,
+            id,
+            len,
+            slots: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of pages.
+    pub fn pages(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Pages currently holding a frame (a snapshot).
+    pub fn resident(&self) -> usize {
+        // Relaxed: a snapshot.
+        self.slots
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) != 0)
+            .count()
+    }
+
+    fn check(&self, index: u64) -> io::Result<()> {
+        if index >= self.pages() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "anonymous region: page {index} is past the end ({} pages)",
+                    self.pages()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Pins page `index`, zero-filled on first touch. While the `AnonRef`
+    /// lives the bytes do not change (`page_mut` of the page waits).
+    pub fn page(&self, index: u64) -> io::Result<AnonRef<'_>> {
+        self.check(index)?;
+        let frame = self.get(index)?;
+        Ok(AnonRef {
+            region: self,
+            frame,
+        })
+    }
+
+    /// Latches page `index` for writing, zero-filled on first touch; waits
+    /// for its pins to drop, and readers and writers wait for the `AnonMut`.
+    pub fn page_mut(&self, index: u64) -> io::Result<AnonMut<'_>> {
+        self.check(index)?;
+        loop {
+            let f = self.get(index)?;
+            let d = self.cache.desc(f);
+            if !d.try_lock() {
+                // Never wait for a latch while pinned (see `try_lock`).
+                self.cache.release(f);
+                d.wait_unlocked_as(self.id, index);
+                continue;
+            }
+            if d.load() & REMOVED != 0 {
+                let _ = d.unlock(0, 0);
+                self.cache.release(f);
+                continue;
+            }
+            d.wait_drained();
+            d.begin_change();
+            return Ok(AnonMut {
+                region: self,
+                frame: f,
+            });
+        }
+    }
+
+    /// Frees the pages in `range` (page indices, clamped to the region):
+    /// their frames return to the cache now, or when their last pin drops.
+    /// They read as zeros when touched again.
+    pub fn free(&self, range: Range<u64>) {
+        let end = range.end.min(self.pages());
+        for i in range.start.min(end)..end {
+            // A. AcqRel: takes the entry exactly once against racing frees
+            // and orders after the toucher's publishing CAS.
+            let e = self.slots[i as usize].swap(0, Ordering::AcqRel);
+            if e == 0 {
+                continue;
+            }
+            let f = e - 1;
+            // B.
+            if self.cache.desc(f).orphan() == Released::Last {
+                self.cache.free_frame(f);
+            }
+        }
+    }
+
+    /// The pinned frame of page `index`, faulting it in if absent.
+    fn get(&self, index: u64) -> io::Result<FrameNo> {
+        let slot = &self.slots[index as usize];
+        loop {
+            // 1. Acquire: pairs with the Release CAS of step 3.
+            let e = slot.load(Ordering::Acquire);
+            if e != 0 {
+                let f = e - 1;
+                let d = self.cache.desc(f);
+                match d.try_pin(PinKind::User) {
+                    Ok(s) => {
+                        if s & REMOVED == 0 && d.identity() == (self.id, index) {
+                            self.cache.counters.add(Counter::Hits, 1);
+                            return Ok(f);
+                        }
+                        self.cache.release(f);
+                    }
+                    Err(PinFail::Locked) => d.wait_unlocked_as(self.id, index),
+                    Err(PinFail::Free) => std::thread::yield_now(),
+                    Err(PinFail::Overflow) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("anonymous region: page {index}: too many pins"),
+                        ))
+                    }
+                }
+                continue;
+            }
+            // 2. fault: a frame, zeroed outside every lock
+            let f = self
+                .cache
+                .alloc_frame()
+                .map_err(|e| context(e, format!("anonymous region: page {index}")))?;
+            let d = self.cache.desc(f);
+            // SAFETY: we own `f` (allocated, refcount 0, unpublished); the
+            // range is the whole frame. Atomic stores: see module docs.
+            unsafe { crate::cache::atomic_zero(self.cache.frames.ptr(f), self.cache.page_size) };
+            d.begin_change();
+            d.set_identity(self.id, index);
+            d.end_change();
+            d.publish_state(2 | UPTODATE | UNEVICTABLE);
+            // 3. Release: publishes bytes, identity and state with the entry.
+            match slot.compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.cache.counters.add(Counter::AnonFaults, 1);
+                    return Ok(f);
+                }
+                Err(_) => {
+                    // Lost the race: our frame was never visible; undo.
+                    d.reset();
+                    debug_assert_eq!(refs(d.load()), 0);
+                    self.cache.free_frame(f);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for AnonRegion {
+    fn drop(&mut self) {
+        self.free(0..self.pages());
+    }
+}
+
+/// A pinned anonymous page; dereferences to its bytes.
+#[derive(Debug)]
+pub struct AnonRef<'a> {
+    region: &'a AnonRegion,
+    frame: FrameNo,
+}
+
+impl Deref for AnonRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: pinned for our whole life: the bytes do not change.
+        unsafe { self.region.cache.frames.bytes(self.frame) }
+    }
+}
+
+impl Clone for AnonRef<'_> {
+    fn clone(&self) -> Self {
+        self.region.cache.desc(self.frame).pin_more();
+        AnonRef {
+            region: self.region,
+            frame: self.frame,
+        }
+    }
+}
+
+impl Drop for AnonRef<'_> {
+    fn drop(&mut self) {
+        self.region.cache.release(self.frame);
+    }
+}
+
+/// An exclusively latched anonymous page.
+#[derive(Debug)]
+pub struct AnonMut<'a> {
+    region: &'a AnonRegion,
+    frame: FrameNo,
+}
+
+impl Deref for AnonMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: latched and drained: nobody else reads through a pin.
+        unsafe { self.region.cache.frames.bytes(self.frame) }
+    }
+}
+
+impl DerefMut for AnonMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: latched and drained with the version odd: exclusive.
+        unsafe { self.region.cache.frames.bytes_mut(self.frame) }
+    }
+}
+
+impl Drop for AnonMut<'_> {
+    fn drop(&mut self) {
+        let d = self.region.cache.desc(self.frame);
+        d.end_change();
+        let _ = d.unlock(0, 0);
+        self.region.cache.release(self.frame);
+    }
+}
