@@ -637,6 +637,81 @@ fn main() {
         }
     }
 
+    // 8. page_fault1 shape: map (region), write-touch every page, free
+    {
+        const REGION: u64 = 128 << 20;
+        let pages = REGION / PS as u64;
+        let acache = PageCache::new(Config {
+            capacity: (2 * REGION + (16 << 20)) as usize,
+            ..Config::default()
+        })
+        .unwrap();
+        let ac = &acache;
+        let ours = move |threads: usize| {
+            rate(threads, o.dur, |_, _| {
+                let r = ac.anon(REGION).unwrap();
+                for i in 0..pages {
+                    r.page_mut(i).unwrap()[0] = 1;
+                }
+            }) * pages as f64
+        };
+        let kernel = move |threads: usize| {
+            rate(threads, o.dur, |_, _| {
+                let len = REGION as usize;
+                // SAFETY: a fresh private anonymous mapping, written inside
+                // its bounds and unmapped before the closure returns.
+                unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    let c = p as *mut u8;
+                    let mut off = 0;
+                    while off < len {
+                        std::ptr::write_volatile(c.add(off), 1);
+                        off += PS;
+                    }
+                    libc::munmap(p, len);
+                }
+            }) * pages as f64
+        };
+        if let Some(r) = measure(
+            &o,
+            "anonymous first touch + free (page_fault1 shape, 128 MiB regions): faults/s",
+            "Mops/s",
+            vec![
+                ("pagecache anon, 1 thread".into(), Box::new(move || ours(1))),
+                (
+                    "pagecache anon, 2 threads".into(),
+                    Box::new(move || ours(2)),
+                ),
+                (
+                    "kernel mmap write faults, 1 thread".into(),
+                    Box::new(move || kernel(1)),
+                ),
+                (
+                    "kernel mmap write faults, 2 threads".into(),
+                    Box::new(move || kernel(2)),
+                ),
+            ],
+        ) {
+            rows.push((
+                r,
+                vec![
+                    (0, 2, "pagecache / kernel, per thread (1 thread)", 5.0),
+                    (1, 3, "pagecache / kernel, 2 threads", 5.0),
+                    (1, 0, "pagecache: 2 threads / 1", 0.0),
+                    (3, 2, "kernel: 2 threads / 1", 0.0),
+                ],
+            ));
+        }
+    }
+
     for (r, ratios) in &rows {
         r.print(ratios);
     }

@@ -632,8 +632,12 @@ impl Inner {
             Ok(n) => {
                 // Bytes past what the file holds, and past the logical end,
                 // are zero (never stale bytes of a previous frame user).
+                // Atomic stores: a stale optimistic reader of the frame's
+                // previous page may still be copying (and will discard it).
                 let valid = (n as u64).min(len.saturating_sub(start)).min(ps) as usize;
-                buf[valid..].fill(0);
+                // SAFETY: we hold the latch of the unpublished page; the
+                // range ends at the end of the frame.
+                unsafe { atomic_zero(self.frames.ptr(f).add(valid), self.page_size - valid) };
                 Ok(())
             }
             Err(e) => {
