@@ -22,6 +22,7 @@ const TRUNC_PAGES: u64 = 8;
 const READERS: usize = 14;
 const WRITERS: usize = 10;
 const SYNCERS: usize = 2;
+const ANON_WORKERS: u64 = 3;
 const OPS: usize = 4000;
 /// Normally ~1.5 s in a debug build; generous for a loaded machine.
 const WATCHDOG_SECS: u64 = 240;
@@ -231,6 +232,44 @@ fn trunc_reader(t: &File, done: &AtomicBool, seed: u64, oom: &AtomicU64) {
     }
 }
 
+/// Anonymous pages compete for the same frames: each worker owns a region,
+/// writes a pattern naming (worker, page, round) into random pages, checks
+/// them, frees ranges and checks they come back zero.
+fn anon_worker(cache: &PageCache, w: u64, oom: &AtomicU64) {
+    const APAGES: u64 = 8;
+    let r = retry(oom, || cache.anon(APAGES * PS as u64));
+    let mut model = [0u64; APAGES as usize]; // 0 = zero page
+    let mut rng = Rng(0x7777 + w);
+    for round in 1..=(OPS as u64 / 4) {
+        let i = rng.below(APAGES);
+        match rng.below(4) {
+            0 | 1 => {
+                let v = (w << 48) | (i << 32) | round;
+                let mut m = retry(oom, || r.page_mut(i));
+                for c in m.chunks_mut(8) {
+                    c.copy_from_slice(&v.to_ne_bytes());
+                }
+                model[i as usize] = v;
+            }
+            2 => {
+                let pg = retry(oom, || r.page(i));
+                let want = model[i as usize].to_ne_bytes();
+                assert!(
+                    pg.chunks(8).all(|c| c == want),
+                    "anon worker {w} page {i}: wrong bytes"
+                );
+            }
+            _ => {
+                let end = (i + 1 + rng.below(3)).min(APAGES);
+                r.free(i..end);
+                for j in i..end {
+                    model[j as usize] = 0;
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn oversubscribed_mixed_workload_keeps_every_byte_right() {
     let d = TempDir::new("stress");
@@ -293,6 +332,10 @@ fn oversubscribed_mixed_workload_keeps_every_byte_right() {
                 }
             });
         }
+        for w in 0..ANON_WORKERS {
+            let (cache, oom) = (&cache, &oom);
+            work.push(s.spawn(move || anon_worker(cache, w, oom)));
+        }
         s.spawn(|| truncator(&t, &done, 0xABCD, &oom));
         for k in 0..4 {
             let (t, done, oom) = (&t, &done, &oom);
@@ -323,5 +366,6 @@ fn oversubscribed_mixed_workload_keeps_every_byte_right() {
     assert!(st.evictions > 0, "memory pressure evicted pages");
     assert!(st.optimistic_reads > 0);
     assert!(st.writebacks > 0);
+    assert!(st.anon_faults > 0, "anonymous pages competed for frames");
     cache.validate();
 }
