@@ -126,6 +126,13 @@ impl PageCache {
         crate::anon::AnonRegion::new(self.inner.clone(), len)
     }
 
+    /// Lock profile per lock class, sorted by total wait (cargo feature
+    /// `lockstat`; empty without it). Process-wide: counts every cache in the
+    /// process. Format it with [`crate::stats::lockstat::format`].
+    pub fn lock_profile(&self) -> Vec<crate::stats::lockstat::LockProfile> {
+        crate::stats::lockstat::snapshot()
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
         self.inner.counters.snapshot()

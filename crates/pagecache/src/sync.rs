@@ -45,35 +45,142 @@ pub(crate) fn unpark_all(key: usize) {
 }
 
 /// A mutex whose `lock` returns the guard directly: `parking_lot` normally,
-/// loom's (modelled) mutex under `--cfg loom`.
-#[derive(Debug, Default)]
+/// loom's (modelled) mutex under `--cfg loom`. With the `lockstat` feature it
+/// counts acquisitions, contention, wait and hold times per [`LockClass`];
+/// without it the class is not even stored.
+#[derive(Debug)]
 pub(crate) struct Mutex<T> {
     #[cfg(not(loom))]
     inner: parking_lot::Mutex<T>,
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
+    #[cfg(all(feature = "lockstat", not(loom)))]
+    class: Class,
 }
 
 #[cfg(not(loom))]
+pub(crate) use crate::stats::lockstat::LockClass;
+/// Lock classes (only names under loom).
+#[cfg(loom)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LockClass {
+    Pool,
+    PcpShard,
+    PageLatchWait,
+    PageDrainWait,
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+#[derive(Debug, Clone, Copy)]
+struct Class(LockClass);
+
+#[cfg(all(not(feature = "lockstat"), not(loom)))]
 pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 #[cfg(loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
+/// A guard that records the hold time when dropped (`lockstat` only).
+#[cfg(all(feature = "lockstat", not(loom)))]
+pub(crate) struct MutexGuard<'a, T> {
+    g: parking_lot::MutexGuard<'a, T>,
+    class: LockClass,
+    since: std::time::Instant,
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+impl<T> std::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+impl<T> Drop for MutexGuard<'_, T> {
+    fn drop(&mut self) {
+        crate::stats::lockstat::released(self.class, self.since);
+    }
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+impl<T> std::fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MutexGuard")
+    }
+}
+
 impl<T> Mutex<T> {
-    pub(crate) fn new(v: T) -> Self {
+    /// A mutex profiled as `class` (with `lockstat`).
+    #[allow(unused_variables)] // `class` is only kept with lockstat
+    pub(crate) fn with_class(v: T, class: LockClass) -> Self {
         Mutex {
             #[cfg(not(loom))]
             inner: parking_lot::Mutex::new(v),
             #[cfg(loom)]
             inner: loom::sync::Mutex::new(v),
+            #[cfg(all(feature = "lockstat", not(loom)))]
+            class: Class(class),
         }
     }
 
+    #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        #[cfg(not(loom))]
+        #[cfg(all(feature = "lockstat", not(loom)))]
+        {
+            let class = self.class.0;
+            let g = match self.inner.try_lock() {
+                Some(g) => {
+                    crate::stats::lockstat::acquired(class, false, None);
+                    g
+                }
+                None => {
+                    let t = std::time::Instant::now();
+                    let g = self.inner.lock();
+                    crate::stats::lockstat::acquired(class, true, Some(t));
+                    g
+                }
+            };
+            MutexGuard {
+                g,
+                class,
+                since: std::time::Instant::now(),
+            }
+        }
+        #[cfg(all(not(feature = "lockstat"), not(loom)))]
         return self.inner.lock();
         #[cfg(loom)]
         return self.inner.lock().unwrap();
+    }
+}
+
+/// Times a wait of `class` (page latches) when `lockstat` is on; the
+/// returned token records it when dropped. Free otherwise.
+#[inline]
+#[allow(unused_variables)]
+pub(crate) fn wait_timer(class: LockClass) -> WaitTimer {
+    WaitTimer {
+        #[cfg(all(feature = "lockstat", not(loom)))]
+        t: (class, std::time::Instant::now()),
+    }
+}
+
+/// See [`wait_timer`].
+pub(crate) struct WaitTimer {
+    #[cfg(all(feature = "lockstat", not(loom)))]
+    t: (LockClass, std::time::Instant),
+}
+
+#[cfg(all(feature = "lockstat", not(loom)))]
+impl Drop for WaitTimer {
+    fn drop(&mut self) {
+        crate::stats::lockstat::waited(self.t.0, self.t.1);
     }
 }
 

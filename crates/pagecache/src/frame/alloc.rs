@@ -48,7 +48,7 @@
 //! owners and none is lost.
 
 use super::FrameNo;
-use crate::sync::Mutex;
+use crate::sync::{LockClass, Mutex};
 use crossbeam_utils::CachePadded;
 
 /// Hands out and takes back free frames.
@@ -75,7 +75,7 @@ impl GlobalPool {
     /// A pool holding frames `0..n`, lowest numbers handed out first.
     pub fn new(n: usize) -> Self {
         GlobalPool {
-            free: Mutex::new((0..n as FrameNo).rev().collect()),
+            free: Mutex::with_class((0..n as FrameNo).rev().collect(), LockClass::Pool),
         }
     }
 }
@@ -125,9 +125,17 @@ impl PerCpuPool {
         let shards = shards.max(1);
         let batch = (n / (4 * shards)).clamp(1, MAX_BATCH);
         PerCpuPool {
-            global: CachePadded::new(Mutex::new((0..n as FrameNo).rev().collect())),
+            global: CachePadded::new(Mutex::with_class(
+                (0..n as FrameNo).rev().collect(),
+                LockClass::Pool,
+            )),
             shards: (0..shards)
-                .map(|_| CachePadded::new(Mutex::new(Vec::with_capacity(2 * batch + 1))))
+                .map(|_| {
+                    CachePadded::new(Mutex::with_class(
+                        Vec::with_capacity(2 * batch + 1),
+                        LockClass::PcpShard,
+                    ))
+                })
                 .collect(),
             batch,
             high: 2 * batch,

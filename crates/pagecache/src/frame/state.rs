@@ -58,7 +58,7 @@
 //! with `version` odd by the frame's exclusive owner, read by anyone under the
 //! seqlock or while holding a pin.
 
-use crate::sync::{fence, park, unpark_all, AtomicU64, Ordering};
+use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering};
 
 /// Mask of the reference count.
 pub const REFS: u64 = 0xffff_ffff;
@@ -335,6 +335,7 @@ impl FrameDesc {
                 // caller acts on is re-read with Acquire at the loop head.
                 continue;
             }
+            let _timer = wait_timer(LockClass::PageLatchWait);
             park(self.key(), || {
                 // Relaxed: evaluated under the queue lock; the waker clears
                 // the bit before taking the same lock to unpark.
@@ -400,6 +401,7 @@ impl FrameDesc {
             {
                 continue;
             }
+            let _timer = wait_timer(LockClass::PageDrainWait);
             park(self.drain_key(), || {
                 // Relaxed: evaluated under the queue lock; releasers drop the
                 // count before unparking on the same key.

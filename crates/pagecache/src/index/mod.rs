@@ -63,7 +63,7 @@
 //! the new root.
 
 use crate::frame::FrameNo;
-use parking_lot::{Mutex, MutexGuard};
+use crate::sync::{LockClass, Mutex, MutexGuard};
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -115,7 +115,7 @@ impl NodeArena {
             base: base.cast(),
             max_nodes,
             next: AtomicU32::new(1),
-            free: Mutex::new(Vec::new()),
+            free: Mutex::with_class(Vec::new(), LockClass::NodeFreeList),
             map_len,
         })
     }
@@ -187,11 +187,20 @@ pub struct TreeLocked<'a> {
 }
 
 /// One file's index.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tree {
     /// (T) root node id in the low 32 bits, height in the high 32 (0 = empty).
     root: AtomicU64,
     lock: Mutex<()>,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Tree {
+            root: AtomicU64::new(0),
+            lock: Mutex::with_class((), LockClass::Tree),
+        }
+    }
 }
 
 #[inline]

@@ -8,6 +8,8 @@
 //! `fetch_add`. [`Stats`] sums the stripes: a snapshot, exact once the
 //! counting threads have stopped.
 
+pub mod lockstat;
+
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
