@@ -6,6 +6,7 @@ pub use crate::frame::alloc::PoolKind;
 use crate::frame::state::DIRTY;
 use crate::frame::FrameNo;
 pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
+pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -28,6 +29,8 @@ pub struct Config {
     /// Free-frame allocator: per-CPU caches (default) or the one-lock
     /// baseline the lab compares against.
     pub pool: PoolKind,
+    /// Replacement policy: sharded S3-FIFO (default) or CLOCK (a baseline).
+    pub policy: PolicyKind,
 }
 
 impl Default for Config {
@@ -36,6 +39,7 @@ impl Default for Config {
             capacity: 256 << 20,
             page_size: 4096,
             pool: PoolKind::PerCpu,
+            policy: PolicyKind::S3Fifo,
         }
     }
 }
@@ -86,6 +90,7 @@ impl PageCache {
                 n,
                 config.page_size,
                 config.pool,
+                config.policy,
                 Arc::new(backend),
             )?),
         })

@@ -78,7 +78,6 @@ mod cache;
 pub mod index;
 #[cfg(not(loom))]
 pub mod io;
-#[cfg(not(loom))]
 pub mod reclaim;
 #[cfg(not(loom))]
 pub mod stats;

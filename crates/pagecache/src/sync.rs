@@ -66,6 +66,8 @@ pub(crate) use crate::stats::lockstat::LockClass;
 pub(crate) enum LockClass {
     Pool,
     PcpShard,
+    Replacement,
+    ReplacementBatch,
     PageLatchWait,
     PageDrainWait,
 }

@@ -98,8 +98,9 @@ use crate::frame::state::{
 use crate::frame::{FrameNo, FrameTable};
 use crate::index::{NodeArena, Tree};
 use crate::io::{read_full, write_full, Backend, BackendFile};
-use crate::reclaim::{Clock, ReplacementPolicy};
+use crate::reclaim::{Policy, PolicyKind, ReplacementPolicy};
 use crate::stats::{Counter, Counters};
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io;
@@ -198,11 +199,15 @@ pub(crate) struct Inner {
     pub(crate) frames: FrameTable,
     pub(crate) nodes: NodeArena,
     alloc: Pool,
-    policy: Clock,
+    policy: Policy,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) counters: Counters,
     registry: RwLock<Registry>,
     next_id: AtomicU64,
+    /// (A) reclaimers holding eviction candidates right now: frames in their
+    /// hands are in no policy queue, so an empty queue means "wait", not
+    /// "out of memory", while this is non-zero.
+    reclaiming: CachePadded<AtomicUsize>,
     pub(crate) page_size: usize,
     pub(crate) shift: u32,
 }
@@ -230,6 +235,7 @@ impl Inner {
         nframes: usize,
         page_size: usize,
         pool: PoolKind,
+        policy: PolicyKind,
         backend: Arc<dyn Backend>,
     ) -> io::Result<Inner> {
         let frames = FrameTable::new(nframes, page_size)?;
@@ -246,11 +252,12 @@ impl Inner {
             frames,
             nodes: NodeArena::new(max_nodes as u32)?,
             alloc: Pool::new(pool, nframes),
-            policy: Clock::default(),
+            policy: Policy::new(policy, nframes),
             backend,
             counters: Counters::default(),
             registry: RwLock::new(Registry::default()),
             next_id: AtomicU64::new(1),
+            reclaiming: CachePadded::new(AtomicUsize::new(0)),
             page_size,
             shift,
         })
@@ -396,35 +403,79 @@ impl Inner {
     /// sweeps of the clock found nothing evictable (every frame pinned,
     /// latched, or dirty with failing write-back).
     fn reclaim(&self) -> io::Result<FrameNo> {
-        let mut cands = Vec::with_capacity(8);
+        const WANT: usize = 16; // evicted per round: a batch per policy lock
+        let mut cands = Vec::with_capacity(WANT);
         let mut scanned = 0;
-        let limit = 2 * self.frames.len() + 2 * crate::reclaim::CLAIM;
+        let mut empty_rounds = 0;
+        let mut waits = 0;
         loop {
             // A concurrent free may have refilled the pool.
             if let Some(f) = self.alloc.alloc() {
                 return Ok(f);
             }
-            if scanned >= limit {
+            // A full pass found nothing: take referenced pages too; a
+            // second, urgent pass that also finds nothing means every frame
+            // is pinned, latched or unevictable.
+            let pass = self.policy.pass_len(&self.frames) + crate::reclaim::CLAIM;
+            let urgent = scanned >= pass;
+            if (scanned >= 2 * pass || empty_rounds >= 2)
+                // Relaxed: a hint. Frames in other reclaimers' batches are in
+                // no queue; while any reclaimer holds some, wait for it (it
+                // may be preempted mid-batch) instead of failing.
+                && self.reclaiming.load(Ordering::Relaxed) > 0
+                && waits < 10_000
+            {
+                waits += 1;
+                scanned = 0;
+                empty_rounds = 0;
+                std::thread::yield_now();
+                continue;
+            }
+            if scanned >= 2 * pass || empty_rounds >= 2 {
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
                     format!(
                         "no evictable frame: all {} frames are pinned, latched or dirty \
-                         with failing write-back",
-                        self.frames.len()
+                         with failing write-back (examined {scanned} policy entries of \
+                         {} queued, {empty_rounds} empty rounds)",
+                        self.frames.len(),
+                        self.policy.pass_len(&self.frames),
                     ),
                 ));
             }
             cands.clear();
-            scanned += self.policy.candidates(&self.frames, &mut cands, 8);
+            // Relaxed: a hint (see below); the candidates themselves are
+            // re-validated by try_evict.
+            self.reclaiming.fetch_add(1, Ordering::Relaxed);
+            let examined = self
+                .policy
+                .candidates(&self.frames, &mut cands, WANT, urgent);
+            scanned += examined;
             let mut got = None;
             for &f in &cands {
-                if let Some(f) = self.try_evict(f) {
-                    if got.is_none() {
-                        got = Some(f);
-                    } else {
-                        self.alloc.free(f);
-                    }
+                match self.try_evict(f) {
+                    // The rest of the batch refills the allocator.
+                    Some(f) if got.is_none() => got = Some(f),
+                    Some(f) => self.alloc.free(f),
+                    None => self.policy.not_evicted(&self.frames, f),
                 }
+            }
+            let others = self.reclaiming.fetch_sub(1, Ordering::Relaxed) - 1;
+            if examined == 0 && got.is_none() {
+                if others > 0 && waits < 10_000 {
+                    // Other reclaimers hold candidates (possibly preempted
+                    // mid-batch): their frames come back to the allocator
+                    // or the queues; wait for them rather than fail.
+                    waits += 1;
+                    std::thread::yield_now();
+                    continue;
+                }
+                // Nothing queued at all and nobody holding candidates (every
+                // frame pinned, latched or anonymous): twice in a row means
+                // no progress is possible.
+                empty_rounds += 1;
+            } else {
+                empty_rounds = 0;
             }
             if let Some(f) = got {
                 return Ok(f);
@@ -981,8 +1032,10 @@ impl Inner {
     pub(crate) fn flush(&self, fs: &FileShared, durable: bool) -> io::Result<()> {
         const RUN: usize = 64;
         let mut first_err: Option<io::Error> = None;
+        // Shared for the whole sync: excludes only `set_len`. Writers and
+        // eviction's write-back run concurrently.
+        let size = fs.size.read_recursive();
         {
-            let _size = fs.size.read_recursive();
             let mut dirty = Vec::new();
             fs.tree.lock().take_dirty(&self.nodes, &mut dirty);
             let mut i = 0;
@@ -1022,28 +1075,18 @@ impl Inner {
             return Err(e);
         }
         if durable {
-            let len = {
-                let size = fs.size.write();
-                // Acquire: under the size lock held exclusively no write can
-                // race; pairs with the writers' AcqRel `fetch_max`.
-                let len = fs.len.load(Ordering::Acquire);
-                if size.pending_truncate.is_none() {
-                    if let Some(w) = fs.write_fd.get() {
-                        let disk = w
-                            .len()
-                            .map_err(|e| context(e, format!("{}: stat", fs.path.display())))?;
-                        if disk < len {
-                            w.set_len(len).map_err(|e| {
-                                context(
-                                    e,
-                                    format!("{}: persisting length {len}", fs.path.display()),
-                                )
-                            })?;
-                        }
-                    }
+            // Acquire: pairs with the writers' AcqRel `fetch_max`.
+            let len = fs.len.load(Ordering::Acquire);
+            if size.pending_truncate.is_none() {
+                if let Some(w) = fs.write_fd.get() {
+                    // Never shrinks the file: a concurrent eviction may have
+                    // written past `len` already (see `grow_to`).
+                    w.grow_to(len).map_err(|e| {
+                        context(e, format!("{}: persisting length {len}", fs.path.display()))
+                    })?;
                 }
-                len
-            };
+            }
+            drop(size);
             if let Some(w) = fs.write_fd.get() {
                 w.sync_data().map_err(|e| {
                     context(
@@ -1052,6 +1095,8 @@ impl Inner {
                     )
                 })?;
             }
+        } else {
+            drop(size);
         }
         if let Some(e) = fs.wb_error.lock().take() {
             return Err(context(e, "earlier write-back failed during eviction"));

@@ -97,6 +97,10 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn len(&self) -> io::Result<u64>;
     /// `ftruncate`.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file at least `len` bytes long without ever shrinking it,
+    /// even if a concurrent write extends it meanwhile (`sync` persists the
+    /// length this way while write-back may be running).
+    fn grow_to(&self, len: u64) -> io::Result<()>;
     /// `fdatasync`.
     fn sync_data(&self) -> io::Result<()>;
 }
@@ -213,6 +217,31 @@ impl BackendFile for PosixFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+
+    fn grow_to(&self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return Ok(());
+        }
+        // fallocate mode 0 on the last byte: extends the size to `len` if it
+        // is shorter and never shrinks it (unlike ftruncate).
+        // SAFETY: plain syscall on our own descriptor.
+        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, (len - 1) as libc::off_t, 1) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            // Filesystems without fallocate: check, then extend. This can
+            // race with a concurrent extending write; such filesystems are
+            // documented as unsupported for concurrent sync + eviction.
+            if self.len()? < len {
+                return self.file.set_len(len);
+            }
+            return Ok(());
+        }
+        Err(e)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -364,6 +393,10 @@ impl BackendFile for FaultyFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.inner.set_len(len)
+    }
+
+    fn grow_to(&self, len: u64) -> io::Result<()> {
+        self.inner.grow_to(len)
     }
 
     fn sync_data(&self) -> io::Result<()> {

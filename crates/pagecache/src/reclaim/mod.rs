@@ -3,45 +3,92 @@
 //! A [`ReplacementPolicy`] only *orders* frames and hands back candidates; it
 //! never frees them, takes no page latch and does no I/O. The cache
 //! re-validates every candidate (pin, identity, freeze) before evicting it,
-//! so a policy may be racy and stale without harming correctness.
+//! and hands back the ones it could not evict, so a policy may be racy and
+//! stale without harming correctness.
 //!
-//! [`Clock`] is the simple, correct first policy: one hand sweeping the frame
-//! array. "Mark accessed" is the `REFERENCED` bit that the pin CAS sets for
-//! free (no separate write on the hit path, and none at all when it is
-//! already set). The hand advances in claims of [`CLAIM`] frames per atomic
-//! add, so concurrent reclaimers share no lock. The batched, sharded,
-//! scan-resistant policy of `DESIGN.md` layer 5 replaces it behind this trait.
+//! "Mark accessed" is the `REFERENCED` bit that the pin CAS sets for free: the
+//! hit path writes no other policy state, and an optimistic read writes the
+//! bit only when it is clear. Two policies:
+//!
+//! * [`S3Fifo`], the default: S3-FIFO (small/main/ghost FIFOs, see
+//!   [`s3fifo`]) sharded per CPU, with insertions submitted in batches of
+//!   [`s3fifo::BATCH`] per shard-lock acquisition and evictions taken in
+//!   batches of 16. Chosen from measured hit ratios: on Zipf 0.9 and 1.1
+//!   streams it beats strict LRU and CLOCK by 3-7 points, and it keeps a hot
+//!   set intact through a scan twice the cache's size, which CLOCK does not
+//!   (`docs/benchmarks.md`, "Hit ratios").
+//! * [`Clock`], the first policy (one hand over the frame array), kept as a
+//!   baseline (`Config::policy`).
 
+#[cfg(not(loom))]
 use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UNEVICTABLE, UPTODATE, WRITEBACK};
+#[cfg(not(loom))]
 use crate::frame::{FrameNo, FrameTable};
+#[cfg(not(loom))]
 use crossbeam_utils::CachePadded;
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod s3fifo;
+
 /// Frames claimed per advance of the clock hand.
+#[cfg(not(loom))]
 pub const CLAIM: usize = 32;
 
 /// Orders frames for eviction.
 ///
 /// Implementations MUST NOT free frames, lock pages, or do I/O; they may
-/// clear `REFERENCED` bits (that is their aging).
+/// clear `REFERENCED` bits (that is their aging). Callers MUST hand every
+/// candidate they do not evict back through `not_evicted`.
+#[cfg(not(loom))]
 pub trait ReplacementPolicy: Send + Sync + std::fmt::Debug {
-    /// A page was just inserted into frame `f`.
+    /// A page was just inserted into frame `f` (its identity is set).
     fn inserted(&self, frames: &FrameTable, f: FrameNo);
     /// Appends up to `want` eviction candidates to `out`; returns how many
-    /// frames it examined (the caller gives up after two full sweeps).
-    fn candidates(&self, frames: &FrameTable, out: &mut Vec<FrameNo>, want: usize) -> usize;
+    /// entries it examined. With `urgent` (a full pass already found
+    /// nothing), referenced pages are candidates too: the reference bit is
+    /// a preference, and only pinned, latched or unevictable pages may make
+    /// the caller report `OutOfMemory`.
+    fn candidates(
+        &self,
+        frames: &FrameTable,
+        out: &mut Vec<FrameNo>,
+        want: usize,
+        urgent: bool,
+    ) -> usize;
+    /// A candidate could not be evicted (pinned meanwhile, write-back
+    /// failed, ...) and is still cached.
+    fn not_evicted(&self, frames: &FrameTable, f: FrameNo);
+    /// Entries one full pass examines (frames for CLOCK, queued entries for
+    /// S3-FIFO): the caller declares `OutOfMemory` after two fruitless
+    /// passes.
+    fn pass_len(&self, frames: &FrameTable) -> usize;
 }
 
 /// CLOCK (second chance) over the frame array.
+#[cfg(not(loom))]
 #[derive(Debug, Default)]
 pub struct Clock {
     hand: CachePadded<AtomicUsize>,
 }
 
+#[cfg(not(loom))]
 impl ReplacementPolicy for Clock {
     fn inserted(&self, _frames: &FrameTable, _f: FrameNo) {}
 
-    fn candidates(&self, frames: &FrameTable, out: &mut Vec<FrameNo>, want: usize) -> usize {
+    fn not_evicted(&self, _frames: &FrameTable, _f: FrameNo) {}
+
+    fn pass_len(&self, frames: &FrameTable) -> usize {
+        frames.len()
+    }
+
+    fn candidates(
+        &self,
+        frames: &FrameTable,
+        out: &mut Vec<FrameNo>,
+        want: usize,
+        urgent: bool,
+    ) -> usize {
         let n = frames.len();
         // A claim must be smaller than the frame count: a claim that is a
         // multiple of it would restart every sweep at the same frame when a
@@ -63,7 +110,7 @@ impl ReplacementPolicy for Clock {
                 {
                     continue;
                 }
-                if s & REFERENCED != 0 {
+                if s & REFERENCED != 0 && !urgent {
                     // Second chance: age it.
                     d.state_clear_referenced();
                     continue;
@@ -75,5 +122,150 @@ impl ReplacementPolicy for Clock {
             }
         }
         scanned
+    }
+}
+
+/// Identity hash of a page, for S3-FIFO entries and ghosts.
+#[cfg(not(loom))]
+fn key(owner: u64, index: u64) -> u64 {
+    (owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+}
+
+/// S3-FIFO, sharded per CPU (see [`s3fifo`]).
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct S3Fifo {
+    queues: s3fifo::Queues,
+}
+
+#[cfg(not(loom))]
+impl S3Fifo {
+    /// A policy for `frames` frames, one shard per CPU.
+    pub fn new(frames: usize) -> S3Fifo {
+        S3Fifo {
+            queues: s3fifo::Queues::new(crate::frame::alloc::num_cpus(), frames),
+        }
+    }
+
+    fn entry(frames: &FrameTable, f: FrameNo) -> s3fifo::Entry {
+        let (o, i) = frames.desc(f).identity();
+        s3fifo::Entry {
+            frame: f,
+            key: key(o, i),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl ReplacementPolicy for S3Fifo {
+    fn inserted(&self, frames: &FrameTable, f: FrameNo) {
+        let c = crate::frame::alloc::current_cpu();
+        self.queues.submit(c, Self::entry(frames, f));
+    }
+
+    fn candidates(
+        &self,
+        frames: &FrameTable,
+        out: &mut Vec<FrameNo>,
+        want: usize,
+        urgent: bool,
+    ) -> usize {
+        let c = crate::frame::alloc::current_cpu();
+        let mut got = Vec::with_capacity(want);
+        let examined = self.queues.evict(c, &mut got, want, 4 * want + 64, |e| {
+            if e.frame as usize >= frames.len() {
+                return s3fifo::Verdict::Gone;
+            }
+            let d = frames.desc(e.frame);
+            let s = d.load();
+            let (o, i) = d.identity();
+            if refs(s) == 0 || s & (REMOVED | UNEVICTABLE) != 0 || key(o, i) != e.key {
+                return s3fifo::Verdict::Gone;
+            }
+            if refs(s) != 1 || s & (LOCKED | WRITEBACK) != 0 || s & UPTODATE == 0 {
+                return s3fifo::Verdict::Busy;
+            }
+            if s & REFERENCED != 0 && !urgent {
+                d.state_clear_referenced();
+                return s3fifo::Verdict::Referenced;
+            }
+            s3fifo::Verdict::Cold
+        });
+        out.extend(got.iter().map(|e| e.frame));
+        examined
+    }
+
+    fn not_evicted(&self, frames: &FrameTable, f: FrameNo) {
+        let c = crate::frame::alloc::current_cpu();
+        self.queues.put_back(c, Self::entry(frames, f));
+    }
+
+    fn pass_len(&self, _frames: &FrameTable) -> usize {
+        self.queues.len()
+    }
+}
+
+/// Which replacement policy a cache uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    /// Sharded, batched S3-FIFO (the default).
+    #[default]
+    S3Fifo,
+    /// CLOCK over the frame array (a baseline).
+    Clock,
+}
+
+/// The cache's policy, dispatched by a match on the miss path only.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub enum Policy {
+    /// See [`S3Fifo`].
+    S3Fifo(S3Fifo),
+    /// See [`Clock`].
+    Clock(Clock),
+}
+
+#[cfg(not(loom))]
+impl Policy {
+    /// A policy of `kind` for `frames` frames.
+    pub fn new(kind: PolicyKind, frames: usize) -> Policy {
+        match kind {
+            PolicyKind::S3Fifo => Policy::S3Fifo(S3Fifo::new(frames)),
+            PolicyKind::Clock => Policy::Clock(Clock::default()),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl ReplacementPolicy for Policy {
+    fn inserted(&self, frames: &FrameTable, f: FrameNo) {
+        match self {
+            Policy::S3Fifo(p) => p.inserted(frames, f),
+            Policy::Clock(p) => p.inserted(frames, f),
+        }
+    }
+    fn candidates(
+        &self,
+        frames: &FrameTable,
+        out: &mut Vec<FrameNo>,
+        want: usize,
+        urgent: bool,
+    ) -> usize {
+        match self {
+            Policy::S3Fifo(p) => p.candidates(frames, out, want, urgent),
+            Policy::Clock(p) => p.candidates(frames, out, want, urgent),
+        }
+    }
+    fn not_evicted(&self, frames: &FrameTable, f: FrameNo) {
+        match self {
+            Policy::S3Fifo(p) => p.not_evicted(frames, f),
+            Policy::Clock(p) => p.not_evicted(frames, f),
+        }
+    }
+    fn pass_len(&self, frames: &FrameTable) -> usize {
+        match self {
+            Policy::S3Fifo(p) => p.pass_len(frames),
+            Policy::Clock(p) => p.pass_len(frames),
+        }
     }
 }

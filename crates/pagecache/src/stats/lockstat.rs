@@ -35,6 +35,10 @@ pub enum LockClass {
     Tree,
     /// The index node free list.
     NodeFreeList,
+    /// Replacement-policy shard locks.
+    Replacement,
+    /// Replacement insertion batches (per CPU).
+    ReplacementBatch,
     /// Waits for a page latch to be released (lookups, writers).
     PageLatchWait,
     /// A latch holder's waits for older pins to drain.
@@ -44,7 +48,7 @@ pub enum LockClass {
 }
 
 /// Number of classes.
-pub const NCLASSES: usize = 7;
+pub const NCLASSES: usize = 9;
 
 impl LockClass {
     /// All classes.
@@ -53,6 +57,8 @@ impl LockClass {
         LockClass::PcpShard,
         LockClass::Tree,
         LockClass::NodeFreeList,
+        LockClass::Replacement,
+        LockClass::ReplacementBatch,
         LockClass::PageLatchWait,
         LockClass::PageDrainWait,
         LockClass::Other,
@@ -65,6 +71,8 @@ impl LockClass {
             LockClass::PcpShard => "frame pool (per-CPU shard)",
             LockClass::Tree => "file index (tree lock)",
             LockClass::NodeFreeList => "index node free list",
+            LockClass::Replacement => "replacement shard",
+            LockClass::ReplacementBatch => "replacement insertion batch",
             LockClass::PageLatchWait => "page latch (waits)",
             LockClass::PageDrainWait => "page latch drain (waits)",
             LockClass::Other => "other",

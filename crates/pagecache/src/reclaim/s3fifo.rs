@@ -1,0 +1,352 @@
+//! The queue core of the S3-FIFO policy (Yang et al., SOSP'23), kept free of
+//! frames and descriptors so that loom can model it (`tests/loom.rs`).
+//!
+//! Each shard has a *small* FIFO (about 10% of its pages), a *main* FIFO and
+//! a *ghost* FIFO of keys recently evicted from small. New pages enter small
+//! (or main, if their key is a ghost: they were evicted too early). Eviction
+//! takes from small while it is over its target: a page referenced while in
+//! small moves to main (its one hit bit cleared), an unreferenced one is
+//! evicted and remembered as a ghost. Otherwise it takes from main: a
+//! referenced page gets another round (bit cleared), an unreferenced one is
+//! evicted. A page read once by a scan leaves through small without ever
+//! touching main, which is why a hot set survives a scan twice the cache's
+//! size (`docs/benchmarks.md`, "Hit ratios").
+//!
+//! # Protocol: batch submission and draining
+//!
+//! ```text
+//!  inserter (miss path, CPU c)              reclaimer (CPU c, or stealing)
+//!  1. lock pending[c]; push entry;          1. lock pending[c]; take all;
+//!     full (16)? take all                      unlock
+//!  2. unlock pending[c]                     2. lock shard[c]; admit them;
+//!  3. if taken: lock shard[c]; admit           evict a batch; unlock
+//!     each (ghost? main : small); unlock    3. judge each candidate (the
+//!                                              caller re-validates under its
+//!                                              own protocol: pin, freeze)
+//! ```
+//!
+//! No path holds two of these locks at once. An entry is at every moment in
+//! exactly one place: a pending batch, a local batch being moved, a shard
+//! queue, or handed out as a candidate (after which the caller evicts it or
+//! puts it back). Entries for frames freed by other paths (truncate, file
+//! close) stay queued until popped, when the judge finds their identity
+//! changed and drops them ("Gone"), so queues hold at most one live entry
+//! per cached page plus a bounded number of stale ones.
+
+use crate::sync::{LockClass, Mutex};
+use crossbeam_utils::CachePadded;
+use std::collections::{HashSet, VecDeque};
+
+/// Pages per insertion batch: one shard-lock acquisition admits this many.
+pub const BATCH: usize = 16;
+
+/// A queued page: its frame and a hash of its identity (owner, index),
+/// which also serves as the ghost key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Frame number.
+    pub frame: u32,
+    /// Identity hash.
+    pub key: u64,
+}
+
+/// What the caller's judge says about a popped entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The frame no longer holds this page: drop the entry.
+    Gone,
+    /// Pinned or latched: keep it (in main) and look again later.
+    Busy,
+    /// Referenced since last seen (the judge cleared the bit): keep it.
+    Referenced,
+    /// Unreferenced: evict it.
+    Cold,
+}
+
+/// One shard's queues. Not synchronized: [`Queues`] locks it.
+#[derive(Debug, Default)]
+pub struct Shard {
+    small: VecDeque<Entry>,
+    main: VecDeque<Entry>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashSet<u64>,
+    small_target: usize,
+    ghost_cap: usize,
+}
+
+impl Shard {
+    /// A shard for about `pages` pages.
+    pub fn new(pages: usize) -> Shard {
+        Shard {
+            small_target: (pages / 10).max(1),
+            ghost_cap: pages.max(1),
+            ..Shard::default()
+        }
+    }
+
+    /// Admits a new page: to main if its key is a ghost, else to small.
+    pub fn admit(&mut self, e: Entry) {
+        if self.ghost_set.remove(&e.key) {
+            self.main.push_back(e);
+        } else {
+            self.small.push_back(e);
+        }
+    }
+
+    /// Puts back a page that could not be evicted.
+    pub fn put_back(&mut self, e: Entry) {
+        self.main.push_back(e);
+    }
+
+    fn remember(&mut self, key: u64) {
+        if self.ghost_set.insert(key) {
+            self.ghost.push_back(key);
+        }
+        while self.ghost.len() > self.ghost_cap {
+            if let Some(k) = self.ghost.pop_front() {
+                self.ghost_set.remove(&k);
+            }
+        }
+    }
+
+    /// Pops up to `want` eviction candidates into `out`, examining at most
+    /// `limit` entries; returns how many it examined.
+    pub fn evict(
+        &mut self,
+        out: &mut Vec<Entry>,
+        want: usize,
+        limit: usize,
+        mut judge: impl FnMut(&Entry) -> Verdict,
+    ) -> usize {
+        let mut examined = 0;
+        // Each entry present now is examined at most once per call (busy
+        // and referenced ones go back to a tail, and must not be met again
+        // before the others have been looked at).
+        let mut left_small = self.small.len();
+        let mut left_main = self.main.len();
+        while out.len() < want && examined < limit && left_small + left_main > 0 {
+            let from_small = if left_small == 0 {
+                false
+            } else if left_main == 0 {
+                true
+            } else {
+                self.small.len() > self.small_target
+            };
+            let e = if from_small {
+                left_small -= 1;
+                self.small.pop_front()
+            } else {
+                left_main -= 1;
+                self.main.pop_front()
+            };
+            let Some(e) = e else { break };
+            examined += 1;
+            match judge(&e) {
+                Verdict::Gone => {}
+                // Busy is not a reference: back where it came from.
+                Verdict::Busy if from_small => self.small.push_back(e),
+                Verdict::Busy | Verdict::Referenced => self.main.push_back(e),
+                Verdict::Cold => {
+                    if from_small {
+                        self.remember(e.key);
+                    }
+                    out.push(e);
+                }
+            }
+        }
+        examined
+    }
+
+    /// Entries queued (small + main).
+    pub fn len(&self) -> usize {
+        self.small.len() + self.main.len()
+    }
+
+    /// Whether no entry is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Per-CPU pending batches and shards.
+#[derive(Debug)]
+pub struct Queues {
+    pending: Box<[CachePadded<Mutex<Vec<Entry>>>]>,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+}
+
+impl Queues {
+    /// `n` shards sharing about `pages` pages.
+    pub fn new(n: usize, pages: usize) -> Queues {
+        let n = n.max(1);
+        Queues {
+            pending: (0..n)
+                .map(|_| {
+                    CachePadded::new(Mutex::with_class(
+                        Vec::with_capacity(BATCH),
+                        LockClass::ReplacementBatch,
+                    ))
+                })
+                .collect(),
+            shards: (0..n)
+                .map(|_| {
+                    CachePadded::new(Mutex::with_class(
+                        Shard::new(pages / n),
+                        LockClass::Replacement,
+                    ))
+                })
+                .collect(),
+        }
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Submission (steps 1-3 of the inserter).
+    pub fn submit(&self, c: usize, e: Entry) {
+        let c = c % self.pending.len();
+        let batch = {
+            let mut p = self.pending[c].lock();
+            p.push(e);
+            if p.len() < BATCH {
+                return;
+            }
+            std::mem::replace(&mut *p, Vec::with_capacity(BATCH))
+        };
+        let mut s = self.shards[c].lock();
+        for e in batch {
+            s.admit(e);
+        }
+    }
+
+    /// Moves shard `c`'s pending batch into its queues.
+    fn drain(&self, c: usize) {
+        let batch = std::mem::take(&mut *self.pending[c].lock());
+        if batch.is_empty() {
+            return;
+        }
+        let mut s = self.shards[c].lock();
+        for e in batch {
+            s.admit(e);
+        }
+    }
+
+    /// Eviction (the reclaimer's steps 1-2): candidates from shard `c`
+    /// first, then the others; every pending batch is drained before its
+    /// shard is searched. Returns the number of entries examined.
+    pub fn evict(
+        &self,
+        c: usize,
+        out: &mut Vec<Entry>,
+        want: usize,
+        limit: usize,
+        mut judge: impl FnMut(&Entry) -> Verdict,
+    ) -> usize {
+        let n = self.shards.len();
+        let mut examined = 0;
+        for d in 0..n {
+            if out.len() >= want || examined >= limit {
+                break;
+            }
+            let j = (c + d) % n;
+            self.drain(j);
+            examined += self.shards[j]
+                .lock()
+                .evict(out, want, limit - examined, &mut judge);
+        }
+        examined
+    }
+
+    /// Puts back a candidate that could not be evicted (to shard `c`).
+    pub fn put_back(&self, c: usize, e: Entry) {
+        self.shards[c % self.shards.len()].lock().put_back(e);
+    }
+
+    /// Entries queued or pending (a snapshot, tests).
+    pub fn len(&self) -> usize {
+        self.pending.iter().map(|p| p.lock().len()).sum::<usize>()
+            + self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
+    }
+
+    /// Whether nothing is queued or pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn e(f: u32) -> Entry {
+        Entry {
+            frame: f,
+            key: f as u64 * 1000,
+        }
+    }
+
+    #[test]
+    fn scan_pages_leave_through_small_and_spare_main() {
+        let mut s = Shard::new(100); // small target 10
+                                     // 10 hot pages, referenced after admission, reach main.
+        for f in 0..10 {
+            s.admit(e(f));
+        }
+        for f in 100..120 {
+            s.admit(e(f)); // scan pages
+        }
+        let mut out = Vec::new();
+        let hot = |x: &Entry| x.frame < 10;
+        // Hot pages are referenced; scan pages never are.
+        let mut referenced: std::collections::HashSet<u32> = (0..10).collect();
+        s.evict(&mut out, 20, 1000, |x| {
+            if referenced.remove(&x.frame) {
+                Verdict::Referenced
+            } else if hot(x) {
+                Verdict::Busy
+            } else {
+                Verdict::Cold
+            }
+        });
+        assert_eq!(out.len(), 20);
+        assert!(
+            out.iter().all(|x| x.frame >= 100),
+            "only scan pages evicted"
+        );
+        // Evicted-from-small keys are ghosts: re-admitted straight to main.
+        s.admit(e(100));
+        assert_eq!(s.main.back(), Some(&e(100)));
+    }
+
+    #[test]
+    fn gone_entries_are_dropped_and_busy_ones_kept() {
+        let mut s = Shard::new(10);
+        for f in 0..4 {
+            s.admit(e(f));
+        }
+        let mut out = Vec::new();
+        let n = s.evict(&mut out, 4, 100, |x| match x.frame {
+            0 => Verdict::Gone,
+            1 => Verdict::Busy,
+            _ => Verdict::Cold,
+        });
+        assert_eq!(out.iter().map(|x| x.frame).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(s.len(), 1, "busy kept, gone dropped");
+        assert!(n <= 100);
+    }
+
+    #[test]
+    fn submission_batches_and_drains_before_eviction() {
+        let q = Queues::new(2, 64);
+        for f in 0..5 {
+            q.submit(0, e(f)); // fewer than a batch: still pending
+        }
+        assert_eq!(q.len(), 5);
+        let mut out = Vec::new();
+        q.evict(1, &mut out, 5, 100, |_| Verdict::Cold);
+        assert_eq!(out.len(), 5, "pending batches are drained before giving up");
+        assert!(q.is_empty());
+    }
+}
