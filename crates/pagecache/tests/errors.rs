@@ -2,22 +2,9 @@
 //! with the cache still usable afterwards.
 mod common;
 use common::*;
-use pagecache::{Config, Faults, FaultyBackend, OpenOptions, PageCache, PosixBackend};
+use pagecache::{Config, OpenOptions, PageCache};
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
-
-fn faulty(frames: usize) -> (PageCache, std::sync::Arc<Faults>) {
-    let faults = Faults::new();
-    let c = PageCache::with_backend(
-        Config {
-            capacity: frames * PS,
-            ..Config::default()
-        },
-        FaultyBackend::new(PosixBackend, faults.clone()),
-    )
-    .unwrap();
-    (c, faults)
-}
 
 #[test]
 fn missing_file_is_not_found_and_names_the_file() {

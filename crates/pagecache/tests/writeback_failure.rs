@@ -1,20 +1,6 @@
 //! A failed write-back keeps the data dirty, is reported, and is retried.
 mod common;
 use common::*;
-use pagecache::{Config, Faults, FaultyBackend, PageCache, PosixBackend};
-
-fn faulty(frames: usize) -> (PageCache, std::sync::Arc<Faults>) {
-    let faults = Faults::new();
-    let c = PageCache::with_backend(
-        Config {
-            capacity: frames * PS,
-            ..Config::default()
-        },
-        FaultyBackend::new(PosixBackend, faults.clone()),
-    )
-    .unwrap();
-    (c, faults)
-}
 
 #[test]
 fn failed_sync_keeps_pages_dirty_and_a_later_sync_succeeds() {

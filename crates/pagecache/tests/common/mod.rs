@@ -51,3 +51,18 @@ pub fn cache(frames: usize) -> PageCache {
     })
     .unwrap()
 }
+
+/// A cache of `frames` 4 KiB frames over the fault-injecting backend, and
+/// the switches of its faults.
+pub fn faulty(frames: usize) -> (PageCache, std::sync::Arc<pagecache::Faults>) {
+    let faults = pagecache::Faults::new();
+    let c = PageCache::with_backend(
+        Config {
+            capacity: frames * PS,
+            ..Config::default()
+        },
+        pagecache::FaultyBackend::new(pagecache::PosixBackend, faults.clone()),
+    )
+    .unwrap();
+    (c, faults)
+}
