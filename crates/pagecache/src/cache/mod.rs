@@ -444,8 +444,8 @@ impl Inner {
                 ));
             }
             cands.clear();
-            // Relaxed: a hint (see below); the candidates themselves are
-            // re-validated by try_evict.
+            // Relaxed: a hint for the wait above; the candidates themselves
+            // are re-validated by try_evict.
             self.reclaiming.fetch_add(1, Ordering::Relaxed);
             let examined = self
                 .policy
@@ -460,23 +460,14 @@ impl Inner {
                     None => self.policy.not_evicted(&self.frames, f),
                 }
             }
-            let others = self.reclaiming.fetch_sub(1, Ordering::Relaxed) - 1;
-            if examined == 0 && got.is_none() {
-                if others > 0 && waits < 10_000 {
-                    // Other reclaimers hold candidates (possibly preempted
-                    // mid-batch): their frames come back to the allocator
-                    // or the queues; wait for them rather than fail.
-                    waits += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                // Nothing queued at all and nobody holding candidates (every
-                // frame pinned, latched or anonymous): twice in a row means
-                // no progress is possible.
-                empty_rounds += 1;
+            self.reclaiming.fetch_sub(1, Ordering::Relaxed);
+            // Nothing queued at all (every frame pinned, latched, anonymous,
+            // or in another reclaimer's batch): see the checks at the top.
+            empty_rounds = if examined == 0 && got.is_none() {
+                empty_rounds + 1
             } else {
-                empty_rounds = 0;
-            }
+                0
+            };
             if let Some(f) = got {
                 return Ok(f);
             }
