@@ -1,0 +1,40 @@
+//! The scenarios, one file each. Each turns a seed (`shared/seeds/`) into
+//! measured tables; the runner (`runner.rs`) owns threads, timing and
+//! statistics.
+
+use crate::runner::{Opts, Table};
+use std::io;
+
+pub mod anon_fault;
+pub mod same_page;
+
+/// A scenario: its name on the command line, what it reproduces, and the
+/// function that runs it.
+#[derive(Debug)]
+pub struct Scenario {
+    /// Command-line name.
+    pub name: &'static str,
+    /// One line: which seed, which designs.
+    pub about: &'static str,
+    /// Runs it.
+    pub run: fn(&Opts) -> io::Result<Vec<Table>>,
+}
+
+/// Every scenario, in the order `all` runs them.
+pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "anon-fault",
+        about: "seed 002: anonymous first-touch faults, per-CPU free lists vs one global lock, beside the kernel",
+        run: anon_fault::run,
+    },
+    Scenario {
+        name: "same-page",
+        about: "will-it-scale pread2: threads read one page; optimistic vs pinned reads vs the kernel's pread",
+        run: same_page::run,
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    ALL.iter().find(|s| s.name == name)
+}

@@ -1,0 +1,155 @@
+//! The lab's scenarios in tiny configurations, and its command line.
+use pagecache_lab::runner::Opts;
+use pagecache_lab::scenarios;
+use std::process::Command;
+
+fn tiny() -> Opts {
+    Opts {
+        threads: vec![1, 2],
+        quick: true,
+        runs: 1,
+        tiny: true,
+    }
+}
+
+#[test]
+fn anon_fault_tables_have_the_seed_columns_and_consistent_counts() {
+    let tables = (scenarios::find("anon-fault").unwrap().run)(&tiny()).unwrap();
+    assert_eq!(tables.len(), 3, "after, before, kernel");
+    for t in &tables {
+        assert_eq!(
+            t.columns,
+            [
+                "Gb",
+                "Rep",
+                "Threads",
+                "User",
+                "System",
+                "Wall",
+                "flt/cpu/s",
+                "fault/wsec"
+            ]
+        );
+        assert_eq!(t.rows.len(), 2);
+        for (r, threads) in [(0, "1"), (1, "2")] {
+            assert_eq!(t.cell(r, "Threads"), Some(threads));
+            assert_eq!(t.cell(r, "Rep"), Some("2"));
+            assert_eq!(t.cell(r, "Gb"), Some("0.004"));
+        }
+    }
+}
+
+#[test]
+fn anon_fault_counts_one_fault_per_page_touched() {
+    use pagecache::PoolKind;
+    use pagecache_lab::scenarios::anon_fault;
+    // 4 MiB over 2 threads, 3 repetitions: 1024 pages x 3 faults.
+    for s in [
+        anon_fault::ours(PoolKind::PerCpu, 4 << 20, 3, 2).unwrap(),
+        anon_fault::ours(PoolKind::Global, 4 << 20, 3, 2).unwrap(),
+        anon_fault::kernel(4 << 20, 3, 2).unwrap(),
+    ] {
+        assert_eq!(s.ops, 3 * 1024);
+        assert!(s.wall > 0.0);
+    }
+}
+
+#[test]
+fn same_page_table_covers_every_design_and_thread_count() {
+    let tables = (scenarios::find("same-page").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(
+        t.columns,
+        [
+            "design",
+            "threads",
+            "Mops/s",
+            "stdev",
+            "per thread",
+            "vs 1 thread"
+        ]
+    );
+    assert_eq!(t.rows.len(), 6, "3 designs x 2 thread counts");
+    for r in [0, 2, 4] {
+        assert_eq!(t.cell(r, "vs 1 thread"), Some("1.00x"));
+    }
+    let designs: Vec<&str> = (0..6).map(|r| t.cell(r, "design").unwrap()).collect();
+    assert!(designs.contains(&"optimistic read_at"));
+    assert!(designs.contains(&"kernel pread"));
+}
+
+fn lab(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pagecache"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn list_names_every_scenario() {
+    let o = lab(&["list"]);
+    assert!(o.status.success());
+    let s = String::from_utf8(o.stdout).unwrap();
+    for sc in scenarios::ALL {
+        assert!(s.contains(sc.name));
+    }
+}
+
+#[test]
+fn bad_arguments_give_a_clear_message_and_a_nonzero_exit() {
+    for (args, msg) in [
+        (&["bench", "no-such"][..], "unknown scenario 'no-such'"),
+        (
+            &["bench", "same-page", "--threads", "0"][..],
+            "thread count 0",
+        ),
+        (
+            &["bench", "same-page", "--threads", "x"][..],
+            "bad thread count",
+        ),
+        (
+            &["bench", "same-page", "--runs", "0"][..],
+            "--runs needs a positive number",
+        ),
+        (&["bench"][..], "no scenario given"),
+        (&["frobnicate"][..], "unknown command"),
+        (
+            &[
+                "bench",
+                "same-page",
+                "--out",
+                "/proc/pagecache-cannot-write",
+            ][..],
+            "cannot write to --out",
+        ),
+    ] {
+        let o = lab(args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn out_dir_gets_a_report_and_results() {
+    let dir = std::env::temp_dir().join(format!("pagecache-lab-out-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    // A real but tiny run through the binary: one thread count, one run.
+    let o = lab(&[
+        "bench",
+        "same-page",
+        "--quick",
+        "--threads",
+        "1",
+        "--runs",
+        "1",
+        "--out",
+        d,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("same-page") && md.contains("Command: `pagecache bench same-page"));
+    let js = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    assert!(js.contains("\"same-page\"") && js.contains("\"columns\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}
