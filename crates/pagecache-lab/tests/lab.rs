@@ -153,3 +153,66 @@ fn out_dir_gets_a_report_and_results() {
     assert!(js.contains("\"same-page\"") && js.contains("\"columns\""));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn own_part_table_has_the_seed_columns_and_every_design() {
+    let tables = (scenarios::find("own-part").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(
+        t.columns,
+        [
+            "design",
+            "tasks",
+            "user s",
+            "sys s",
+            "elapsed s",
+            "%CPU",
+            "pages/s"
+        ]
+    );
+    assert_eq!(t.rows.len(), 5 * 2, "5 designs x 2 task counts");
+    let designs: Vec<&str> = (0..t.rows.len())
+        .map(|r| t.cell(r, "design").unwrap())
+        .collect();
+    for d in [
+        "mutex-tree",
+        "rwlock-tree",
+        "lockless",
+        "kernel mmap faults",
+        "kernel pread",
+    ] {
+        assert_eq!(designs.iter().filter(|&&x| x == d).count(), 2, "{d}");
+    }
+}
+
+#[test]
+fn own_part_touches_every_page_of_every_part() {
+    use pagecache::{Config, PageCache};
+    use pagecache_lab::scenarios::own_part::{run_one, Design};
+    let dir = pagecache_lab::TempDir::new("own-part-test").unwrap();
+    let path = dir.0.join("f");
+    let mut data = vec![0u8; 64 * 4096];
+    for p in 0..64 {
+        data[p * 4096] = 1;
+    }
+    std::fs::write(&path, data).unwrap();
+    let cache = PageCache::new(Config {
+        capacity: 1 << 20,
+        ..Config::default()
+    })
+    .unwrap();
+    let file = cache.open(&path).unwrap();
+    let std_file = std::fs::File::open(&path).unwrap();
+    for d in [
+        Design::MutexTree,
+        Design::RwlockTree,
+        Design::Lockless,
+        Design::KernelMmap,
+        Design::KernelPread,
+    ] {
+        // 64 pages over 4 tasks, 3 rounds: each task checks it read 1 from
+        // each of its 16 pages every round.
+        let s = run_one(&file, &std_file, d, 64, 3, 4).unwrap();
+        assert_eq!(s.ops, 3 * 64, "{d:?}");
+    }
+}

@@ -6,6 +6,7 @@ use crate::runner::{Opts, Table};
 use std::io;
 
 pub mod anon_fault;
+pub mod own_part;
 pub mod same_page;
 
 /// A scenario: its name on the command line, what it reproduces, and the
@@ -22,6 +23,11 @@ pub struct Scenario {
 
 /// Every scenario, in the order `all` runs them.
 pub const ALL: &[Scenario] = &[
+    Scenario {
+        name: "own-part",
+        about: "seed 000: tasks read every page of their own part of a cached file; mutex-tree vs rwlock-tree vs lockless, kernel mmap faults and pread beside",
+        run: own_part::run,
+    },
     Scenario {
         name: "anon-fault",
         about: "seed 002: anonymous first-touch faults, per-CPU free lists vs one global lock, beside the kernel",
