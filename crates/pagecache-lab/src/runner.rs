@@ -125,6 +125,18 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The sample whose wall time is the median of the set: the run that stands
+/// for a configuration in tables with per-run columns (user, system, wall).
+pub fn median_run(samples: &[Sample]) -> Sample {
+    let mut walls: Vec<f64> = samples.iter().map(|s| s.wall).collect();
+    let m = median(&mut walls);
+    samples
+        .iter()
+        .min_by(|a, b| (a.wall - m).abs().total_cmp(&(b.wall - m).abs()))
+        .copied()
+        .unwrap_or_default()
+}
+
 /// Mean of `v`.
 pub fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64

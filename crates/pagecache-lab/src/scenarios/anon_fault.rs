@@ -4,7 +4,7 @@
 //! faults on the same sizes. Table shape: `Gb Rep Threads User System Wall
 //! flt/cpu/s fault/wsec`.
 
-use crate::runner::{measure, median, Opts, Sample, Table};
+use crate::runner::{measure, median_run, Opts, Sample, Table};
 use pagecache::{Config, PageCache, PoolKind};
 use std::io;
 
@@ -110,14 +110,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                     _ => kernel(total, reps, threads)?,
                 });
             }
-            // The run with the median wall time stands for the set.
-            let mut walls: Vec<f64> = samples.iter().map(|s| s.wall).collect();
-            let m = median(&mut walls);
-            let s = samples
-                .iter()
-                .min_by(|a, b| (a.wall - m).abs().total_cmp(&(b.wall - m).abs()))
-                .copied()
-                .unwrap_or_default();
+            let s = median_run(&samples);
             t.row(vec![
                 format!("{gb:.3}"),
                 reps.to_string(),

@@ -13,7 +13,7 @@
 //! Columns as the seed's: design, tasks, user s, sys s, elapsed s, %CPU,
 //! pages/s.
 
-use crate::runner::{measure, median, Opts, Sample, Table};
+use crate::runner::{measure, median_run, Opts, Sample, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -187,13 +187,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             for _ in 0..o.runs {
                 samples.push(run_one(&file, &std_file, design, pages, rounds, threads)?);
             }
-            let mut walls: Vec<f64> = samples.iter().map(|s| s.wall).collect();
-            let m = median(&mut walls);
-            let s = samples
-                .iter()
-                .min_by(|a, b| (a.wall - m).abs().total_cmp(&(b.wall - m).abs()))
-                .copied()
-                .unwrap_or_default();
+            let s = median_run(&samples);
             t.row(vec![
                 design.name().to_string(),
                 threads.to_string(),

@@ -3,7 +3,7 @@
 //! against a pinned read (one refcount RMW pair per read) and the kernel's
 //! `pread` of the same bytes.
 
-use crate::runner::{mean, measure, median, stddev, Opts, Table};
+use crate::runner::{measure, median, stddev, Opts, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -74,7 +74,6 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 rates.push(s.rate() / 1e6);
             }
             let sd = stddev(&rates);
-            let _ = mean(&rates);
             let m = median(&mut rates);
             let b = *base.get_or_insert(m);
             t.row(vec![
