@@ -8,6 +8,7 @@
 //! `page-lock` (seed 003), `page-fault1` (seed 004), `compare`, SVG plots,
 //! a progress bar.
 
+pub mod ministat;
 pub mod runner;
 pub mod scenarios;
 
