@@ -189,8 +189,17 @@ impl Table {
         self.rows.get(r).map(|row| row[c].as_str())
     }
 
-    /// Plain-text rendering with right-aligned columns (seed style).
+    /// Plain-text rendering with right-aligned columns (seed style); a
+    /// one-column table (preformatted text) is printed as it is.
     pub fn render(&self) -> String {
+        if self.columns.len() == 1 {
+            let mut s = format!("{}\n", self.title);
+            for r in &self.rows {
+                s.push_str(&r[0]);
+                s.push('\n');
+            }
+            return s;
+        }
         let mut w: Vec<usize> = self.columns.iter().map(|c| c.len()).collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate() {

@@ -216,3 +216,63 @@ fn own_part_touches_every_page_of_every_part() {
         assert_eq!(s.ops, 3 * 64, "{d:?}");
     }
 }
+
+#[test]
+fn page_lock_gives_samples_ministat_and_a_lock_profile() {
+    let tables = (scenarios::find("page-lock").unwrap().run)(&tiny()).unwrap();
+    let s = &tables[0];
+    assert_eq!(
+        s.columns,
+        ["design", "N", "min", "max", "median", "avg", "stddev"]
+    );
+    assert_eq!(s.rows.len(), 3);
+    for r in 0..3 {
+        assert_eq!(
+            s.cell(r, "N"),
+            Some("2"),
+            "at least two samples for a t-test"
+        );
+    }
+    // three ministat comparisons, each with a verdict
+    for t in &tables[1..4] {
+        let text = t.render();
+        assert!(text.contains(
+            "    N           Min           Max        Median           Avg        Stddev"
+        ));
+        assert!(
+            text.contains("Difference at 95.0% confidence")
+                || text.contains("No difference proven at 95.0% confidence"),
+            "{text}"
+        );
+    }
+    let prof = tables[4].render();
+    assert!(
+        prof.contains("wait_total")
+            && prof.contains("global page mutex")
+            && prof.contains("hashed page lock")
+    );
+}
+
+#[test]
+fn page_lock_serves_every_request_under_each_design() {
+    use pagecache::{Config, PageCache};
+    use pagecache_lab::scenarios::page_lock::{sample, Design, Locks};
+    let dir = pagecache_lab::TempDir::new("page-lock-test").unwrap();
+    let cache = PageCache::new(Config {
+        capacity: 1 << 20,
+        ..Config::default()
+    })
+    .unwrap();
+    let files: Vec<_> = (0..4)
+        .map(|i| {
+            let p = dir.0.join(format!("o{i}"));
+            std::fs::write(&p, vec![(i % 251) as u8; 2 * 4096]).unwrap();
+            cache.open(&p).unwrap()
+        })
+        .collect();
+    for d in [Design::GlobalMutex, Design::Hashed(8), Design::PageBits] {
+        // each page's first byte is checked against its file inside sample()
+        let (_, served) = sample(&files, 2, &Locks::new(d, true), 3, 50).unwrap();
+        assert_eq!(served, 3 * 50, "{d:?}");
+    }
+}

@@ -7,6 +7,7 @@ use std::io;
 
 pub mod anon_fault;
 pub mod own_part;
+pub mod page_lock;
 pub mod same_page;
 
 /// A scenario: its name on the command line, what it reproduces, and the
@@ -32,6 +33,11 @@ pub const ALL: &[Scenario] = &[
         name: "anon-fault",
         about: "seed 002: anonymous first-touch faults, per-CPU free lists vs one global lock, beside the kernel",
         run: anon_fault::run,
+    },
+    Scenario {
+        name: "page-lock",
+        about: "seed 003: CDN-like serving of small cached files; global page mutex vs hashed page locks vs per-page bits; ministat and lock profile",
+        run: page_lock::run,
     },
     Scenario {
         name: "same-page",
