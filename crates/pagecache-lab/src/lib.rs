@@ -3,9 +3,9 @@
 //! `pagecache` side by side and the kernel's page cache measured in the same
 //! run. `main.rs` is only the command line.
 //!
-//! Scenarios so far: `own-part` (seed 000), `anon-fault` (seed 002) and
-//! `same-page` (pread2). Still to come (issue 4): `same-file` (seed 001),
-//! `page-lock` (seed 003), `page-fault1` (seed 004), `compare`, SVG plots,
+//! Scenarios so far: `own-part` (seed 000), `anon-fault` (seed 002),
+//! `page-lock` (seed 003) and `same-page` (pread2). Still to come (issue 4):
+//! `same-file` (seed 001), `page-fault1` (seed 004), `compare`, SVG plots,
 //! a progress bar.
 
 pub mod ministat;
