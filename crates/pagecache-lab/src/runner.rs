@@ -111,6 +111,51 @@ where
     })
 }
 
+/// Runs `f` once to warm up (discarded; skipped in tiny test runs), then
+/// `o.runs` times, returning the measured results. `label` names the
+/// configuration in the progress line.
+pub fn repeat<T>(
+    o: &Opts,
+    label: &str,
+    mut f: impl FnMut() -> io::Result<T>,
+) -> io::Result<Vec<T>> {
+    if !o.tiny {
+        progress(label, 0, o.runs);
+        f()?;
+    }
+    let mut v = Vec::with_capacity(o.runs);
+    for k in 0..o.runs {
+        progress(label, k + 1, o.runs);
+        v.push(f()?);
+    }
+    Ok(v)
+}
+
+/// A one-line progress indicator on standard error, redrawn in place when
+/// it is a terminal (nothing otherwise, so logs stay clean).
+pub fn progress(label: &str, done: usize, total: usize) {
+    use std::io::IsTerminal;
+    let err = std::io::stderr();
+    if !err.is_terminal() {
+        return;
+    }
+    let width = 20;
+    let filled = (done * width).checked_div(total).unwrap_or(width);
+    let what = if done == 0 {
+        "warm-up".to_string()
+    } else {
+        format!("run {done}/{total}")
+    };
+    eprint!(
+        "\r[{}{}] {label}: {what}\x1b[K",
+        "#".repeat(filled),
+        ".".repeat(width - filled)
+    );
+    if done == total {
+        eprint!("\r\x1b[K");
+    }
+}
+
 /// Median of `v` (which it sorts).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

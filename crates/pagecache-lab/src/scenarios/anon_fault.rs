@@ -4,7 +4,7 @@
 //! faults on the same sizes. Table shape: `Gb Rep Threads User System Wall
 //! flt/cpu/s fault/wsec`.
 
-use crate::runner::{measure, median_run, Opts, Sample, Table};
+use crate::runner::{measure, median_run, repeat, Opts, Sample, Table};
 use pagecache::{Config, PageCache, PoolKind};
 use std::io;
 
@@ -102,14 +102,15 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             ],
         );
         for &threads in &o.threads {
-            let mut samples = Vec::new();
-            for _ in 0..o.runs {
-                samples.push(match which {
-                    0 => ours(PoolKind::PerCpu, total, reps, threads)?,
-                    1 => ours(PoolKind::Global, total, reps, threads)?,
-                    _ => kernel(total, reps, threads)?,
-                });
-            }
+            let samples = repeat(
+                o,
+                &format!("anon-fault {name}, {threads} threads"),
+                || match which {
+                    0 => ours(PoolKind::PerCpu, total, reps, threads),
+                    1 => ours(PoolKind::Global, total, reps, threads),
+                    _ => kernel(total, reps, threads),
+                },
+            )?;
             let s = median_run(&samples);
             t.row(vec![
                 format!("{gb:.3}"),

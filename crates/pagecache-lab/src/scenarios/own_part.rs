@@ -13,7 +13,7 @@
 //! Columns as the seed's: design, tasks, user s, sys s, elapsed s, %CPU,
 //! pages/s.
 
-use crate::runner::{measure, median_run, Opts, Sample, Table};
+use crate::runner::{measure, median_run, repeat, Opts, Sample, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -183,10 +183,10 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         Design::KernelPread,
     ] {
         for &threads in &o.threads {
-            let mut samples = Vec::new();
-            for _ in 0..o.runs {
-                samples.push(run_one(&file, &std_file, design, pages, rounds, threads)?);
-            }
+            let label = format!("own-part {}, {threads} tasks", design.name());
+            let samples = repeat(o, &label, || {
+                run_one(&file, &std_file, design, pages, rounds, threads)
+            })?;
             let s = median_run(&samples);
             t.row(vec![
                 design.name().to_string(),

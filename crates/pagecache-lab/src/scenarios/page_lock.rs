@@ -14,7 +14,7 @@
 //! profiling does not tax only the "before" designs.
 
 use crate::ministat;
-use crate::runner::{measure, Opts, Table};
+use crate::runner::{measure, repeat, Opts, Table};
 use pagecache::stats::lockstat::{self, LockProfile};
 use pagecache::{Config, File, PageCache};
 use std::io;
@@ -207,10 +207,10 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     let mut results: Vec<Vec<f64>> = Vec::new();
     for &d in &designs {
         let locks = Locks::new(d, false);
-        let mut v = Vec::new();
-        for _ in 0..runs {
-            v.push(sample(&files, pages, &locks, threads, requests)?.0);
-        }
+        let ro = Opts { runs, ..o.clone() };
+        let v = repeat(&ro, &format!("page-lock {}", d.name()), || {
+            Ok(sample(&files, pages, &locks, threads, requests)?.0)
+        })?;
         results.push(v);
     }
     let mut summary = Table::new(

@@ -3,7 +3,7 @@
 //! against a pinned read (one refcount RMW pair per read) and the kernel's
 //! `pread` of the same bytes.
 
-use crate::runner::{measure, median, stddev, Opts, Table};
+use crate::runner::{measure, median, repeat, stddev, Opts, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -48,8 +48,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     ] {
         let mut base = None;
         for &threads in &o.threads {
-            let mut rates = Vec::new();
-            for _ in 0..o.runs {
+            let mut rates = repeat(o, &format!("same-page {name}, {threads} threads"), || {
                 let s = measure(threads, |_| {
                     let mut b = [0u8; 64];
                     for _ in 0..n {
@@ -71,8 +70,8 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                     }
                     Ok(n)
                 })?;
-                rates.push(s.rate() / 1e6);
-            }
+                Ok(s.rate() / 1e6)
+            })?;
             let sd = stddev(&rates);
             let m = median(&mut rates);
             let b = *base.get_or_insert(m);
