@@ -34,8 +34,8 @@
 //! optimistic file reader may still be validating a copy from the recycled
 //! frame (its version check discards it).
 
-use crate::cache::{context, Inner};
-use crate::frame::state::{refs, PinFail, PinKind, Released, REMOVED, UNEVICTABLE, UPTODATE};
+use crate::cache::{context, Inner, PinMiss};
+use crate::frame::state::{refs, PinFail, Released, UNEVICTABLE, UPTODATE};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
 use std::io;
@@ -137,24 +137,13 @@ impl AnonRegion {
         self.check(index)?;
         loop {
             let f = self.get(index)?;
-            let d = self.cache.desc(f);
-            if !d.try_lock() {
-                // Never wait for a latch while pinned (see `try_lock`).
-                self.cache.release(f);
-                d.wait_unlocked_as(self.id, index);
-                continue;
+            if self.cache.latch_pinned(f, self.id, index) {
+                self.cache.desc(f).begin_change();
+                return Ok(AnonMut {
+                    region: self,
+                    frame: f,
+                });
             }
-            if d.load() & REMOVED != 0 {
-                let _ = d.unlock(0, 0);
-                self.cache.release(f);
-                continue;
-            }
-            d.wait_drained();
-            d.begin_change();
-            return Ok(AnonMut {
-                region: self,
-                frame: f,
-            });
         }
     }
 
@@ -186,18 +175,18 @@ impl AnonRegion {
             let e = slot.load(Ordering::Acquire);
             if e != 0 {
                 let f = e - 1;
-                let d = self.cache.desc(f);
-                match d.try_pin(PinKind::User) {
-                    Ok(s) => {
-                        if s & REMOVED == 0 && d.identity() == (self.id, index) {
-                            self.cache.counters.add(Counter::Hits, 1);
-                            return Ok(f);
-                        }
-                        self.cache.release(f);
+                match self.cache.pin_as(f, self.id, index) {
+                    Ok(f) => {
+                        self.cache.counters.add(Counter::Hits, 1);
+                        return Ok(f);
                     }
-                    Err(PinFail::Locked) => d.wait_unlocked_as(self.id, index),
-                    Err(PinFail::Free) => std::thread::yield_now(),
-                    Err(PinFail::Overflow) => {
+                    Err(PinMiss::Stale) => {}
+                    Err(PinMiss::Fail(PinFail::Locked)) => {
+                        self.cache.desc(f).wait_unlocked_as(self.id, index)
+                    }
+                    // Being freed by `free`: the slot is about to read 0.
+                    Err(PinMiss::Fail(PinFail::Free)) => std::thread::yield_now(),
+                    Err(PinMiss::Fail(PinFail::Overflow)) => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,
                             format!("anonymous region: page {index}: too many pins"),

@@ -494,8 +494,15 @@ impl Drop for PageMut<'_> {
         let start = self.index * ps;
         if len < start + ps {
             let keep = len.saturating_sub(start) as usize;
-            // SAFETY: still latched with the version odd.
-            unsafe { self.file.cache.frames.bytes_mut(self.frame)[keep..].fill(0) };
+            // SAFETY: still latched with the version odd; the range ends at
+            // the end of the frame. Atomic stores, as everywhere a frame's
+            // bytes may race a stale optimistic reader (see `cache::copy`).
+            unsafe {
+                crate::cache::atomic_zero(
+                    self.file.cache.frames.ptr(self.frame).add(keep),
+                    ps as usize - keep,
+                )
+            };
         }
         self.file
             .cache

@@ -93,7 +93,7 @@
 
 use crate::frame::alloc::{FrameAllocator, Pool, PoolKind};
 use crate::frame::state::{
-    refs, FrameDesc, PinFail, PinKind, Released, DIRTY, LOCKED, REMOVED, UPTODATE,
+    refs, FrameDesc, PinFail, PinKind, Released, DIRTY, LOCKED, REFERENCED, REMOVED, UPTODATE,
 };
 use crate::frame::{FrameNo, FrameTable};
 use crate::index::{NodeArena, Tree};
@@ -210,6 +210,28 @@ pub(crate) struct Inner {
     reclaiming: CachePadded<AtomicUsize>,
     pub(crate) page_size: usize,
     pub(crate) shift: u32,
+}
+
+/// Outcome of an optimistic read (protocol 5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Optimistic {
+    /// The bytes were copied and validated.
+    Copied,
+    /// Not cached: the full path reads it.
+    Miss,
+    /// Cached but busy (being written, filled, removed) or the version kept
+    /// changing: the full path pins it.
+    Fallback,
+}
+
+/// Why [`Inner::pin_as`] did not return a pinned page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PinMiss {
+    /// The pin itself failed (frame free/frozen, latched, or overflow).
+    Fail(PinFail),
+    /// Pinned, but the frame holds another page (or a removed one), or the
+    /// frame number was out of range; the reference was dropped.
+    Stale,
 }
 
 /// Outcome of pinning a tagged page for write-back.
@@ -530,22 +552,33 @@ impl Inner {
 
     // ----- lookup (5.1) and miss (5.3) -------------------------------------
 
-    /// Protocol 5.1, first attempt only, inlined into the hit paths: load the
-    /// slot, pin, check identity. `Err(())` means "take the full path"
-    /// ([`Inner::find_get`]), which also handles misses authoritatively.
+    /// Protocol 5.1 steps 2-3 on frame `f`, read from a slot without a
+    /// pin: take a reference unless free or latched, then re-check that the
+    /// frame still holds page `(owner, index)` and was not removed. The one
+    /// place these steps are written; every lookup (file pages, gang,
+    /// anonymous pages) goes through it.
     #[inline(always)]
-    fn find_get_fast(&self, fs: &FileShared, index: u64) -> Result<FrameNo, ()> {
-        let f = fs.tree.lookup(&self.nodes, index).ok_or(())?;
+    pub(crate) fn pin_as(&self, f: FrameNo, owner: u64, index: u64) -> Result<FrameNo, PinMiss> {
         if f as usize >= self.frames.len() {
-            return Err(());
+            return Err(PinMiss::Stale); // garbage from a recycled index node
         }
         let d = self.desc(f);
-        let s = d.try_pin(PinKind::User).map_err(|_| ())?;
-        if s & REMOVED == 0 && d.identity() == (fs.id, index) {
+        let s = d.try_pin(PinKind::User).map_err(PinMiss::Fail)?;
+        if s & REMOVED == 0 && d.identity() == (owner, index) {
+            debug_assert!(s & UPTODATE != 0, "unlatched page not up to date");
             return Ok(f);
         }
         self.release(f);
-        Err(())
+        Err(PinMiss::Stale)
+    }
+
+    /// Protocol 5.1, first attempt only, inlined into the hit paths. `None`
+    /// means "take the full path" ([`Inner::find_get`]), which also decides
+    /// misses authoritatively.
+    #[inline(always)]
+    fn find_get_fast(&self, fs: &FileShared, index: u64) -> Option<FrameNo> {
+        let f = fs.tree.lookup(&self.nodes, index)?;
+        self.pin_as(f, fs.id, index).ok()
     }
 
     /// Protocol 5.1. Returns the pinned frame of `(fs, index)` if cached.
@@ -557,21 +590,14 @@ impl Inner {
             let Some(f) = fs.tree.lookup(&self.nodes, index) else {
                 return Ok(None);
             };
-            if f as usize >= self.frames.len() {
-                return Ok(None); // garbage from a recycled node: locked path decides
-            }
-            let d = self.desc(f);
-            // 2. pin unless free/frozen or latched
-            match d.try_pin(PinKind::User) {
-                Ok(s) => {
-                    // 3. identity re-check under the pin
-                    if s & REMOVED == 0 && d.identity() == (fs.id, index) {
-                        debug_assert!(s & UPTODATE != 0, "unlatched page in index not up to date");
-                        return Ok(Some(f));
-                    }
-                    self.release(f);
+            // 2-3. pin unless free/frozen or latched; re-check identity
+            match self.pin_as(f, fs.id, index) {
+                Ok(f) => return Ok(Some(f)),
+                Err(PinMiss::Stale) if f as usize >= self.frames.len() => {
+                    return Ok(None); // garbage from a recycled node: locked path decides
                 }
-                Err(PinFail::Free) => {
+                Err(PinMiss::Stale) => {}
+                Err(PinMiss::Fail(PinFail::Free)) => {
                     if retries >= SPIN_RETRIES {
                         // Wait for the remover (it holds the tree lock until
                         // the slot is cleared) instead of spinning.
@@ -579,8 +605,8 @@ impl Inner {
                     }
                 }
                 // Only this page's latch: see `wait_unlocked_as`.
-                Err(PinFail::Locked) => d.wait_unlocked_as(fs.id, index),
-                Err(PinFail::Overflow) => {
+                Err(PinMiss::Fail(PinFail::Locked)) => self.desc(f).wait_unlocked_as(fs.id, index),
+                Err(PinMiss::Fail(PinFail::Overflow)) => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
                         format!(
@@ -599,17 +625,9 @@ impl Inner {
     /// slot. `None` on any failure (the caller takes the full path).
     #[inline(always)]
     pub(crate) fn pin_in_leaf(&self, fs: &FileShared, index: u64, f: FrameNo) -> Option<FrameNo> {
-        if f as usize >= self.frames.len() {
-            return None;
-        }
-        let d = self.desc(f);
-        let s = d.try_pin(PinKind::User).ok()?;
-        if s & REMOVED == 0 && d.identity() == (fs.id, index) {
-            self.count(Counter::Hits);
-            return Some(f);
-        }
-        self.release(f);
-        None
+        let f = self.pin_as(f, fs.id, index).ok()?;
+        self.count(Counter::Hits);
+        Some(f)
     }
 
     /// Lookup, else protocol 5.3. On `Got::Inserted` the caller holds the
@@ -712,7 +730,7 @@ impl Inner {
     /// A pinned, up-to-date page (hit, or miss filled by us).
     #[inline(always)]
     pub(crate) fn get_page(&self, fs: &FileShared, index: u64) -> io::Result<FrameNo> {
-        if let Ok(f) = self.find_get_fast(fs, index) {
+        if let Some(f) = self.find_get_fast(fs, index) {
             self.count(Counter::Hits);
             return Ok(f);
         }
@@ -748,22 +766,9 @@ impl Inner {
             match self.get_or_insert(fs, index)? {
                 Got::Hit(f) => {
                     self.count(Counter::Hits);
-                    let d = self.desc(f);
-                    if !d.try_lock() {
-                        // Another latch holder: it may be waiting for our
-                        // pin, so drop it before waiting (see `try_lock`).
-                        self.release(f);
-                        d.wait_unlocked_as(fs.id, index);
-                        continue;
+                    if self.latch_pinned(f, fs.id, index) {
+                        return Ok(f);
                     }
-                    if d.load() & REMOVED != 0 {
-                        // Truncated between pin and latch: try again.
-                        let _ = d.unlock(0, 0);
-                        self.release(f);
-                        continue;
-                    }
-                    d.wait_drained();
-                    return Ok(f);
                 }
                 Got::Inserted(f) => {
                     if !overwrite {
@@ -773,6 +778,29 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Protocol 5.5 steps 1-2 on a page the caller pinned as `(owner,
+    /// index)`: claim the latch and wait for older pins to drain. Returns
+    /// false if that was not possible — another latch holder (which may be
+    /// waiting for our pin: never wait for a latch while pinned, see
+    /// `try_lock`), or the page was removed meanwhile. Then the caller's pin
+    /// has been dropped, the holder (if any) waited for, and the caller
+    /// retries its lookup. The one place this is written.
+    pub(crate) fn latch_pinned(&self, f: FrameNo, owner: u64, index: u64) -> bool {
+        let d = self.desc(f);
+        if !d.try_lock() {
+            self.release(f);
+            d.wait_unlocked_as(owner, index);
+            return false;
+        }
+        if d.load() & REMOVED != 0 {
+            let _ = d.unlock(0, 0);
+            self.release(f);
+            return false;
+        }
+        d.wait_drained();
+        true
     }
 
     /// Ends a write section on a latched page: version even, `DIRTY` and
@@ -791,22 +819,22 @@ impl Inner {
     // ----- read_at / write_at ---------------------------------------------
 
     /// Protocol 5.4: copies `dst.len()` bytes from offset `off` of page
-    /// `index` with no reference. False means "use a pin".
+    /// `index` with no reference.
     #[inline]
-    pub(crate) fn read_optimistic(
+    fn read_optimistic(
         &self,
         fs: &FileShared,
         index: u64,
         off: usize,
         dst: &mut [u8],
-    ) -> bool {
+    ) -> Optimistic {
         for _ in 0..OPTIMISTIC_TRIES {
             // 1.
             let Some(f) = fs.tree.lookup(&self.nodes, index) else {
-                return false;
+                return Optimistic::Miss;
             };
             if f as usize >= self.frames.len() {
-                return false;
+                return Optimistic::Miss;
             }
             let d = self.desc(f);
             // 2.
@@ -816,7 +844,7 @@ impl Inner {
             // 3.
             let s = d.load();
             if s & (UPTODATE | REMOVED) != UPTODATE || d.identity() != (fs.id, index) {
-                return false;
+                return Optimistic::Fallback;
             }
             // 4.
             // SAFETY: `ptr(f) + off .. + dst.len()` is inside frame f
@@ -825,13 +853,13 @@ impl Inner {
             unsafe { atomic_load_copy(dst, self.frames.ptr(f).add(off)) };
             // 5.
             if d.read_validate(v) {
-                if s & crate::frame::state::REFERENCED == 0 {
-                    let _ = d.set_bits(crate::frame::state::REFERENCED);
+                if s & REFERENCED == 0 {
+                    d.mark_referenced();
                 }
-                return true;
+                return Optimistic::Copied;
             }
         }
-        false
+        Optimistic::Fallback
     }
 
     pub(crate) fn read_at(
@@ -849,15 +877,6 @@ impl Inner {
         let end = len.min(offset.saturating_add(buf.len() as u64));
         let total = (end - offset) as usize;
         let ps = self.page_size;
-        let off = (offset & (ps as u64 - 1)) as usize;
-        if off + total <= ps && total < OPTIMISTIC_MAX {
-            // Fast path: a small read inside one page.
-            let index = offset >> self.shift;
-            if self.read_optimistic(fs, index, off, &mut buf[..total]) {
-                self.counters.add(Counter::OptimisticReads, 1);
-                return Ok(total);
-            }
-        }
         let mut done = 0;
         let mut optimistic = 0;
         while done < total {
@@ -869,10 +888,15 @@ impl Inner {
             // Large copies go through a pin so they can use the vectorised
             // memcpy (word-by-word atomic loads cost 2x on a 4 KiB page); the
             // one refcount RMW pair is small next to such a copy.
-            if n < OPTIMISTIC_MAX && self.read_optimistic(fs, index, off, dst) {
+            let tried = if n < OPTIMISTIC_MAX {
+                self.read_optimistic(fs, index, off, dst)
+            } else {
+                Optimistic::Miss
+            };
+            if tried == Optimistic::Copied {
                 optimistic += 1;
             } else {
-                if n < OPTIMISTIC_MAX && fs.tree.lookup(&self.nodes, index).is_some() {
+                if tried == Optimistic::Fallback {
                     self.count(Counter::OptimisticFallbacks);
                 }
                 let f = self.get_page(fs, index)?;
@@ -1190,14 +1214,10 @@ impl Inner {
         if new_len % ps != 0 {
             let last = new_len / ps;
             while let Some(f) = self.find_get(fs, last)? {
-                let d = self.desc(f);
-                if !d.try_lock() {
-                    // Drop our pin before waiting (see `try_lock`).
-                    self.release(f);
-                    d.wait_unlocked_as(fs.id, last);
+                if !self.latch_pinned(f, fs.id, last) {
                     continue;
                 }
-                d.wait_drained();
+                let d = self.desc(f);
                 d.begin_change();
                 let tail = (new_len % ps) as usize;
                 // SAFETY: latched, drained, version odd: exclusive; the range

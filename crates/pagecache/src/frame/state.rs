@@ -715,6 +715,13 @@ mod tests {
 }
 
 impl FrameDesc {
+    /// Sets the reference bit for a reader that took no pin (an optimistic
+    /// read); callers only do so when they saw it clear.
+    pub fn mark_referenced(&self) {
+        // Relaxed: a hint for replacement only; no data is published.
+        self.state.fetch_or(REFERENCED, Ordering::Relaxed);
+    }
+
     /// Clears the CLOCK reference bit (aging by a replacement policy).
     pub fn state_clear_referenced(&self) {
         // Relaxed: a hint for replacement only; no data is published.
