@@ -33,6 +33,9 @@
 //! faulting a fresh zero page. Zeroing uses atomic stores because an
 //! optimistic file reader may still be validating a copy from the recycled
 //! frame (its version check discards it).
+//!
+//! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) checks the
+//! core: two racing faulters and a free, using these descriptor operations.
 
 use crate::cache::{context, Inner, PinMiss};
 use crate::frame::state::{refs, PinFail, Released, UNEVICTABLE, UPTODATE};

@@ -266,3 +266,80 @@ fn replacement_batch_submission_and_draining() {
         assert!(q.is_empty());
     });
 }
+
+/// Anonymous first touch (two faulters race to publish their frame with a
+/// slot CAS; the loser undoes) against `free` (swap the slot to 0, then the
+/// orphan step). Exactly one frame is ever published, the loser's frame is
+/// never visible, and every reference is accounted for at the end.
+#[test]
+fn anon_first_touch_vs_free() {
+    use loom::sync::atomic::AtomicU32;
+    const REGION: u64 = (1 << 63) | 1;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let frames = Arc::new([FrameDesc::new(), FrameDesc::new()]);
+        let slot = Arc::new(AtomicU32::new(0));
+        // A faulter owns frame `f` (allocated: refcount 0, no identity).
+        let fault = |frames: &[FrameDesc; 2], slot: &AtomicU32, f: u32| -> bool {
+            let d = &frames[f as usize];
+            d.begin_change();
+            d.set_identity(REGION, 0);
+            d.end_change();
+            d.publish_state(2 | UPTODATE); // the region's reference + ours
+            if slot
+                .compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            d.reset(); // never visible: undo
+            false
+        };
+        let (f1, s1) = (frames.clone(), slot.clone());
+        let a = thread::spawn(move || fault(&f1, &s1, 0));
+        let (f2, s2) = (frames.clone(), slot.clone());
+        let freer = thread::spawn(move || {
+            let e = s2.swap(0, Ordering::AcqRel);
+            if e != 0 {
+                // orphan: the region's reference goes; last one frees
+                if f2[(e - 1) as usize].orphan() == Released::Last {
+                    f2[(e - 1) as usize].reset();
+                }
+            }
+            e
+        });
+        let won_b = fault(&frames, &slot, 1);
+        let won_a = a.join().unwrap();
+        let freed = freer.join().unwrap();
+        let left = slot.load(Ordering::Acquire);
+        // At most one published at a time; a second win needs a free between.
+        assert!(
+            !(won_a && won_b) || freed != 0,
+            "two frames published for one page"
+        );
+        for (f, won) in [(0u32, won_a), (1u32, won_b)] {
+            let d = &frames[f as usize];
+            if !won {
+                assert_eq!(refs(d.load()), 0, "loser's frame {f} not undone");
+                continue;
+            }
+            let published_now = left == f + 1;
+            let was_freed = freed == f + 1;
+            assert!(
+                published_now ^ was_freed,
+                "frame {f}: in the slot or freed, exactly one"
+            );
+            // Our pin, plus the region's unless the free orphaned it.
+            let expect = if was_freed { 1 } else { 2 };
+            assert_eq!(refs(d.load()), expect, "frame {f}");
+            assert_eq!(d.load() & REMOVED != 0, was_freed);
+            let last = d.release();
+            assert_eq!(
+                last == Released::Last,
+                was_freed,
+                "orphan freed by its last pin"
+            );
+        }
+    });
+}
