@@ -139,13 +139,13 @@ impl<T> Mutex<T> {
             let class = self.class.0;
             let g = match self.inner.try_lock() {
                 Some(g) => {
-                    crate::stats::lockstat::acquired(class, false, None);
+                    crate::stats::lockstat::acquired(class, None);
                     g
                 }
                 None => {
                     let t = std::time::Instant::now();
                     let g = self.inner.lock();
-                    crate::stats::lockstat::acquired(class, true, Some(t));
+                    crate::stats::lockstat::acquired(class, Some(t));
                     g
                 }
             };

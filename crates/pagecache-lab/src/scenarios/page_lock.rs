@@ -15,10 +15,9 @@
 
 use crate::ministat;
 use crate::runner::{measure, repeat, Opts, Table};
-use pagecache::stats::lockstat::{self, LockProfile};
+use pagecache::stats::lockstat::{self, LockCounters, LockProfile};
 use pagecache::{Config, File, PageCache};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -61,23 +60,13 @@ impl Design {
 #[derive(Debug, Default)]
 struct Padded(Mutex<()>);
 
-/// Lock counters of the lab's own page locks (only in the profiled run).
-#[derive(Debug, Default)]
-struct Prof {
-    count: AtomicU64,
-    contended: AtomicU64,
-    wait_total: AtomicU64,
-    wait_max: AtomicU64,
-    hold_total: AtomicU64,
-    hold_max: AtomicU64,
-}
-
 /// The page locks of one design (none for per-page bits).
 #[derive(Debug)]
 pub struct Locks {
     design: Design,
     locks: Vec<Padded>,
-    prof: Option<Prof>,
+    /// Only in the profiled run.
+    prof: Option<LockCounters>,
 }
 
 impl Locks {
@@ -91,7 +80,7 @@ impl Locks {
         Locks {
             design,
             locks: (0..n).map(|_| Padded::default()).collect(),
-            prof: profile.then(Prof::default),
+            prof: profile.then(LockCounters::new),
         }
     }
 
@@ -108,43 +97,31 @@ impl Locks {
             return f();
         };
         let g: MutexGuard<'_, ()> = match m.try_lock() {
-            Ok(g) => g,
+            Ok(g) => {
+                p.acquired(None);
+                g
+            }
             Err(_) => {
                 let t = Instant::now();
                 let g = m.lock().unwrap_or_else(|e| e.into_inner());
-                let w = t.elapsed().as_nanos() as u64;
-                p.contended.fetch_add(1, Ordering::Relaxed);
-                p.wait_total.fetch_add(w, Ordering::Relaxed);
-                p.wait_max.fetch_max(w, Ordering::Relaxed);
+                p.acquired(Some(t));
                 g
             }
         };
-        p.count.fetch_add(1, Ordering::Relaxed);
         let held = Instant::now();
         let r = f();
-        let h = held.elapsed().as_nanos() as u64;
         drop(g);
-        p.hold_total.fetch_add(h, Ordering::Relaxed);
-        p.hold_max.fetch_max(h, Ordering::Relaxed);
+        p.released(held);
         r
     }
 
     fn profile(&self) -> Option<LockProfile> {
-        let p = self.prof.as_ref()?;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Some(LockProfile {
-            name: match self.design {
-                Design::GlobalMutex => "global page mutex",
-                Design::Hashed(_) => "hashed page lock",
-                Design::PageBits => "none",
-            },
-            count: l(&p.count),
-            contended: l(&p.contended),
-            wait_total: l(&p.wait_total),
-            wait_max: l(&p.wait_max),
-            hold_total: l(&p.hold_total),
-            hold_max: l(&p.hold_max),
-        })
+        let name = match self.design {
+            Design::GlobalMutex => "global page mutex",
+            Design::Hashed(_) => "hashed page lock",
+            Design::PageBits => "none",
+        };
+        Some(self.prof.as_ref()?.profile(name))
     }
 }
 

@@ -18,9 +18,7 @@
 //! shared-line writes to every profiled acquisition, so measure scalability
 //! with the feature off and use it to find *which* lock hurts.
 
-#[cfg(feature = "lockstat")]
 use std::sync::atomic::{AtomicU64, Ordering};
-#[cfg(feature = "lockstat")]
 use std::time::Instant;
 
 /// A class of locks, profiled together.
@@ -80,8 +78,11 @@ impl LockClass {
     }
 }
 
-#[cfg(feature = "lockstat")]
-struct Class {
+/// The counters of one lock class: acquisitions, contention, wait and hold
+/// times. Public so that other lock implementations (the lab's baseline page
+/// locks) profile themselves with the same counters and table.
+#[derive(Debug)]
+pub struct LockCounters {
     count: AtomicU64,
     contended: AtomicU64,
     wait_total: AtomicU64,
@@ -90,54 +91,83 @@ struct Class {
     hold_max: AtomicU64,
 }
 
-#[cfg(feature = "lockstat")]
-static CLASSES: [Class; NCLASSES] = [const {
-    Class {
-        count: AtomicU64::new(0),
-        contended: AtomicU64::new(0),
-        wait_total: AtomicU64::new(0),
-        wait_max: AtomicU64::new(0),
-        hold_total: AtomicU64::new(0),
-        hold_max: AtomicU64::new(0),
+impl Default for LockCounters {
+    fn default() -> Self {
+        Self::new()
     }
-}; NCLASSES];
+}
+
+// Relaxed everywhere below: statistics, read as a snapshot.
+impl LockCounters {
+    /// All zero.
+    pub const fn new() -> Self {
+        LockCounters {
+            count: AtomicU64::new(0),
+            contended: AtomicU64::new(0),
+            wait_total: AtomicU64::new(0),
+            wait_max: AtomicU64::new(0),
+            hold_total: AtomicU64::new(0),
+            hold_max: AtomicU64::new(0),
+        }
+    }
+
+    /// One acquisition; `wait_since` is when a contended acquirer started
+    /// waiting (`None` if it got the lock at once).
+    pub fn acquired(&self, wait_since: Option<Instant>) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = wait_since {
+            let w = ns(t);
+            self.contended.fetch_add(1, Ordering::Relaxed);
+            self.wait_total.fetch_add(w, Ordering::Relaxed);
+            self.wait_max.fetch_max(w, Ordering::Relaxed);
+        }
+    }
+
+    /// One release of a lock acquired (after any wait) at `since`.
+    pub fn released(&self, since: Instant) {
+        let h = ns(since);
+        self.hold_total.fetch_add(h, Ordering::Relaxed);
+        self.hold_max.fetch_max(h, Ordering::Relaxed);
+    }
+
+    /// A snapshot under `name`.
+    pub fn profile(&self, name: &'static str) -> LockProfile {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LockProfile {
+            name,
+            count: l(&self.count),
+            contended: l(&self.contended),
+            wait_total: l(&self.wait_total),
+            wait_max: l(&self.wait_max),
+            hold_total: l(&self.hold_total),
+            hold_max: l(&self.hold_max),
+        }
+    }
+}
 
 #[cfg(feature = "lockstat")]
+static CLASSES: [LockCounters; NCLASSES] = [const { LockCounters::new() }; NCLASSES];
+
 fn ns(since: Instant) -> u64 {
     since.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
 
-// Relaxed everywhere below: statistics, read as a snapshot.
-
 #[cfg(feature = "lockstat")]
-/// Records one acquisition of `class`, with `wait` ns of waiting if it was
-/// contended.
-pub(crate) fn acquired(class: LockClass, contended: bool, wait_since: Option<Instant>) {
-    let c = &CLASSES[class as usize];
-    c.count.fetch_add(1, Ordering::Relaxed);
-    if contended {
-        c.contended.fetch_add(1, Ordering::Relaxed);
-    }
-    if let Some(t) = wait_since {
-        let w = ns(t);
-        c.wait_total.fetch_add(w, Ordering::Relaxed);
-        c.wait_max.fetch_max(w, Ordering::Relaxed);
-    }
+/// Records one acquisition of `class`, with the time waited if contended.
+pub(crate) fn acquired(class: LockClass, wait_since: Option<Instant>) {
+    CLASSES[class as usize].acquired(wait_since);
 }
 
 #[cfg(feature = "lockstat")]
 /// Records the release of a `class` lock acquired at `since`.
 pub(crate) fn released(class: LockClass, since: Instant) {
-    let c = &CLASSES[class as usize];
-    let h = ns(since);
-    c.hold_total.fetch_add(h, Ordering::Relaxed);
-    c.hold_max.fetch_max(h, Ordering::Relaxed);
+    CLASSES[class as usize].released(since);
 }
 
 #[cfg(feature = "lockstat")]
 /// Records one wait (page latches): counted as a contended acquisition.
 pub(crate) fn waited(class: LockClass, since: Instant) {
-    acquired(class, true, Some(since));
+    acquired(class, Some(since));
 }
 
 /// One class's counters (times in nanoseconds).
@@ -174,18 +204,7 @@ pub fn snapshot() -> Vec<LockProfile> {
 pub fn snapshot() -> Vec<LockProfile> {
     let mut v: Vec<LockProfile> = LockClass::ALL
         .iter()
-        .map(|&k| {
-            let c = &CLASSES[k as usize];
-            LockProfile {
-                name: k.name(),
-                count: c.count.load(Ordering::Relaxed),
-                contended: c.contended.load(Ordering::Relaxed),
-                wait_total: c.wait_total.load(Ordering::Relaxed),
-                wait_max: c.wait_max.load(Ordering::Relaxed),
-                hold_total: c.hold_total.load(Ordering::Relaxed),
-                hold_max: c.hold_max.load(Ordering::Relaxed),
-            }
-        })
+        .map(|&k| CLASSES[k as usize].profile(k.name()))
         .collect();
     v.sort_by_key(|p| std::cmp::Reverse(p.wait_total));
     v
