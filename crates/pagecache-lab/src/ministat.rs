@@ -72,40 +72,23 @@ fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
 }
 
 fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
-    let tiny = 1e-300;
+    // Lentz's method; every step updates c and d the same way.
+    const TINY: f64 = 1e-300;
+    let nz = |v: f64| if v.abs() < TINY { TINY } else { v };
     let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
     let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < tiny {
-        d = tiny;
-    }
-    d = 1.0 / d;
+    let mut d = 1.0 / nz(1.0 - qab * x / qap);
     let mut h = d;
+    let mut step = |aa: f64| {
+        d = 1.0 / nz(1.0 + aa * d);
+        c = nz(1.0 + aa / c);
+        d * c
+    };
     for m in 1..300 {
         let m = m as f64;
         let m2 = 2.0 * m;
-        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < tiny {
-            d = tiny;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < tiny {
-            c = tiny;
-        }
-        d = 1.0 / d;
-        h *= d * c;
-        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < tiny {
-            d = tiny;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < tiny {
-            c = tiny;
-        }
-        d = 1.0 / d;
-        let del = d * c;
+        h *= step(m * (b - m) * x / ((qam + m2) * (a + m2)));
+        let del = step(-(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)));
         h *= del;
         if (del - 1.0).abs() < 3e-16 {
             break;
