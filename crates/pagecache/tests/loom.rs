@@ -253,6 +253,7 @@ fn replacement_batch_submission_and_draining() {
                         frame: f,
                         key: f as u64,
                     },
+                    |_| true,
                 );
             }
         });

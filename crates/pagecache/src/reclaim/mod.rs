@@ -147,6 +147,18 @@ impl S3Fifo {
         }
     }
 
+    /// Whether `e` still stands for the page its frame holds: the frame is
+    /// cached (not free, removed or anonymous) with the same identity.
+    fn live(frames: &FrameTable, e: &s3fifo::Entry) -> bool {
+        if e.frame as usize >= frames.len() {
+            return false;
+        }
+        let d = frames.desc(e.frame);
+        let s = d.load();
+        let (o, i) = d.identity();
+        refs(s) != 0 && s & (REMOVED | UNEVICTABLE) == 0 && key(o, i) == e.key
+    }
+
     fn entry(frames: &FrameTable, f: FrameNo) -> s3fifo::Entry {
         let (o, i) = frames.desc(f).identity();
         s3fifo::Entry {
@@ -160,7 +172,8 @@ impl S3Fifo {
 impl ReplacementPolicy for S3Fifo {
     fn inserted(&self, frames: &FrameTable, f: FrameNo) {
         let c = crate::frame::alloc::current_cpu();
-        self.queues.submit(c, Self::entry(frames, f));
+        self.queues
+            .submit(c, Self::entry(frames, f), |e| Self::live(frames, e));
     }
 
     fn candidates(
@@ -173,15 +186,11 @@ impl ReplacementPolicy for S3Fifo {
         let c = crate::frame::alloc::current_cpu();
         let mut got = Vec::with_capacity(want);
         let examined = self.queues.evict(c, &mut got, want, 4 * want + 64, |e| {
-            if e.frame as usize >= frames.len() {
+            if !Self::live(frames, e) {
                 return s3fifo::Verdict::Gone;
             }
             let d = frames.desc(e.frame);
             let s = d.load();
-            let (o, i) = d.identity();
-            if refs(s) == 0 || s & (REMOVED | UNEVICTABLE) != 0 || key(o, i) != e.key {
-                return s3fifo::Verdict::Gone;
-            }
             if refs(s) != 1 || s & (LOCKED | WRITEBACK) != 0 || s & UPTODATE == 0 {
                 return s3fifo::Verdict::Busy;
             }
@@ -201,7 +210,8 @@ impl ReplacementPolicy for S3Fifo {
     }
 
     fn pass_len(&self, _frames: &FrameTable) -> usize {
-        self.queues.len()
+        // Lock-free: reclaim asks every round.
+        self.queues.len_hint()
     }
 }
 

@@ -30,10 +30,13 @@
 //! queue, or handed out as a candidate (after which the caller evicts it or
 //! puts it back). Entries for frames freed by other paths (truncate, file
 //! close) stay queued until popped, when the judge finds their identity
-//! changed and drops them ("Gone"), so queues hold at most one live entry
-//! per cached page plus a bounded number of stale ones.
+//! changed and drops them ("Gone"). So that a cache that never fills (and
+//! so never evicts) cannot accumulate them, a submission that leaves its
+//! shard over twice its capacity prunes it: stale entries go, and of several
+//! entries for one frame (the per-CPU pool hands a page's frame straight
+//! back when it is rewritten after a truncate) only the first stays.
 
-use crate::sync::{LockClass, Mutex};
+use crate::sync::{AtomicU64, LockClass, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::collections::{HashSet, VecDeque};
 
@@ -72,6 +75,8 @@ pub struct Shard {
     ghost_set: HashSet<u64>,
     small_target: usize,
     ghost_cap: usize,
+    /// Pages this shard is meant to hold (prune threshold: twice this).
+    cap: usize,
 }
 
 impl Shard {
@@ -80,8 +85,17 @@ impl Shard {
         Shard {
             small_target: (pages / 10).max(1),
             ghost_cap: pages.max(1),
+            cap: pages.max(1),
             ..Shard::default()
         }
+    }
+
+    /// Drops the entries `is_live` rejects, and every entry for a frame
+    /// that an earlier entry (main first, then small) already stands for.
+    pub fn prune(&mut self, mut is_live: impl FnMut(&Entry) -> bool) {
+        let mut seen = HashSet::with_capacity(self.len());
+        self.main.retain(|e| is_live(e) && seen.insert(e.frame));
+        self.small.retain(|e| is_live(e) && seen.insert(e.frame));
     }
 
     /// Admits a new page: to main if its key is a ghost, else to small.
@@ -146,6 +160,9 @@ impl Shard {
                 // Busy is not a reference: back where it came from.
                 Verdict::Busy if from_small => self.small.push_back(e),
                 Verdict::Busy | Verdict::Referenced => self.main.push_back(e),
+                // A second entry for a frame already chosen is a duplicate
+                // (see "prune" in the module docs): drop it.
+                Verdict::Cold if out.iter().any(|x| x.frame == e.frame) => {}
                 Verdict::Cold => {
                     if from_small {
                         self.remember(e.key);
@@ -168,11 +185,27 @@ impl Shard {
     }
 }
 
+/// A shard behind its lock, and a length hint readable without the lock.
+#[derive(Debug)]
+struct ShardCell {
+    q: Mutex<Shard>,
+    /// (A) queued entries as of the last unlock; a hint for `len_hint`.
+    len: AtomicU64,
+}
+
+impl ShardCell {
+    /// Publishes the length before the guard is dropped.
+    fn note_len(&self, s: &Shard) {
+        // Relaxed: a hint (reclaim's give-up bound), never used for safety.
+        self.len.store(s.len() as u64, Ordering::Relaxed);
+    }
+}
+
 /// Per-CPU pending batches and shards.
 #[derive(Debug)]
 pub struct Queues {
     pending: Box<[CachePadded<Mutex<Vec<Entry>>>]>,
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shards: Box<[CachePadded<ShardCell>]>,
 }
 
 impl Queues {
@@ -190,10 +223,10 @@ impl Queues {
                 .collect(),
             shards: (0..n)
                 .map(|_| {
-                    CachePadded::new(Mutex::with_class(
-                        Shard::new(pages / n),
-                        LockClass::Replacement,
-                    ))
+                    CachePadded::new(ShardCell {
+                        q: Mutex::with_class(Shard::new(pages / n), LockClass::Replacement),
+                        len: AtomicU64::new(0),
+                    })
                 })
                 .collect(),
         }
@@ -204,8 +237,10 @@ impl Queues {
         self.shards.len()
     }
 
-    /// Submission (steps 1-3 of the inserter).
-    pub fn submit(&self, c: usize, e: Entry) {
+    /// Submission (steps 1-3 of the inserter). `is_live` tells whether an
+    /// entry still stands for a cached page; it is consulted only when the
+    /// shard has grown past twice its capacity and is pruned.
+    pub fn submit(&self, c: usize, e: Entry, is_live: impl FnMut(&Entry) -> bool) {
         let c = c % self.pending.len();
         let batch = {
             let mut p = self.pending[c].lock();
@@ -215,10 +250,15 @@ impl Queues {
             }
             std::mem::replace(&mut *p, Vec::with_capacity(BATCH))
         };
-        let mut s = self.shards[c].lock();
+        let cell = &self.shards[c];
+        let mut s = cell.q.lock();
         for e in batch {
             s.admit(e);
         }
+        if s.len() > 2 * s.cap {
+            s.prune(is_live);
+        }
+        cell.note_len(&s);
     }
 
     /// Moves shard `c`'s pending batch into its queues.
@@ -227,10 +267,12 @@ impl Queues {
         if batch.is_empty() {
             return;
         }
-        let mut s = self.shards[c].lock();
+        let cell = &self.shards[c];
+        let mut s = cell.q.lock();
         for e in batch {
             s.admit(e);
         }
+        cell.note_len(&s);
     }
 
     /// Eviction (the reclaimer's steps 1-2): candidates from shard `c`
@@ -252,22 +294,38 @@ impl Queues {
             }
             let j = (c + d) % n;
             self.drain(j);
-            examined += self.shards[j]
-                .lock()
-                .evict(out, want, limit - examined, &mut judge);
+            let cell = &self.shards[j];
+            let mut s = cell.q.lock();
+            examined += s.evict(out, want, limit - examined, &mut judge);
+            cell.note_len(&s);
         }
         examined
     }
 
     /// Puts back a candidate that could not be evicted (to shard `c`).
     pub fn put_back(&self, c: usize, e: Entry) {
-        self.shards[c % self.shards.len()].lock().put_back(e);
+        let cell = &self.shards[c % self.shards.len()];
+        let mut s = cell.q.lock();
+        s.put_back(e);
+        cell.note_len(&s);
+    }
+
+    /// Entries queued or pending, without taking any lock: the shards'
+    /// length hints plus a full batch per CPU. An upper estimate for one
+    /// pass of eviction (`ReplacementPolicy::pass_len`).
+    pub fn len_hint(&self) -> usize {
+        self.shards
+            .iter()
+            // Relaxed: a hint.
+            .map(|c| c.len.load(Ordering::Relaxed) as usize)
+            .sum::<usize>()
+            + BATCH * self.pending.len()
     }
 
     /// Entries queued or pending (a snapshot, tests).
     pub fn len(&self) -> usize {
         self.pending.iter().map(|p| p.lock().len()).sum::<usize>()
-            + self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
+            + self.shards.iter().map(|s| s.q.lock().len()).sum::<usize>()
     }
 
     /// Whether nothing is queued or pending.
@@ -341,12 +399,39 @@ mod tests {
     fn submission_batches_and_drains_before_eviction() {
         let q = Queues::new(2, 64);
         for f in 0..5 {
-            q.submit(0, e(f)); // fewer than a batch: still pending
+            q.submit(0, e(f), |_| true); // fewer than a batch: still pending
         }
         assert_eq!(q.len(), 5);
         let mut out = Vec::new();
         q.evict(1, &mut out, 5, 100, |_| Verdict::Cold);
         assert_eq!(out.len(), 5, "pending batches are drained before giving up");
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_cache_that_never_evicts_does_not_accumulate_entries() {
+        // One shard of 32 pages; frame 3 re-inserted for the same page
+        // 10 000 times (rewrite after truncate), and 10 000 stale entries.
+        let q = Queues::new(1, 32);
+        for i in 0..10_000u32 {
+            q.submit(0, e(3), |x| x.frame == 3);
+            q.submit(0, e(1000 + i), |x| x.frame == 3);
+        }
+        let n = q.len();
+        assert!(n <= 2 * 32 + BATCH, "{n} entries queued for one live page");
+        assert!(q.len_hint() >= q.len() - BATCH, "hint tracks the queues");
+        let mut out = Vec::new();
+        q.evict(0, &mut out, 100, 1000, |x| {
+            if x.frame == 3 {
+                Verdict::Cold
+            } else {
+                Verdict::Gone
+            }
+        });
+        assert_eq!(
+            out.iter().filter(|x| x.frame == 3).count(),
+            1,
+            "one entry per frame"
+        );
     }
 }
