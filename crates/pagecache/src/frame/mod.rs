@@ -177,12 +177,6 @@ mod arena {
             &self.descs[f as usize]
         }
 
-        /// Frame number of a descriptor in this table.
-        pub fn frame_of(&self, d: &FrameDesc) -> FrameNo {
-            let off = (d as *const FrameDesc as usize) - (self.descs.ptr.as_ptr() as usize);
-            (off / std::mem::size_of::<FrameDesc>()) as FrameNo
-        }
-
         /// Start of frame `f`'s bytes.
         #[inline]
         pub fn ptr(&self, f: FrameNo) -> *mut u8 {

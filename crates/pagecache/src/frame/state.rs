@@ -436,14 +436,6 @@ impl FrameDesc {
         old
     }
 
-    /// Atomically sets bits with no wake-up (REFERENCED, DIRTY under the
-    /// latch). Returns the previous state.
-    pub fn set_bits(&self, bits: u64) -> u64 {
-        // AcqRel: DIRTY is the first half of the dirty-tag protocol (see
-        // `index`), ordered against write-back's clear of the tag.
-        self.state.fetch_or(bits, Ordering::AcqRel)
-    }
-
     /// Write-back step 1: clears `DIRTY` and sets `WRITEBACK` unless the page
     /// was removed. Returns whether the caller must write the page. The caller
     /// holds a pin, so the bytes cannot change until it releases it.
@@ -649,7 +641,7 @@ mod tests {
     fn freeze_requires_exact_refs_and_clean_page() {
         let f = cached_frame();
         assert!(f.freeze(2).is_err());
-        f.set_bits(DIRTY);
+        let _ = f.update(DIRTY, 0);
         assert!(f.freeze(1).is_err());
         f.update(0, DIRTY);
         let frozen = f.freeze(1).unwrap();
@@ -670,7 +662,7 @@ mod tests {
     #[test]
     fn writeback_clears_dirty_and_failure_restores_it() {
         let f = cached_frame();
-        f.set_bits(DIRTY);
+        let _ = f.update(DIRTY, 0);
         assert!(f.start_writeback());
         assert_eq!(f.load() & (DIRTY | WRITEBACK), WRITEBACK);
         assert!(
