@@ -37,7 +37,7 @@
 //! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) checks the
 //! core: two racing faulters and a free, using these descriptor operations.
 
-use crate::cache::{context, Inner, PinMiss};
+use crate::cache::{context, FramePin, Inner, PinMiss};
 use crate::frame::state::{refs, PinFail, Released, UNEVICTABLE, UPTODATE};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
@@ -129,8 +129,7 @@ impl AnonRegion {
         self.check(index)?;
         let frame = self.get(index)?;
         Ok(AnonRef {
-            region: self,
-            frame,
+            pin: FramePin::new(&self.cache, frame),
         })
     }
 
@@ -235,33 +234,15 @@ impl Drop for AnonRegion {
 }
 
 /// A pinned anonymous page; dereferences to its bytes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AnonRef<'a> {
-    region: &'a AnonRegion,
-    frame: FrameNo,
+    pin: FramePin<'a>,
 }
 
 impl Deref for AnonRef<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: pinned for our whole life: the bytes do not change.
-        unsafe { self.region.cache.frames.bytes(self.frame) }
-    }
-}
-
-impl Clone for AnonRef<'_> {
-    fn clone(&self) -> Self {
-        self.region.cache.desc(self.frame).pin_more();
-        AnonRef {
-            region: self.region,
-            frame: self.frame,
-        }
-    }
-}
-
-impl Drop for AnonRef<'_> {
-    fn drop(&mut self) {
-        self.region.cache.release(self.frame);
+        &self.pin
     }
 }
 

@@ -1,7 +1,7 @@
 //! Layer 7, api: the handles users hold.
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
-use crate::cache::{FileShared, Inner};
+use crate::cache::{FileShared, FramePin, Inner};
 pub use crate::frame::alloc::PoolKind;
 use crate::frame::state::DIRTY;
 use crate::frame::FrameNo;
@@ -298,8 +298,7 @@ impl File {
         self.check_page(index)?;
         let frame = self.inner().get_page(&self.shared, index)?;
         Ok(PageRef {
-            file: self,
-            frame,
+            pin: FramePin::new(&self.cache, frame),
             index,
         })
     }
@@ -346,8 +345,7 @@ impl File {
                         break;
                     };
                     out.push(PageRef {
-                        file: self,
-                        frame,
+                        pin: FramePin::new(&self.cache, frame),
                         index: i,
                     });
                     i += 1;
@@ -361,8 +359,7 @@ impl File {
                 // A miss or contention at `i`: the full path (may read).
                 let frame = inner.get_page(&self.shared, i)?;
                 out.push(PageRef {
-                    file: self,
-                    frame,
+                    pin: FramePin::new(&self.cache, frame),
                     index: i,
                 });
                 i += 1;
@@ -413,10 +410,9 @@ impl File {
 
 /// A pinned page: its bytes do not change while it lives. Dereferences to
 /// the whole page (`page_size` bytes; past end of file they are zero).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PageRef<'a> {
-    file: &'a File,
-    frame: FrameNo,
+    pin: FramePin<'a>,
     index: u64,
 }
 
@@ -431,26 +427,7 @@ impl Deref for PageRef<'_> {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        // SAFETY: we hold a pin on `frame` for our whole life.
-        unsafe { self.file.cache.frames.bytes(self.frame) }
-    }
-}
-
-impl Clone for PageRef<'_> {
-    fn clone(&self) -> Self {
-        self.file.cache.desc(self.frame).pin_more();
-        PageRef {
-            file: self.file,
-            frame: self.frame,
-            index: self.index,
-        }
-    }
-}
-
-impl Drop for PageRef<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.file.cache.release(self.frame);
+        &self.pin
     }
 }
 

@@ -212,6 +212,51 @@ pub(crate) struct Inner {
     pub(crate) shift: u32,
 }
 
+/// A pin on one frame, held for the guard's life: dereferences to the
+/// frame's bytes (which cannot change while pinned), clones by taking one
+/// more reference, and drops through the common release path. The one
+/// guard behind `PageRef` and `AnonRef`.
+#[derive(Debug)]
+pub(crate) struct FramePin<'a> {
+    cache: &'a Inner,
+    frame: FrameNo,
+}
+
+impl<'a> FramePin<'a> {
+    /// Wraps a pin the caller holds on `frame` (ownership of the reference
+    /// moves into the guard).
+    #[inline]
+    pub(crate) fn new(cache: &'a Inner, frame: FrameNo) -> Self {
+        FramePin { cache, frame }
+    }
+}
+
+impl std::ops::Deref for FramePin<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold a pin on `frame` for our whole life.
+        unsafe { self.cache.frames.bytes(self.frame) }
+    }
+}
+
+impl Clone for FramePin<'_> {
+    fn clone(&self) -> Self {
+        self.cache.desc(self.frame).pin_more();
+        FramePin {
+            cache: self.cache,
+            frame: self.frame,
+        }
+    }
+}
+
+impl Drop for FramePin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.cache.release(self.frame);
+    }
+}
+
 /// Outcome of an optimistic read (protocol 5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Optimistic {
@@ -1089,19 +1134,19 @@ impl Inner {
         if let Some(e) = first_err {
             return Err(e);
         }
-        if durable {
-            // Acquire: pairs with the writers' AcqRel `fetch_max`.
-            let len = fs.len.load(Ordering::Acquire);
-            if size.pending_truncate.is_none() {
-                if let Some(w) = fs.write_fd.get() {
-                    // Never shrinks the file: a concurrent eviction may have
-                    // written past `len` already (see `grow_to`).
-                    w.grow_to(len).map_err(|e| {
-                        context(e, format!("{}: persisting length {len}", fs.path.display()))
-                    })?;
-                }
+        // Acquire: pairs with the writers' AcqRel `fetch_max`.
+        let len = fs.len.load(Ordering::Acquire);
+        if durable && size.pending_truncate.is_none() {
+            if let Some(w) = fs.write_fd.get() {
+                // Never shrinks the file: a concurrent eviction may have
+                // written past `len` already (see `grow_to`).
+                w.grow_to(len).map_err(|e| {
+                    context(e, format!("{}: persisting length {len}", fs.path.display()))
+                })?;
             }
-            drop(size);
+        }
+        drop(size);
+        if durable {
             if let Some(w) = fs.write_fd.get() {
                 w.sync_data().map_err(|e| {
                     context(
@@ -1110,8 +1155,6 @@ impl Inner {
                     )
                 })?;
             }
-        } else {
-            drop(size);
         }
         if let Some(e) = fs.wb_error.lock().take() {
             return Err(context(e, "earlier write-back failed during eviction"));
