@@ -213,6 +213,7 @@ impl AnonRegion {
             // 3. Release: publishes bytes, identity and state with the entry.
             match slot.compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => {
+                    self.cache.anon_inserted(f);
                     self.cache.counters.add(Counter::AnonFaults, 1);
                     return Ok(f);
                 }

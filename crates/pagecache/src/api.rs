@@ -1,6 +1,7 @@
 //! Layer 7, api: the handles users hold.
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
+pub use crate::cache::PageLockKind;
 use crate::cache::{FileShared, FramePin, Inner};
 pub use crate::frame::alloc::PoolKind;
 use crate::frame::state::DIRTY;
@@ -29,8 +30,12 @@ pub struct Config {
     /// Free-frame allocator: per-CPU caches (default) or the one-lock
     /// baseline the lab compares against.
     pub pool: PoolKind,
-    /// Replacement policy: sharded S3-FIFO (default) or CLOCK (a baseline).
+    /// Replacement policy: sharded S3-FIFO (default), or a baseline: CLOCK,
+    /// strict LRU under one lock, seed 004's SMP list.
     pub policy: PolicyKind,
+    /// Page pins and releases: per-page state bits (default), or a baseline
+    /// global page mutex / hashed page-lock array around each.
+    pub page_locks: PageLockKind,
 }
 
 impl Default for Config {
@@ -40,6 +45,7 @@ impl Default for Config {
             page_size: 4096,
             pool: PoolKind::PerCpu,
             policy: PolicyKind::S3Fifo,
+            page_locks: PageLockKind::Bits,
         }
     }
 }
@@ -47,6 +53,7 @@ impl Default for Config {
 impl Config {
     /// Checks the configuration; returns the number of frames.
     pub fn frames(&self) -> io::Result<usize> {
+        self.page_locks.check()?;
         let ps = self.page_size;
         if !ps.is_power_of_two() || !(4096..=2 << 20).contains(&ps) {
             return Err(io::Error::new(
@@ -91,6 +98,7 @@ impl PageCache {
                 config.page_size,
                 config.pool,
                 config.policy,
+                config.page_locks,
                 Arc::new(backend),
             )?),
         })

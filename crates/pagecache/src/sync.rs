@@ -7,9 +7,31 @@
 //! becomes a yield so that loom explores the interleavings of the re-checks.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// One step of a bounded busy-wait: a CPU pause for the first rounds, then a
+/// yield so that a preempted thread we wait for gets the CPU back (on an
+/// oversubscribed machine pure spinning burns whole time slices). Under
+/// loom, always a yield (loom requires it of spin loops).
+#[inline]
+pub(crate) fn spin(round: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        *round += 1;
+        if *round < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
 
 /// Sleeps on the wait queue hashed from `key` while `still_blocked()` holds.
 ///
@@ -80,41 +102,73 @@ struct Class(LockClass);
 pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 #[cfg(loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
-
-/// A guard that records the hold time when dropped (`lockstat` only).
+/// A mutex guard that records its hold time (`lockstat`).
 #[cfg(all(feature = "lockstat", not(loom)))]
-pub(crate) struct MutexGuard<'a, T> {
-    g: parking_lot::MutexGuard<'a, T>,
+pub(crate) type MutexGuard<'a, T> = Held<parking_lot::MutexGuard<'a, T>>;
+
+/// A guard of a profiled lock: records the hold time when dropped
+/// (`lockstat` only).
+#[cfg(all(feature = "lockstat", not(loom)))]
+pub(crate) struct Held<G> {
+    g: G,
     class: LockClass,
     since: std::time::Instant,
 }
 
 #[cfg(all(feature = "lockstat", not(loom)))]
-impl<T> std::ops::Deref for MutexGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
+impl<G: std::ops::Deref> std::ops::Deref for Held<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
         &self.g
     }
 }
 
 #[cfg(all(feature = "lockstat", not(loom)))]
-impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Held<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
         &mut self.g
     }
 }
 
 #[cfg(all(feature = "lockstat", not(loom)))]
-impl<T> Drop for MutexGuard<'_, T> {
+impl<G> Drop for Held<G> {
     fn drop(&mut self) {
         crate::stats::lockstat::released(self.class, self.since);
     }
 }
 
 #[cfg(all(feature = "lockstat", not(loom)))]
-impl<T> std::fmt::Debug for MutexGuard<'_, T> {
+impl<G> std::fmt::Debug for Held<G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MutexGuard")
+        f.write_str("Held")
+    }
+}
+
+/// Profiles one acquisition: `try_get` first (uncontended), else times
+/// `get` (contended).
+#[cfg(all(feature = "lockstat", not(loom)))]
+#[inline]
+fn profiled<G>(
+    class: LockClass,
+    try_get: impl FnOnce() -> Option<G>,
+    get: impl FnOnce() -> G,
+) -> Held<G> {
+    let g = match try_get() {
+        Some(g) => {
+            crate::stats::lockstat::acquired(class, None);
+            g
+        }
+        None => {
+            let t = std::time::Instant::now();
+            let g = get();
+            crate::stats::lockstat::acquired(class, Some(t));
+            g
+        }
+    };
+    Held {
+        g,
+        class,
+        since: std::time::Instant::now(),
     }
 }
 
@@ -135,30 +189,69 @@ impl<T> Mutex<T> {
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         #[cfg(all(feature = "lockstat", not(loom)))]
-        {
-            let class = self.class.0;
-            let g = match self.inner.try_lock() {
-                Some(g) => {
-                    crate::stats::lockstat::acquired(class, None);
-                    g
-                }
-                None => {
-                    let t = std::time::Instant::now();
-                    let g = self.inner.lock();
-                    crate::stats::lockstat::acquired(class, Some(t));
-                    g
-                }
-            };
-            MutexGuard {
-                g,
-                class,
-                since: std::time::Instant::now(),
-            }
-        }
+        return profiled(self.class.0, || self.inner.try_lock(), || self.inner.lock());
         #[cfg(all(not(feature = "lockstat"), not(loom)))]
         return self.inner.lock();
         #[cfg(loom)]
         return self.inner.lock().unwrap();
+    }
+}
+
+/// A reader-writer lock profiled per [`LockClass`] like [`Mutex`] (shared
+/// and exclusive acquisitions may be given different classes). Not under
+/// loom: only baselines use it.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct RwLock<T> {
+    inner: parking_lot::RwLock<T>,
+    #[cfg(feature = "lockstat")]
+    classes: (Class, Class),
+}
+
+#[cfg(all(not(feature = "lockstat"), not(loom)))]
+pub(crate) type ReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;
+#[cfg(all(not(feature = "lockstat"), not(loom)))]
+pub(crate) type WriteGuard<'a, T> = parking_lot::RwLockWriteGuard<'a, T>;
+#[cfg(all(feature = "lockstat", not(loom)))]
+pub(crate) type ReadGuard<'a, T> = Held<parking_lot::RwLockReadGuard<'a, T>>;
+#[cfg(all(feature = "lockstat", not(loom)))]
+pub(crate) type WriteGuard<'a, T> = Held<parking_lot::RwLockWriteGuard<'a, T>>;
+
+#[cfg(not(loom))]
+impl<T> RwLock<T> {
+    /// A lock profiled as `shared` when read-locked and `exclusive` when
+    /// write-locked (with `lockstat`).
+    #[allow(unused_variables)] // the classes are only kept with lockstat
+    pub(crate) fn with_classes(v: T, shared: LockClass, exclusive: LockClass) -> Self {
+        RwLock {
+            inner: parking_lot::RwLock::new(v),
+            #[cfg(feature = "lockstat")]
+            classes: (Class(shared), Class(exclusive)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+        #[cfg(feature = "lockstat")]
+        return profiled(
+            self.classes.0 .0,
+            || self.inner.try_read(),
+            || self.inner.read(),
+        );
+        #[cfg(not(feature = "lockstat"))]
+        return self.inner.read();
+    }
+
+    #[inline]
+    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
+        #[cfg(feature = "lockstat")]
+        return profiled(
+            self.classes.1 .0,
+            || self.inner.try_write(),
+            || self.inner.write(),
+        );
+        #[cfg(not(feature = "lockstat"))]
+        return self.inner.write();
     }
 }
 

@@ -344,3 +344,54 @@ fn anon_first_touch_vs_free() {
         }
     });
 }
+
+/// Seed 004's SMP list (`reclaim::smp_list`), "shared mode" with no other
+/// synchronisation: `ops` run on threads (the first on the model's main
+/// thread) against a list built by adding `init` at the head in order; the
+/// result must be exactly `want`, head first, with every back link
+/// consistent. Two threads per model: three-thread models with these spin
+/// waits do not finish in CI time.
+fn smp_list_model(n: usize, init: &'static [u32], ops: [(bool, u32); 2], want: &'static [u32]) {
+    use pagecache::reclaim::smp_list::SmpList;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.max_branches = 100_000;
+    b.check(move || {
+        let l = Arc::new(SmpList::new(n));
+        for &e in init {
+            l.add_head(e);
+        }
+        let run = |l: &SmpList, (add, e): (bool, u32)| if add { l.add_head(e) } else { l.del(e) };
+        let l2 = l.clone();
+        let t = thread::spawn(move || run(&l2, ops[1]));
+        run(&l, ops[0]);
+        t.join().unwrap();
+        assert_eq!(l.entries(), Ok(want.to_vec()));
+    });
+}
+
+/// Adjacent deletes in the middle: head 0 1 2, delete 0 and 1.
+#[test]
+fn smp_list_adjacent_deletes() {
+    smp_list_model(3, &[2, 1, 0], [(false, 0), (false, 1)], &[2]);
+}
+
+/// Adjacent deletes at the tail (the successor is the head sentinel).
+#[test]
+fn smp_list_tail_deletes() {
+    smp_list_model(2, &[1, 0], [(false, 0), (false, 1)], &[]);
+}
+
+/// A head add against the delete of the first entry: both lock the head's
+/// next field.
+#[test]
+fn smp_list_head_add_vs_first_delete() {
+    smp_list_model(3, &[1, 0], [(true, 2), (false, 0)], &[2, 1]);
+}
+
+/// A head add against the delete of the second entry, whose predecessor
+/// is the first entry (not the head).
+#[test]
+fn smp_list_head_add_vs_second_delete() {
+    smp_list_model(3, &[1, 0], [(true, 2), (false, 1)], &[2, 0]);
+}

@@ -110,6 +110,14 @@ use std::sync::{Arc, OnceLock};
 
 mod copy;
 pub(crate) use copy::{atomic_load_copy, atomic_store_copy, atomic_zero};
+mod pagelock;
+pub use pagelock::PageLockKind;
+use pagelock::PageLocks;
+
+/// `Inner::hooks` bit: the policy wants every hit ([`Policy::wants_hits`]).
+const HOOK_HITS: u8 = 1;
+/// `Inner::hooks` bit: pins and releases take a baseline page lock.
+const HOOK_PAGE_LOCKS: u8 = 2;
 
 /// Per-page copies of at least this many bytes use a pin instead of the
 /// optimistic path (see `read_at`).
@@ -197,6 +205,11 @@ struct Registry {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) frames: FrameTable,
+    /// (C) baseline hooks on the hit and release paths (`HOOK_*`); 0 in the
+    /// default build, where each path pays one test of this byte.
+    hooks: u8,
+    /// (C) baseline page locks (`None` with per-page bits, the default).
+    page_locks: Option<PageLocks>,
     pub(crate) nodes: NodeArena,
     alloc: Pool,
     policy: Policy,
@@ -303,8 +316,10 @@ impl Inner {
         page_size: usize,
         pool: PoolKind,
         policy: PolicyKind,
+        page_locks: PageLockKind,
         backend: Arc<dyn Backend>,
     ) -> io::Result<Inner> {
+        page_locks.check()?;
         let frames = FrameTable::new(nframes, page_size)?;
         let shift = page_size.trailing_zeros();
         // Live nodes are bounded by pages in the index times the height
@@ -315,11 +330,21 @@ impl Inner {
             .and_then(|n| n.checked_add(64))
             .filter(|&n| n < u32::MAX as usize)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity too large"))?;
+        let policy = Policy::new(policy, nframes);
+        let page_locks = PageLocks::new(page_locks);
+        let hooks = if policy.wants_hits() { HOOK_HITS } else { 0 }
+            | if page_locks.is_some() {
+                HOOK_PAGE_LOCKS
+            } else {
+                0
+            };
         Ok(Inner {
             frames,
+            hooks,
+            page_locks,
             nodes: NodeArena::new(max_nodes as u32)?,
             alloc: Pool::new(pool, nframes),
-            policy: Policy::new(policy, nframes),
+            policy,
             backend,
             counters: Counters::default(),
             registry: RwLock::new(Registry::default()),
@@ -447,14 +472,44 @@ impl Inner {
         let d = self.desc(f);
         debug_assert_eq!(refs(d.load()), 0);
         d.reset();
+        self.policy.removed(&self.frames, f);
         self.alloc.free(f);
     }
 
     /// Drops one reference; frees the frame if it was the last.
     #[inline(always)]
     pub(crate) fn release(&self, f: FrameNo) {
+        if self.hooks & HOOK_PAGE_LOCKS != 0 {
+            return self.release_locked(f);
+        }
         if self.desc(f).release() == Released::Last {
             self.free_frame(f);
+        }
+    }
+
+    /// [`Inner::release`] in a page-lock baseline build: the release under
+    /// the page's lock.
+    #[cold]
+    #[inline(never)]
+    fn release_locked(&self, f: FrameNo) {
+        let last = match &self.page_locks {
+            Some(l) => {
+                let _g = l.lock(f);
+                self.desc(f).release()
+            }
+            None => self.desc(f).release(),
+        };
+        if last == Released::Last {
+            self.free_frame(f);
+        }
+    }
+
+    /// A hit on frame `f`, reported to a policy that wants every hit
+    /// (strict LRU). One flag test in the default build.
+    #[inline(always)]
+    fn hit_hook(&self, f: FrameNo) {
+        if self.hooks & HOOK_HITS != 0 {
+            self.policy.hit(f);
         }
     }
 
@@ -522,8 +577,14 @@ impl Inner {
             for &f in &cands {
                 match self.try_evict(f) {
                     // The rest of the batch refills the allocator.
-                    Some(f) if got.is_none() => got = Some(f),
-                    Some(f) => self.alloc.free(f),
+                    Some(f) => {
+                        self.policy.removed(&self.frames, f);
+                        if got.is_none() {
+                            got = Some(f);
+                        } else {
+                            self.alloc.free(f);
+                        }
+                    }
                     None => self.policy.not_evicted(&self.frames, f),
                 }
             }
@@ -607,6 +668,9 @@ impl Inner {
         if f as usize >= self.frames.len() {
             return Err(PinMiss::Stale); // garbage from a recycled index node
         }
+        if self.hooks != 0 {
+            return self.pin_as_hooked(f, owner, index);
+        }
         let d = self.desc(f);
         let s = d.try_pin(PinKind::User).map_err(PinMiss::Fail)?;
         if s & REMOVED == 0 && d.identity() == (owner, index) {
@@ -615,6 +679,36 @@ impl Inner {
         }
         self.release(f);
         Err(PinMiss::Stale)
+    }
+
+    /// [`Inner::pin_as`] in a baseline build: the pin CAS under the page's
+    /// lock (page-lock baselines), and the hit reported to the policy
+    /// (strict LRU). The same steps 2-3 otherwise.
+    #[cold]
+    #[inline(never)]
+    fn pin_as_hooked(&self, f: FrameNo, owner: u64, index: u64) -> Result<FrameNo, PinMiss> {
+        let d = self.desc(f);
+        let s = match &self.page_locks {
+            Some(l) => {
+                let _g = l.lock(f);
+                d.try_pin(PinKind::User)
+            }
+            None => d.try_pin(PinKind::User),
+        }
+        .map_err(PinMiss::Fail)?;
+        if s & REMOVED == 0 && d.identity() == (owner, index) {
+            debug_assert!(s & UPTODATE != 0, "unlatched page not up to date");
+            self.hit_hook(f);
+            return Ok(f);
+        }
+        self.release(f);
+        Err(PinMiss::Stale)
+    }
+
+    /// An anonymous page was just faulted into frame `f` (pinned by the
+    /// caller): the list baselines list it.
+    pub(crate) fn anon_inserted(&self, f: FrameNo) {
+        self.policy.anon_inserted(&self.frames, f);
     }
 
     /// Protocol 5.1, first attempt only, inlined into the hit paths. `None`
@@ -901,6 +995,7 @@ impl Inner {
                 if s & REFERENCED == 0 {
                     d.mark_referenced();
                 }
+                self.hit_hook(f);
                 return Optimistic::Copied;
             }
         }
@@ -1329,6 +1424,20 @@ impl Inner {
             self.frames.len(),
             "frames leaked or double-counted ({free} free, {cached} cached, {anon} anonymous)"
         );
+        // List baselines: exactly the cached and anonymous frames listed.
+        if let Some(listed) = self.policy.listed() {
+            let mut want: Vec<FrameNo> = (0..self.frames.len() as FrameNo)
+                .filter(|&f| {
+                    in_index[f as usize]
+                        || (self.desc(f).identity().0 & crate::anon::ANON_BIT != 0
+                            && refs(self.desc(f).load()) > 0)
+                })
+                .collect();
+            let mut listed = listed.unwrap_or_else(|e| panic!("replacement list broken: {e}"));
+            listed.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(listed, want, "replacement list vs cached frames");
+        }
     }
 }
 

@@ -19,6 +19,14 @@
 //!   (`docs/benchmarks.md`, "Hit ratios").
 //! * [`Clock`], the first policy (one hand over the frame array), kept as a
 //!   baseline (`Config::policy`).
+//! * [`lru::StrictLru`] and [`lru::SmpLru`], baselines for the lab: strict
+//!   LRU under one global lock with move-to-front on every hit, and seed
+//!   004's two-mode rwlock over an SMP-safe list. They need two hooks the
+//!   default policies do not: a hit hook (strict LRU only) and a removal
+//!   hook when a frame leaves the cache. The cache calls the hit hook only
+//!   behind one flag test (`Inner::hooks`), so the default hit path pays a
+//!   predictable branch and nothing else (`docs/benchmarks.md`, "Baseline
+//!   hooks").
 
 #[cfg(not(loom))]
 use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UNEVICTABLE, UPTODATE, WRITEBACK};
@@ -29,7 +37,10 @@ use crossbeam_utils::CachePadded;
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+#[cfg(not(loom))]
+pub mod lru;
 pub mod s3fifo;
+pub mod smp_list;
 
 /// Frames claimed per advance of the clock hand.
 #[cfg(not(loom))]
@@ -63,6 +74,10 @@ pub trait ReplacementPolicy: Send + Sync + std::fmt::Debug {
     /// S3-FIFO): the caller declares `OutOfMemory` after two fruitless
     /// passes.
     fn pass_len(&self, frames: &FrameTable) -> usize;
+    /// Frame `f` left the cache (freed after its last reference, or evicted
+    /// by a reclaimer), before it returns to the allocator. List policies
+    /// delete its node; lazy ones ignore it.
+    fn removed(&self, _frames: &FrameTable, _f: FrameNo) {}
 }
 
 /// CLOCK (second chance) over the frame array.
@@ -223,6 +238,12 @@ pub enum PolicyKind {
     S3Fifo,
     /// CLOCK over the frame array (a baseline).
     Clock,
+    /// Strict LRU under one global lock, move-to-front on every hit (a
+    /// baseline; see [`lru`]).
+    StrictLru,
+    /// Seed 004's two-mode rwlock over an SMP-safe list (a baseline; see
+    /// [`lru`]).
+    SmpLru,
 }
 
 /// The cache's policy, dispatched by a match on the miss path only.
@@ -233,6 +254,10 @@ pub enum Policy {
     S3Fifo(S3Fifo),
     /// See [`Clock`].
     Clock(Clock),
+    /// See [`lru::StrictLru`].
+    StrictLru(lru::StrictLru),
+    /// See [`lru::SmpLru`].
+    SmpLru(lru::SmpLru),
 }
 
 #[cfg(not(loom))]
@@ -242,6 +267,42 @@ impl Policy {
         match kind {
             PolicyKind::S3Fifo => Policy::S3Fifo(S3Fifo::new(frames)),
             PolicyKind::Clock => Policy::Clock(Clock::default()),
+            PolicyKind::StrictLru => Policy::StrictLru(lru::StrictLru::new(frames)),
+            PolicyKind::SmpLru => Policy::SmpLru(lru::SmpLru::new(frames)),
+        }
+    }
+
+    /// Whether hits must be reported through [`Policy::hit`].
+    pub fn wants_hits(&self) -> bool {
+        matches!(self, Policy::StrictLru(_))
+    }
+
+    /// A hit on frame `f` (only called when [`Policy::wants_hits`]).
+    #[cold]
+    pub fn hit(&self, f: FrameNo) {
+        if let Policy::StrictLru(p) = self {
+            p.hit(f);
+        }
+    }
+
+    /// The frames on a list baseline's list (`None` for the default
+    /// policies), for `validate`; `Err` if its links are broken.
+    pub fn listed(&self) -> Option<Result<Vec<FrameNo>, String>> {
+        match self {
+            Policy::StrictLru(p) => Some(Ok(p.entries())),
+            Policy::SmpLru(p) => Some(p.entries()),
+            Policy::S3Fifo(_) | Policy::Clock(_) => None,
+        }
+    }
+
+    /// An anonymous page was faulted into frame `f`: only the list
+    /// baselines list anonymous pages (the kernel's LRU does; the default
+    /// policies never need to look at unevictable pages).
+    pub fn anon_inserted(&self, frames: &FrameTable, f: FrameNo) {
+        match self {
+            Policy::StrictLru(p) => p.inserted(frames, f),
+            Policy::SmpLru(p) => p.inserted(frames, f),
+            Policy::S3Fifo(_) | Policy::Clock(_) => {}
         }
     }
 }
@@ -252,6 +313,8 @@ impl ReplacementPolicy for Policy {
         match self {
             Policy::S3Fifo(p) => p.inserted(frames, f),
             Policy::Clock(p) => p.inserted(frames, f),
+            Policy::StrictLru(p) => p.inserted(frames, f),
+            Policy::SmpLru(p) => p.inserted(frames, f),
         }
     }
     fn candidates(
@@ -264,18 +327,31 @@ impl ReplacementPolicy for Policy {
         match self {
             Policy::S3Fifo(p) => p.candidates(frames, out, want, urgent),
             Policy::Clock(p) => p.candidates(frames, out, want, urgent),
+            Policy::StrictLru(p) => p.candidates(frames, out, want, urgent),
+            Policy::SmpLru(p) => p.candidates(frames, out, want, urgent),
         }
     }
     fn not_evicted(&self, frames: &FrameTable, f: FrameNo) {
         match self {
             Policy::S3Fifo(p) => p.not_evicted(frames, f),
             Policy::Clock(p) => p.not_evicted(frames, f),
+            Policy::StrictLru(p) => p.not_evicted(frames, f),
+            Policy::SmpLru(p) => p.not_evicted(frames, f),
         }
     }
     fn pass_len(&self, frames: &FrameTable) -> usize {
         match self {
             Policy::S3Fifo(p) => p.pass_len(frames),
             Policy::Clock(p) => p.pass_len(frames),
+            Policy::StrictLru(p) => p.pass_len(frames),
+            Policy::SmpLru(p) => p.pass_len(frames),
+        }
+    }
+    fn removed(&self, _frames: &FrameTable, f: FrameNo) {
+        match self {
+            Policy::StrictLru(p) => p.removed(f),
+            Policy::SmpLru(p) => p.removed(f),
+            Policy::S3Fifo(_) | Policy::Clock(_) => {}
         }
     }
 }

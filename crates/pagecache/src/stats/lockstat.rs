@@ -41,12 +41,24 @@ pub enum LockClass {
     PageLatchWait,
     /// A latch holder's waits for older pins to drain.
     PageDrainWait,
+    /// Baseline: strict LRU's one global list lock.
+    LruGlobal,
+    /// Baseline: seed 004's two-mode LRU rwlock taken shared (smp_list
+    /// add/delete).
+    LruShared,
+    /// Baseline: seed 004's two-mode LRU rwlock taken exclusive (isolation
+    /// for eviction).
+    LruExclusive,
+    /// Baseline: one global page mutex around every pin and release.
+    PageMutex,
+    /// Baseline: a hashed array of page locks around every pin and release.
+    PageLockHash,
     /// Anything not classified.
     Other,
 }
 
 /// Number of classes.
-pub const NCLASSES: usize = 9;
+pub const NCLASSES: usize = 14;
 
 impl LockClass {
     /// All classes.
@@ -59,6 +71,11 @@ impl LockClass {
         LockClass::ReplacementBatch,
         LockClass::PageLatchWait,
         LockClass::PageDrainWait,
+        LockClass::LruGlobal,
+        LockClass::LruShared,
+        LockClass::LruExclusive,
+        LockClass::PageMutex,
+        LockClass::PageLockHash,
         LockClass::Other,
     ];
 
@@ -73,6 +90,11 @@ impl LockClass {
             LockClass::ReplacementBatch => "replacement insertion batch",
             LockClass::PageLatchWait => "page latch (waits)",
             LockClass::PageDrainWait => "page latch drain (waits)",
+            LockClass::LruGlobal => "LRU list (global lock)",
+            LockClass::LruShared => "LRU rwlock (shared: smp_list)",
+            LockClass::LruExclusive => "LRU rwlock (exclusive)",
+            LockClass::PageMutex => "page mutex (global)",
+            LockClass::PageLockHash => "page locks (hashed)",
             LockClass::Other => "other",
         }
     }
