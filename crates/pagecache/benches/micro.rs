@@ -712,6 +712,75 @@ fn main() {
         }
     }
 
+    // 9. replacement hit path: the default (S3-FIFO: at most one bit when
+    // clear) vs strict LRU (global lock, move-to-front on every hit) vs
+    // seed 004's SMP-list LRU (bit only), each in its own cache holding the
+    // whole file; page() hits at 1, 2 and 32 threads.
+    let hit_title =
+        |threads: usize| format!("replacement hit path: page() random hits, {threads} threads");
+    let wanted = |t: &str| o.only.as_ref().is_none_or(|f| t.contains(f.as_str()));
+    if [1, 2, 32].iter().any(|&t| wanted(&hit_title(t))) {
+        let lru_cache = |policy| {
+            let c = PageCache::new(Config {
+                capacity: (o.file_bytes as usize) + (64 << 20),
+                policy,
+                ..Config::default()
+            })
+            .unwrap();
+            let f = c.open(&path).unwrap();
+            let mut page = vec![0u8; PS];
+            for i in 0..npages {
+                f.read_at(&mut page, i * PS as u64).unwrap();
+            }
+            (c, f)
+        };
+        let strict = lru_cache(pagecache::PolicyKind::StrictLru);
+        let smp = lru_cache(pagecache::PolicyKind::SmpLru);
+        let (sf, mf) = (&strict.1, &smp.1);
+        for threads in [1usize, 2, 32] {
+            let title = hit_title(threads);
+            if let Some(r) = measure(
+                &o,
+                &title,
+                "Mops/s",
+                vec![
+                    (
+                        "S3-FIFO (default)".into(),
+                        Box::new(move || {
+                            rate(threads, o.dur, |_, r| {
+                                black_box(fref.page(rnd_page(r)).unwrap().index());
+                            })
+                        }),
+                    ),
+                    (
+                        "strict LRU, global lock".into(),
+                        Box::new(move || {
+                            rate(threads, o.dur, |_, r| {
+                                black_box(sf.page(rnd_page(r)).unwrap().index());
+                            })
+                        }),
+                    ),
+                    (
+                        "SMP-list LRU (seed 004)".into(),
+                        Box::new(move || {
+                            rate(threads, o.dur, |_, r| {
+                                black_box(mf.page(rnd_page(r)).unwrap().index());
+                            })
+                        }),
+                    ),
+                ],
+            ) {
+                rows.push((
+                    r,
+                    vec![
+                        (0, 1, "S3-FIFO / strict LRU", 0.0),
+                        (0, 2, "S3-FIFO / SMP-list LRU", 0.0),
+                    ],
+                ));
+            }
+        }
+    }
+
     for (r, ratios) in &rows {
         r.print(ratios);
     }
