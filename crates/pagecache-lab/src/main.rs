@@ -3,13 +3,13 @@
 
 use pagecache_lab::runner::{Opts, Table};
 use pagecache_lab::scenarios;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   pagecache list
-  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR]";
+  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR]
+  pagecache compare A.json B.json";
 
 fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
     eprintln!("pagecache: {msg}");
@@ -26,12 +26,34 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some("bench") => bench(&args[1..]),
+        Some("compare") => compare(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
         Some(other) => fail(format!("unknown command '{other}'\n{USAGE}"), 2),
         None => fail(USAGE, 2),
+    }
+}
+
+fn compare(args: &[String]) -> ExitCode {
+    let [a, b] = args else {
+        return fail(format!("compare needs two result files\n{USAGE}"), 2);
+    };
+    use pagecache_lab::report;
+    let (va, vb) = match (
+        report::load(std::path::Path::new(a)),
+        report::load(std::path::Path::new(b)),
+    ) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return fail(e, 1),
+    };
+    match report::compare(&va, a, &vb, b) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, 1),
     }
 }
 
@@ -125,94 +147,10 @@ fn bench(args: &[String]) -> ExitCode {
         }
     }
     if let Some(d) = out {
-        if let Err(e) = write_report(&d, &command, &all) {
+        if let Err(e) = pagecache_lab::report::write(&d, &command, &all) {
             return fail(format!("writing the report to {}: {e}", d.display()), 1);
         }
         eprintln!("report written to {}", d.display());
     }
     ExitCode::SUCCESS
-}
-
-fn machine() -> String {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_default();
-    format!("{cpus} CPUs ({model})")
-}
-
-fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
-}
-
-fn write_report(
-    dir: &std::path::Path,
-    command: &str,
-    all: &[(String, Vec<Table>)],
-) -> std::io::Result<()> {
-    let mut md = std::fs::File::create(dir.join("report.md"))?;
-    writeln!(
-        md,
-        "# pagecache lab report\n\nMachine: {}\n\nCommand: `{command}`\n",
-        machine()
-    )?;
-    for (name, tables) in all {
-        writeln!(md, "## {name}\n")?;
-        for t in tables {
-            writeln!(md, "```text\n{}```\n", t.render())?;
-        }
-    }
-    let mut js = String::from("{\n");
-    js.push_str(&format!(
-        "  \"machine\": {},\n  \"command\": {},\n  \"scenarios\": {{\n",
-        json_str(&machine()),
-        json_str(command)
-    ));
-    for (k, (name, tables)) in all.iter().enumerate() {
-        js.push_str(&format!("    {}: [\n", json_str(name)));
-        for (j, t) in tables.iter().enumerate() {
-            let cols: Vec<String> = t.columns.iter().map(|c| json_str(c)).collect();
-            let rows: Vec<String> = t
-                .rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "[{}]",
-                        r.iter().map(|c| json_str(c)).collect::<Vec<_>>().join(", ")
-                    )
-                })
-                .collect();
-            js.push_str(&format!(
-                "      {{\"title\": {}, \"columns\": [{}], \"rows\": [{}]}}{}\n",
-                json_str(&t.title),
-                cols.join(", "),
-                rows.join(", "),
-                if j + 1 < tables.len() { "," } else { "" }
-            ));
-        }
-        js.push_str(&format!(
-            "    ]{}\n",
-            if k + 1 < all.len() { "," } else { "" }
-        ));
-    }
-    js.push_str("  }\n}\n");
-    std::fs::write(dir.join("results.json"), js)
 }

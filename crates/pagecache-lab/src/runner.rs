@@ -196,6 +196,32 @@ pub fn stddev(v: &[f64]) -> f64 {
     (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
 }
 
+/// The raw samples of one design at one thread count: what `results.json`
+/// keeps for `compare`, and what the plots draw (median against threads).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Design (one line per design in the plot).
+    pub design: String,
+    /// Threads (tasks, clients).
+    pub threads: usize,
+    /// One throughput per run.
+    pub samples: Vec<f64>,
+    /// Unit of the samples ("faults/s", "GiB/s", ...).
+    pub unit: String,
+}
+
+impl Series {
+    /// A series of `samples` in `unit`.
+    pub fn new(design: &str, threads: usize, samples: Vec<f64>, unit: &str) -> Series {
+        Series {
+            design: design.to_string(),
+            threads,
+            samples,
+            unit: unit.to_string(),
+        }
+    }
+}
+
 /// A result table: a title, column names and rows of cells.
 #[derive(Debug, Clone, Default)]
 pub struct Table {
@@ -205,6 +231,9 @@ pub struct Table {
     pub columns: Vec<String>,
     /// Rows, each as many cells as columns.
     pub rows: Vec<Vec<String>>,
+    /// Raw samples behind the rows (empty for tables that have none, such
+    /// as lock profiles).
+    pub series: Vec<Series>,
 }
 
 impl Table {
@@ -214,6 +243,7 @@ impl Table {
             title: title.into(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
             rows: Vec::new(),
+            series: Vec::new(),
         }
     }
 

@@ -151,7 +151,113 @@ fn out_dir_gets_a_report_and_results() {
     assert!(md.contains("same-page") && md.contains("Command: `pagecache bench same-page"));
     let js = std::fs::read_to_string(dir.join("results.json")).unwrap();
     assert!(js.contains("\"same-page\"") && js.contains("\"columns\""));
+    assert!(js.contains("\"samples\""), "raw samples kept for compare");
+    let svg = std::fs::read_to_string(dir.join("same-page.svg")).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 3, "one line per design");
+    assert!(md.contains("![same-page](same-page.svg)"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compare_two_result_files_through_the_binary() {
+    let base = std::env::temp_dir().join(format!("pagecache-lab-cmp-{}", std::process::id()));
+    let (a, b) = (base.join("a"), base.join("b"));
+    for d in [&a, &b] {
+        let o = lab(&[
+            "bench",
+            "same-page",
+            "--quick",
+            "--threads",
+            "1",
+            "--runs",
+            "2",
+            "--out",
+            d.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (ja, jb) = (a.join("results.json"), b.join("results.json"));
+    let o = lab(&["compare", ja.to_str().unwrap(), jb.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    // One block per design at one thread count, each with a verdict.
+    assert_eq!(out.matches("## same-page:").count(), 3, "{out}");
+    assert_eq!(
+        out.matches("Difference at 95.0% confidence").count()
+            + out.matches("No difference proven").count(),
+        3,
+        "{out}"
+    );
+    // Bad inputs: a missing file and a non-JSON file, named in the message.
+    let o = lab(&["compare", ja.to_str().unwrap(), "/nonexistent.json"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8(o.stderr)
+        .unwrap()
+        .contains("/nonexistent.json"));
+    let bad = base.join("bad.json");
+    std::fs::write(&bad, "not json").unwrap();
+    let o = lab(&["compare", ja.to_str().unwrap(), bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8(o.stderr).unwrap().contains("not JSON"));
+    let o = lab(&["compare", ja.to_str().unwrap()]);
+    assert!(!o.status.success(), "one file is not enough");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn same_file_streams_every_page_under_each_design() {
+    use pagecache_lab::scenarios::same_file;
+    let tables = (scenarios::find("same-file").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(t.columns, ["design", "clients", "GiB/s", "runs min..max"]);
+    assert_eq!(t.rows.len(), 6, "3 designs x 2 client counts");
+    assert_eq!(t.series.len(), 6);
+    // Byte counts: every client streams the whole file every pass.
+    let dir = pagecache_lab::TempDir::new("same-file-test").unwrap();
+    let p = dir.path().join("f");
+    pagecache_lab::write_pattern_file(&p, 1 << 20).unwrap();
+    let c = pagecache::PageCache::new(pagecache::Config {
+        capacity: 4 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let f = c.open(&p).unwrap();
+    for gang in [1, 16] {
+        let s = same_file::ours(&f, 256, 3, gang, 2).unwrap();
+        assert_eq!(s.ops, 2 * 3 * (1 << 20), "gang {gang}");
+    }
+    let s = same_file::kernel(&p, 1 << 20, 3, 2).unwrap();
+    assert_eq!(s.ops, 2 * 3 * (1 << 20), "splice moved every byte");
+}
+
+#[test]
+fn page_fault1_has_the_seed_designs_and_counts_every_fault() {
+    use pagecache::{PolicyKind, PoolKind};
+    use pagecache_lab::scenarios::page_fault1;
+    let tables = (scenarios::find("page-fault1").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(t.columns, ["design", "ntask", "speedup", "pgf/s", "stdev"]);
+    assert_eq!(t.rows.len(), 2 * page_fault1::DESIGNS.len());
+    assert_eq!(t.cell(0, "design"), Some("baseline"));
+    assert_eq!(
+        t.cell(0, "speedup"),
+        Some(""),
+        "speedups are against the baseline"
+    );
+    assert!(t.cell(1, "speedup").unwrap().ends_with('%'));
+    for (policy, pool) in [
+        (PolicyKind::StrictLru, PoolKind::Global),
+        (PolicyKind::SmpLru, PoolKind::PerCpu),
+    ] {
+        let c = page_fault1::cache(policy, pool, 1 << 20, 2).unwrap();
+        let s = page_fault1::ours(&c, 1 << 20, 3, 2).unwrap();
+        assert_eq!(
+            s.ops,
+            2 * 3 * 256,
+            "{policy:?}: one fault per page per loop"
+        );
+        c.validate(); // every frame back, the LRU list empty
+    }
 }
 
 #[test]

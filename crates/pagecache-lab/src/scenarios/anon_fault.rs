@@ -4,7 +4,7 @@
 //! faults on the same sizes. Table shape: `Gb Rep Threads User System Wall
 //! flt/cpu/s fault/wsec`.
 
-use crate::runner::{measure, median_run, repeat, Opts, Sample, Table};
+use crate::runner::{measure, median_run, repeat, Opts, Sample, Series, Table};
 use pagecache::{Config, PageCache, PoolKind};
 use std::io;
 
@@ -112,6 +112,12 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 },
             )?;
             let s = median_run(&samples);
+            t.series.push(Series::new(
+                name,
+                threads,
+                samples.iter().map(Sample::rate).collect(),
+                "faults/s",
+            ));
             t.row(vec![
                 format!("{gb:.3}"),
                 reps.to_string(),

@@ -7,7 +7,9 @@ use std::io;
 
 pub mod anon_fault;
 pub mod own_part;
+pub mod page_fault1;
 pub mod page_lock;
+pub mod same_file;
 pub mod same_page;
 
 /// A scenario: its name on the command line, what it reproduces, and the
@@ -30,6 +32,11 @@ pub const ALL: &[Scenario] = &[
         run: own_part::run,
     },
     Scenario {
+        name: "same-file",
+        about: "seed 001: clients stream one cached file into a sink; page() per page vs 16-page gang lookups, kernel splice to /dev/null beside",
+        run: same_file::run,
+    },
+    Scenario {
         name: "anon-fault",
         about: "seed 002: anonymous first-touch faults, per-CPU free lists vs one global lock, beside the kernel",
         run: anon_fault::run,
@@ -38,6 +45,11 @@ pub const ALL: &[Scenario] = &[
         name: "page-lock",
         about: "seed 003: CDN-like serving of small cached files; global page mutex vs hashed page locks vs per-page bits; ministat and lock profile",
         run: page_lock::run,
+    },
+    Scenario {
+        name: "page-fault1",
+        about: "seed 004: tasks map, touch and free 128 MiB anonymous regions; global LRU lock + global pool vs SMP list vs per-CPU pool vs both, kernel page_fault1 beside",
+        run: page_fault1::run,
     },
     Scenario {
         name: "same-page",

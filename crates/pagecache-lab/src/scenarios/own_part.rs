@@ -13,7 +13,7 @@
 //! Columns as the seed's: design, tasks, user s, sys s, elapsed s, %CPU,
 //! pages/s.
 
-use crate::runner::{measure, median_run, repeat, Opts, Sample, Table};
+use crate::runner::{measure, median_run, repeat, Opts, Sample, Series, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -188,6 +188,12 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 run_one(&file, &std_file, design, pages, rounds, threads)
             })?;
             let s = median_run(&samples);
+            t.series.push(Series::new(
+                design.name(),
+                threads,
+                samples.iter().map(Sample::rate).collect(),
+                "pages/s",
+            ));
             t.row(vec![
                 design.name().to_string(),
                 threads.to_string(),

@@ -14,7 +14,7 @@
 //! profiling does not tax only the "before" designs.
 
 use crate::ministat;
-use crate::runner::{measure, repeat, Opts, Table};
+use crate::runner::{measure, repeat, Opts, Series, Table};
 use pagecache::stats::lockstat::{self, LockCounters, LockProfile};
 use pagecache::{Config, File, PageCache};
 use std::io;
@@ -198,6 +198,9 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         &["design", "N", "min", "max", "median", "avg", "stddev"],
     );
     for (d, v) in designs.iter().zip(&results) {
+        summary
+            .series
+            .push(Series::new(&d.name(), threads, v.clone(), "requests/s"));
         let s = ministat::Summary::of(v);
         summary.row(vec![
             d.name(),

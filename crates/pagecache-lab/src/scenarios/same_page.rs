@@ -3,7 +3,7 @@
 //! against a pinned read (one refcount RMW pair per read) and the kernel's
 //! `pread` of the same bytes.
 
-use crate::runner::{measure, median, repeat, stddev, Opts, Table};
+use crate::runner::{measure, median, repeat, stddev, Opts, Series, Table};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -72,6 +72,8 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 })?;
                 Ok(s.rate() / 1e6)
             })?;
+            t.series
+                .push(Series::new(name, threads, rates.clone(), "M reads/s"));
             let sd = stddev(&rates);
             let m = median(&mut rates);
             let b = *base.get_or_insert(m);

@@ -1,0 +1,200 @@
+//! `same-file` (seed 001, Axboe 2006): T clients stream the same cached
+//! file page by page into a sink that never touches the bytes, Jens Axboe's
+//! "find_get_page() micro benchmark". Designs: one `page()` lookup per page
+//! (pin, sink, release) and 16-page gang lookups (`File::pages`, protocol
+//! 5.1 over one leaf); beside them the kernel's own path from the seed:
+//! `splice` from the file into a pipe and from the pipe to `/dev/null`.
+//! Columns: design, clients, GiB/s (median of the runs), runs min..max.
+
+use crate::runner::{measure, median, repeat, Opts, Series, Table};
+use pagecache::{Config, PageCache};
+use std::hint::black_box;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+const PS: usize = 4096;
+
+/// File bytes, and passes each client makes over it per run.
+fn sizes(o: &Opts) -> (usize, usize) {
+    if o.tiny {
+        (1 << 20, 1)
+    } else if o.quick {
+        (64 << 20, 20)
+    } else {
+        (256 << 20, 40)
+    }
+}
+
+/// The sink: like `/dev/null`, takes the page and reads none of it.
+#[inline]
+fn sink(page: &[u8]) {
+    black_box(page.as_ptr());
+}
+
+/// `clients` threads stream every page of `file` `passes` times, one
+/// lookup per page (`gang == 1`) or `gang` pages per lookup. Returns the
+/// sample with `ops` = bytes streamed.
+pub fn ours(
+    file: &pagecache::File,
+    pages: u64,
+    passes: usize,
+    gang: usize,
+    clients: usize,
+) -> io::Result<crate::runner::Sample> {
+    measure(clients, |_| {
+        let mut bytes = 0u64;
+        let mut got = Vec::with_capacity(gang);
+        for _ in 0..passes {
+            let mut i = 0;
+            while i < pages {
+                if gang == 1 {
+                    sink(&file.page(i)?);
+                    i += 1;
+                } else {
+                    let n = file.pages(i, &mut got, gang)?;
+                    if n == 0 {
+                        return Err(io::Error::other(format!(
+                            "gang lookup at page {i} found nothing"
+                        )));
+                    }
+                    for p in got.drain(..) {
+                        sink(&p);
+                    }
+                    i += n as u64;
+                }
+            }
+            bytes += pages * PS as u64;
+        }
+        Ok(bytes)
+    })
+}
+
+/// The kernel: each client splices the file into its pipe, 16 pages at a
+/// time, and the pipe to `/dev/null`.
+pub fn kernel(
+    path: &Path,
+    len: usize,
+    passes: usize,
+    clients: usize,
+) -> io::Result<crate::runner::Sample> {
+    measure(clients, |_| {
+        let f = std::fs::File::open(path)?;
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe writes two descriptors into the array we pass.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let close = |fds: [i32; 2]| {
+            // SAFETY: closing the pipe descriptors we own, once.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+        };
+        let mut bytes = 0u64;
+        let res = (|| {
+            for _ in 0..passes {
+                let mut off: libc::loff_t = 0;
+                while (off as usize) < len {
+                    // SAFETY: valid descriptors and offset pointer; the
+                    // kernel moves page references, no user memory.
+                    let n = unsafe {
+                        libc::splice(
+                            f.as_raw_fd(),
+                            &mut off,
+                            fds[1],
+                            std::ptr::null_mut(),
+                            16 * PS,
+                            0,
+                        )
+                    };
+                    if n < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                    let mut left = n as usize;
+                    while left > 0 {
+                        // SAFETY: as above.
+                        let m = unsafe {
+                            libc::splice(
+                                fds[0],
+                                std::ptr::null_mut(),
+                                null.as_raw_fd(),
+                                std::ptr::null_mut(),
+                                left,
+                                0,
+                            )
+                        };
+                        if m <= 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        left -= m as usize;
+                    }
+                    bytes += n as u64;
+                }
+            }
+            Ok(bytes)
+        })();
+        close(fds);
+        res
+    })
+}
+
+/// Runs the scenario.
+pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
+    let (len, passes) = sizes(o);
+    let dir = crate::TempDir::new("same-file")?;
+    let path = dir.path().join("data.bin");
+    crate::write_pattern_file(&path, len as u64)?;
+    // Warm the kernel's copy too.
+    let _ = std::fs::read(&path)?;
+    let cache = PageCache::new(Config {
+        capacity: len + (16 << 20),
+        ..Config::default()
+    })?;
+    let file = cache.open(&path)?;
+    let pages = (len / PS) as u64;
+    let mut b = vec![0u8; PS];
+    for i in 0..pages {
+        file.read_at(&mut b, i * PS as u64)?;
+    }
+    let mut t = Table::new(
+        format!(
+            "same-file: clients stream one cached {} MiB file, {passes} passes per run",
+            len >> 20
+        ),
+        &["design", "clients", "GiB/s", "runs min..max"],
+    );
+    let designs = [
+        "pagecache page() per page",
+        "pagecache 16-page gang",
+        "kernel splice to /dev/null",
+    ];
+    for &n in &o.threads {
+        for (k, name) in designs.iter().enumerate() {
+            let samples = repeat(o, &format!("same-file {name}, {n} clients"), || match k {
+                0 => ours(&file, pages, passes, 1, n),
+                1 => ours(&file, pages, passes, 16, n),
+                _ => kernel(&path, len, passes, n),
+            })?;
+            let gib: Vec<f64> = samples
+                .iter()
+                .map(|s| s.rate() / (1u64 << 30) as f64)
+                .collect();
+            let mut sorted = gib.clone();
+            let m = median(&mut sorted);
+            t.row(vec![
+                name.to_string(),
+                n.to_string(),
+                format!("{m:.2}"),
+                format!("{:.2}..{:.2}", sorted[0], sorted[sorted.len() - 1]),
+            ]);
+            t.series.push(Series::new(name, n, gib, "GiB/s"));
+        }
+    }
+    Ok(vec![t])
+}
