@@ -30,7 +30,7 @@
 //! | [`frame`] | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
 //! | [`index`] | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags |
 //! | `cache` | 4 cache | protocols 5.1-5.6 (lookup, freeze, miss, optimistic read, write, truncate) |
-//! | [`reclaim`] | 5 reclaim | replacement policy (CLOCK for now) |
+//! | [`reclaim`] | 5 reclaim | replacement: sharded S3-FIFO; baselines CLOCK, strict LRU, seed 004's SMP list |
 //! | [`io`] | 6 io | backend trait, `pread`/`pwritev`, fault injection |
 //! | [`anon`] | 4 cache | anonymous regions: zero-filled pages in the same budget |
 //! | this file | 7 api | `PageCache`, `File`, `PageRef`, `PageMut` |
