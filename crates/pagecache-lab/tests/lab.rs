@@ -289,6 +289,14 @@ fn own_part_table_has_the_seed_columns_and_every_design() {
     ] {
         assert_eq!(designs.iter().filter(|&&x| x == d).count(), 2, "{d}");
     }
+    // The slowest design's lock profile, in seed 003's columns.
+    let lp = &tables[1];
+    assert!(
+        lp.title.contains("lock profile of the slowest design"),
+        "{}",
+        lp.title
+    );
+    assert!(lp.rows[0][0].contains("wait_total") || lp.rows[0][0].starts_with("no lock"));
 }
 
 #[test]
@@ -318,8 +326,17 @@ fn own_part_touches_every_page_of_every_part() {
     ] {
         // 64 pages over 4 tasks, 3 rounds: each task checks it read 1 from
         // each of its 16 pages every round.
-        let s = run_one(&file, &std_file, d, 64, 3, 4).unwrap();
+        let s = run_one(&file, &std_file, d, 64, 3, 4, None).unwrap();
         assert_eq!(s.ops, 3 * 64, "{d:?}");
+    }
+    // Profiled: one acquisition of the tree lock per page touched.
+    for d in [Design::MutexTree, Design::RwlockTree] {
+        let c = pagecache::stats::lockstat::LockCounters::new();
+        run_one(&file, &std_file, d, 64, 3, 4, Some(&c)).unwrap();
+        let p = c.profile("tree");
+        assert_eq!(p.count, 3 * 64, "{d:?}");
+        assert!(p.contended <= p.count);
+        assert!(p.hold_total > 0 && p.hold_max <= p.hold_total);
     }
 }
 

@@ -242,6 +242,36 @@ impl<T> RwLock<T> {
         return self.inner.read();
     }
 
+    /// A shared acquisition that does not queue behind a waiting writer
+    /// (`parking_lot`'s `read_recursive`).
+    #[inline]
+    pub(crate) fn read_recursive(&self) -> ReadGuard<'_, T> {
+        #[cfg(feature = "lockstat")]
+        return profiled(
+            self.classes.0 .0,
+            || self.inner.try_read_recursive(),
+            || self.inner.read_recursive(),
+        );
+        #[cfg(not(feature = "lockstat"))]
+        return self.inner.read_recursive();
+    }
+
+    /// [`RwLock::read_recursive`] without waiting.
+    #[inline]
+    pub(crate) fn try_read_recursive(&self) -> Option<ReadGuard<'_, T>> {
+        #[cfg(feature = "lockstat")]
+        return self.inner.try_read_recursive().map(|g| {
+            crate::stats::lockstat::acquired(self.classes.0 .0, None);
+            Held {
+                g,
+                class: self.classes.0 .0,
+                since: std::time::Instant::now(),
+            }
+        });
+        #[cfg(not(feature = "lockstat"))]
+        return self.inner.try_read_recursive();
+    }
+
     #[inline]
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         #[cfg(feature = "lockstat")]

@@ -14,11 +14,13 @@
 //! pages/s.
 
 use crate::runner::{measure, median_run, repeat, Opts, Sample, Series, Table};
+use pagecache::stats::lockstat::{self, LockCounters};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, RwLock};
+use std::time::Instant;
 
 const PS: usize = 4096;
 
@@ -59,10 +61,36 @@ impl Design {
     }
 }
 
+/// Takes a lock through `try_get` (uncontended) or `get` (timed as a
+/// contended wait), counting it in `prof` when profiling.
+fn acquire<G>(
+    prof: Option<&LockCounters>,
+    try_get: impl FnOnce() -> Option<G>,
+    get: impl FnOnce() -> G,
+) -> (G, Option<Instant>) {
+    let Some(p) = prof else {
+        return (get(), None);
+    };
+    let g = match try_get() {
+        Some(g) => {
+            p.acquired(None);
+            g
+        }
+        None => {
+            let t = Instant::now();
+            let g = get();
+            p.acquired(Some(t));
+            g
+        }
+    };
+    (g, Some(Instant::now()))
+}
+
 /// One configuration: `threads` threads each touch their `pages / threads`
 /// pages, `rounds` times. `Sample::ops` counts pages touched.
 /// `file` must stay open across runs (closing the last handle drops the
-/// file's cached pages).
+/// file's cached pages). With `prof`, the tree lock of the locked designs
+/// is profiled (acquisitions, contention, wait and hold times).
 pub fn run_one(
     file: &pagecache::File,
     std_file: &std::fs::File,
@@ -70,6 +98,7 @@ pub fn run_one(
     pages: u64,
     rounds: usize,
     threads: usize,
+    prof: Option<&LockCounters>,
 ) -> io::Result<Sample> {
     let mutex = Mutex::new(());
     let rwlock = RwLock::new(());
@@ -83,12 +112,30 @@ pub fn run_one(
                     for i in lo..hi {
                         let b = match design {
                             Design::MutexTree => {
-                                let _g = mutex.lock().unwrap_or_else(|e| e.into_inner());
-                                file.page(i)?[0]
+                                let (g, since) = acquire(
+                                    prof,
+                                    || mutex.try_lock().ok(),
+                                    || mutex.lock().unwrap_or_else(|e| e.into_inner()),
+                                );
+                                let b = file.page(i)?[0];
+                                drop(g);
+                                if let (Some(p), Some(t)) = (prof, since) {
+                                    p.released(t);
+                                }
+                                b
                             }
                             Design::RwlockTree => {
-                                let _g = rwlock.read().unwrap_or_else(|e| e.into_inner());
-                                file.page(i)?[0]
+                                let (g, since) = acquire(
+                                    prof,
+                                    || rwlock.try_read().ok(),
+                                    || rwlock.read().unwrap_or_else(|e| e.into_inner()),
+                                );
+                                let b = file.page(i)?[0];
+                                drop(g);
+                                if let (Some(p), Some(t)) = (prof, since) {
+                                    p.released(t);
+                                }
+                                b
                             }
                             _ => file.page(i)?[0],
                         };
@@ -185,7 +232,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         for &threads in &o.threads {
             let label = format!("own-part {}, {threads} tasks", design.name());
             let samples = repeat(o, &label, || {
-                run_one(&file, &std_file, design, pages, rounds, threads)
+                run_one(&file, &std_file, design, pages, rounds, threads, None)
             })?;
             let s = median_run(&samples);
             t.series.push(Series::new(
@@ -205,6 +252,47 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             ]);
         }
     }
+    // The lock profile of the slowest pagecache design at the most tasks
+    // (the seed printed its kernel profile at 64 processes): one extra,
+    // profiled run, kept out of the samples above.
+    let most = *o.threads.iter().max().unwrap_or(&1);
+    let mut slowest = (Design::MutexTree, f64::MAX);
+    for sr in &t.series {
+        for d in [Design::MutexTree, Design::RwlockTree, Design::Lockless] {
+            let m = crate::runner::median(&mut sr.samples.clone());
+            if sr.design == d.name() && sr.threads == most && m < slowest.1 {
+                slowest = (d, m);
+            }
+        }
+    }
+    let counters = LockCounters::new();
+    run_one(
+        &file,
+        &std_file,
+        slowest.0,
+        pages,
+        rounds,
+        most,
+        Some(&counters),
+    )?;
+    let mut lp = Table::new(
+        format!(
+            "own-part: lock profile of the slowest design ({}, {most} tasks; one extra profiled run; times in microseconds)",
+            slowest.0.name()
+        ),
+        &["profile"],
+    );
+    let text = if slowest.0 == Design::Lockless {
+        "no lock: every lookup is lock-free\n".to_string()
+    } else {
+        lockstat::format(&[counters.profile(match slowest.0 {
+            Design::MutexTree => "per-file tree lock (mutex)",
+            _ => "per-file tree lock (rwlock, shared)",
+        })])
+    };
+    for line in text.lines() {
+        lp.row(vec![line.to_string()]);
+    }
     // Every measured lookup was a hit: the file stayed cached throughout.
     let misses = cache.stats().misses - misses_before;
     if misses != 0 {
@@ -212,5 +300,5 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             "own-part: {misses} misses during measurement (the file must stay cached)"
         )));
     }
-    Ok(vec![t])
+    Ok(vec![t, lp])
 }

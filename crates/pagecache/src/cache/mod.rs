@@ -100,8 +100,9 @@ use crate::index::{NodeArena, Tree};
 use crate::io::{read_full, write_full, Backend, BackendFile};
 use crate::reclaim::{Policy, PolicyKind, ReplacementPolicy};
 use crate::stats::{Counter, Counters};
+use crate::sync::{LockClass, RwLock};
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -347,7 +348,11 @@ impl Inner {
             policy,
             backend,
             counters: Counters::default(),
-            registry: RwLock::new(Registry::default()),
+            registry: RwLock::with_classes(
+                Registry::default(),
+                LockClass::Registry,
+                LockClass::Registry,
+            ),
             next_id: AtomicU64::new(1),
             reclaiming: CachePadded::new(AtomicUsize::new(0)),
             page_size,
@@ -403,7 +408,11 @@ impl Inner {
             ident,
             tree: Tree::default(),
             len: AtomicU64::new(len),
-            size: RwLock::new(SizeState::default()),
+            size: RwLock::with_classes(
+                SizeState::default(),
+                LockClass::SizeLock,
+                LockClass::SizeLock,
+            ),
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),

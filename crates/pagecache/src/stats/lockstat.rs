@@ -53,12 +53,18 @@ pub enum LockClass {
     PageMutex,
     /// Baseline: a hashed array of page locks around every pin and release.
     PageLockHash,
+    /// The cache's file registry (RwLock; open, last close, eviction's id
+    /// lookup).
+    Registry,
+    /// Per-file size locks (RwLock; shared by writes and write-back,
+    /// exclusive for `set_len`).
+    SizeLock,
     /// Anything not classified.
     Other,
 }
 
 /// Number of classes.
-pub const NCLASSES: usize = 14;
+pub const NCLASSES: usize = 16;
 
 impl LockClass {
     /// All classes.
@@ -76,6 +82,8 @@ impl LockClass {
         LockClass::LruExclusive,
         LockClass::PageMutex,
         LockClass::PageLockHash,
+        LockClass::Registry,
+        LockClass::SizeLock,
         LockClass::Other,
     ];
 
@@ -95,6 +103,8 @@ impl LockClass {
             LockClass::LruExclusive => "LRU rwlock (exclusive)",
             LockClass::PageMutex => "page mutex (global)",
             LockClass::PageLockHash => "page locks (hashed)",
+            LockClass::Registry => "file registry (rwlock)",
+            LockClass::SizeLock => "file size lock (rwlock)",
             LockClass::Other => "other",
         }
     }
