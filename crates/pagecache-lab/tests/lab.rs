@@ -250,7 +250,7 @@ fn page_fault1_has_the_seed_designs_and_counts_every_fault() {
         (PolicyKind::SmpLru, PoolKind::PerCpu),
     ] {
         let c = page_fault1::cache(policy, pool, 1 << 20, 2).unwrap();
-        let s = page_fault1::ours(&c, 1 << 20, 3, 2).unwrap();
+        let s = pagecache_lab::scenarios::anon_fault::touch(&c, 1 << 20, 3, 2).unwrap();
         assert_eq!(
             s.ops,
             2 * 3 * 256,

@@ -30,7 +30,13 @@ pub fn ours(pool: PoolKind, total: usize, reps: usize, threads: usize) -> io::Re
         pool,
         ..Config::default()
     })?;
-    let per = (total / threads).max(PS);
+    touch(&cache, (total / threads).max(PS), reps, threads)
+}
+
+/// The fault loop shared with `page-fault1`: `threads` threads each take
+/// an anonymous region of `per` bytes from `cache`, write-touch every page
+/// and free it, `reps` times. `Sample::ops` counts faults.
+pub fn touch(cache: &PageCache, per: usize, reps: usize, threads: usize) -> io::Result<Sample> {
     measure(threads, |_| {
         let mut faults = 0;
         for _ in 0..reps {

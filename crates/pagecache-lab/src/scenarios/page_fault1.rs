@@ -17,7 +17,7 @@
 //! `design ntask speedup pgf/s stdev`, speedup against the baseline at the
 //! same task count.
 
-use crate::runner::{mean, measure, repeat, stddev, Opts, Sample, Series, Table};
+use crate::runner::{mean, repeat, stddev, Opts, Sample, Series, Table};
 use pagecache::{Config, PageCache, PolicyKind, PoolKind};
 use std::io;
 
@@ -61,22 +61,6 @@ pub fn cache(
     })
 }
 
-/// `tasks` tasks each map, touch and free `region` bytes `loops` times in
-/// `cache`. `Sample::ops` counts faults.
-pub fn ours(cache: &PageCache, region: usize, loops: usize, tasks: usize) -> io::Result<Sample> {
-    measure(tasks, |_| {
-        let mut faults = 0;
-        for _ in 0..loops {
-            let r = cache.anon(region as u64)?;
-            for i in 0..r.pages() {
-                r.page_mut(i)?[0] = 1;
-                faults += 1;
-            }
-        }
-        Ok(faults)
-    })
-}
-
 /// Runs the scenario.
 pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     let (region, loops) = sizes(o);
@@ -97,7 +81,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 None => None,
             };
             let samples = repeat(o, &format!("page-fault1 {name}, {n} tasks"), || match &c {
-                Some(c) => ours(c, region, loops, n),
+                Some(c) => crate::scenarios::anon_fault::touch(c, region, loops, n),
                 None => crate::scenarios::anon_fault::kernel(region * n, loops, n),
             })?;
             let rates: Vec<f64> = samples.iter().map(Sample::rate).collect();
