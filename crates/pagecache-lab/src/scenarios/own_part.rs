@@ -61,15 +61,18 @@ impl Design {
     }
 }
 
-/// Takes a lock through `try_get` (uncontended) or `get` (timed as a
-/// contended wait), counting it in `prof` when profiling.
-fn acquire<G>(
+/// Runs `body` under a lock taken through `try_get` (uncontended) or `get`
+/// (timed as a contended wait), counting the acquisition, wait and hold in
+/// `prof` when profiling.
+fn locked<G, R>(
     prof: Option<&LockCounters>,
     try_get: impl FnOnce() -> Option<G>,
     get: impl FnOnce() -> G,
-) -> (G, Option<Instant>) {
+    body: impl FnOnce() -> R,
+) -> R {
     let Some(p) = prof else {
-        return (get(), None);
+        let _g = get();
+        return body();
     };
     let g = match try_get() {
         Some(g) => {
@@ -83,7 +86,11 @@ fn acquire<G>(
             g
         }
     };
-    (g, Some(Instant::now()))
+    let since = Instant::now();
+    let r = body();
+    drop(g);
+    p.released(since);
+    r
 }
 
 /// One configuration: `threads` threads each touch their `pages / threads`
@@ -111,32 +118,18 @@ pub fn run_one(
                 Design::MutexTree | Design::RwlockTree | Design::Lockless => {
                     for i in lo..hi {
                         let b = match design {
-                            Design::MutexTree => {
-                                let (g, since) = acquire(
-                                    prof,
-                                    || mutex.try_lock().ok(),
-                                    || mutex.lock().unwrap_or_else(|e| e.into_inner()),
-                                );
-                                let b = file.page(i)?[0];
-                                drop(g);
-                                if let (Some(p), Some(t)) = (prof, since) {
-                                    p.released(t);
-                                }
-                                b
-                            }
-                            Design::RwlockTree => {
-                                let (g, since) = acquire(
-                                    prof,
-                                    || rwlock.try_read().ok(),
-                                    || rwlock.read().unwrap_or_else(|e| e.into_inner()),
-                                );
-                                let b = file.page(i)?[0];
-                                drop(g);
-                                if let (Some(p), Some(t)) = (prof, since) {
-                                    p.released(t);
-                                }
-                                b
-                            }
+                            Design::MutexTree => locked(
+                                prof,
+                                || mutex.try_lock().ok(),
+                                || mutex.lock().unwrap_or_else(|e| e.into_inner()),
+                                || file.page(i).map(|p| p[0]),
+                            )?,
+                            Design::RwlockTree => locked(
+                                prof,
+                                || rwlock.try_read().ok(),
+                                || rwlock.read().unwrap_or_else(|e| e.into_inner()),
+                                || file.page(i).map(|p| p[0]),
+                            )?,
                             _ => file.page(i)?[0],
                         };
                         sum += b as u64;
