@@ -7,9 +7,9 @@
 //! becomes a yield so that loom explores the interleavings of the re-checks.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// One step of a bounded busy-wait: a CPU pause for the first rounds, then a
 /// yield so that a preempted thread we wait for gets the CPU back (on an
@@ -198,8 +198,9 @@ impl<T> Mutex<T> {
 }
 
 /// A reader-writer lock profiled per [`LockClass`] like [`Mutex`] (shared
-/// and exclusive acquisitions may be given different classes). Not under
-/// loom: only baselines use it.
+/// and exclusive acquisitions may be given different classes): the file
+/// registry, the per-file size locks and seed 004's two-mode LRU lock. Not
+/// under loom: no modelled protocol takes it.
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub(crate) struct RwLock<T> {
@@ -260,14 +261,10 @@ impl<T> RwLock<T> {
     #[inline]
     pub(crate) fn try_read_recursive(&self) -> Option<ReadGuard<'_, T>> {
         #[cfg(feature = "lockstat")]
-        return self.inner.try_read_recursive().map(|g| {
-            crate::stats::lockstat::acquired(self.classes.0 .0, None);
-            Held {
-                g,
-                class: self.classes.0 .0,
-                since: std::time::Instant::now(),
-            }
-        });
+        return self
+            .inner
+            .try_read_recursive()
+            .map(|g| profiled(self.classes.0 .0, || Some(g), || unreachable!()));
         #[cfg(not(feature = "lockstat"))]
         return self.inner.try_read_recursive();
     }

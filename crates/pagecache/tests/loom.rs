@@ -395,3 +395,34 @@ fn smp_list_head_add_vs_first_delete() {
 fn smp_list_head_add_vs_second_delete() {
     smp_list_model(3, &[1, 0], [(true, 2), (false, 1)], &[2, 0]);
 }
+
+/// Seed 004's list with its membership states (`smp_list::Members`): a
+/// reclaimer puts an isolated node back (`link(0, ISOLATED)`) while its
+/// frame is freed (`unlink(0)`) and at once reused for a new page
+/// (`link(0, OFF)`). In every interleaving node 0 ends on the list exactly
+/// once (its links consistent), its state ON, and the calls' results
+/// account for it (one net add).
+#[test]
+fn smp_members_put_back_vs_free_and_reuse() {
+    use pagecache::reclaim::smp_list::{Members, ISOLATED, OFF};
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.max_branches = 100_000;
+    b.check(|| {
+        let m = Arc::new(Members::new(2));
+        // List: head 1 0; then pop 0 off the tail, as a scan would.
+        assert!(m.link(0, OFF));
+        assert!(m.link(1, OFF));
+        assert_eq!(m.list().pop_tail(), Some(0));
+        m.isolate(0);
+        let m2 = m.clone();
+        let put_back = thread::spawn(move || m2.link(0, ISOLATED) as i32);
+        let freed = m.unlink(0) as i32;
+        let reused = m.link(0, OFF) as i32;
+        let back = put_back.join().unwrap();
+        assert_eq!(back + reused - freed, 1, "node 0 listed once on balance");
+        let mut got = m.list().entries().expect("links consistent");
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1]);
+    });
+}

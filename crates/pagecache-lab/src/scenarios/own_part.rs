@@ -249,15 +249,18 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     // (the seed printed its kernel profile at 64 processes): one extra,
     // profiled run, kept out of the samples above.
     let most = *o.threads.iter().max().unwrap_or(&1);
-    let mut slowest = (Design::MutexTree, f64::MAX);
-    for sr in &t.series {
-        for d in [Design::MutexTree, Design::RwlockTree, Design::Lockless] {
-            let m = crate::runner::median(&mut sr.samples.clone());
-            if sr.design == d.name() && sr.threads == most && m < slowest.1 {
-                slowest = (d, m);
-            }
-        }
-    }
+    let median_at_most = |d: Design| {
+        let sr = t
+            .series
+            .iter()
+            .find(|s| s.design == d.name() && s.threads == most)?;
+        Some((d, crate::ministat::Summary::of(&sr.samples).median))
+    };
+    let slowest = [Design::MutexTree, Design::RwlockTree, Design::Lockless]
+        .into_iter()
+        .filter_map(median_at_most)
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((Design::MutexTree, 0.0));
     let counters = LockCounters::new();
     run_one(
         &file,

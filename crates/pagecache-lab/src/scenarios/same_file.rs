@@ -6,7 +6,8 @@
 //! `splice` from the file into a pipe and from the pipe to `/dev/null`.
 //! Columns: design, clients, GiB/s (median of the runs), runs min..max.
 
-use crate::runner::{measure, median, repeat, Opts, Series, Table};
+use crate::ministat::Summary;
+use crate::runner::{measure, repeat, Opts, Series, Table};
 use pagecache::{Config, PageCache};
 use std::hint::black_box;
 use std::io;
@@ -70,6 +71,20 @@ pub fn ours(
     })
 }
 
+/// One `splice(2)` of up to `len` bytes from `from` (at `*off` if given)
+/// to `to`; the number of bytes moved.
+fn splice(from: i32, off: Option<&mut libc::loff_t>, to: i32, len: usize) -> io::Result<usize> {
+    let off = off.map_or(std::ptr::null_mut(), |o| o as *mut libc::loff_t);
+    // SAFETY: plain system call on descriptors the caller owns; `off` is
+    // null or points at a live loff_t; the kernel moves page references,
+    // no user memory is read or written.
+    let n = unsafe { libc::splice(from, off, to, std::ptr::null_mut(), len, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// The kernel: each client splices the file into its pipe, 16 pages at a
 /// time, and the pipe to `/dev/null`.
 pub fn kernel(
@@ -78,6 +93,7 @@ pub fn kernel(
     passes: usize,
     clients: usize,
 ) -> io::Result<crate::runner::Sample> {
+    use std::os::fd::{FromRawFd, OwnedFd};
     measure(clients, |_| {
         let f = std::fs::File::open(path)?;
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
@@ -86,61 +102,27 @@ pub fn kernel(
         if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let close = |fds: [i32; 2]| {
-            // SAFETY: closing the pipe descriptors we own, once.
-            unsafe {
-                libc::close(fds[0]);
-                libc::close(fds[1]);
-            }
-        };
+        // SAFETY: both descriptors are fresh and ours; dropping closes them.
+        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let mut bytes = 0u64;
-        let res = (|| {
-            for _ in 0..passes {
-                let mut off: libc::loff_t = 0;
-                while (off as usize) < len {
-                    // SAFETY: valid descriptors and offset pointer; the
-                    // kernel moves page references, no user memory.
-                    let n = unsafe {
-                        libc::splice(
-                            f.as_raw_fd(),
-                            &mut off,
-                            fds[1],
-                            std::ptr::null_mut(),
-                            16 * PS,
-                            0,
-                        )
-                    };
-                    if n < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    if n == 0 {
-                        break;
-                    }
-                    let mut left = n as usize;
-                    while left > 0 {
-                        // SAFETY: as above.
-                        let m = unsafe {
-                            libc::splice(
-                                fds[0],
-                                std::ptr::null_mut(),
-                                null.as_raw_fd(),
-                                std::ptr::null_mut(),
-                                left,
-                                0,
-                            )
-                        };
-                        if m <= 0 {
-                            return Err(io::Error::last_os_error());
-                        }
-                        left -= m as usize;
-                    }
-                    bytes += n as u64;
+        for _ in 0..passes {
+            let mut off: libc::loff_t = 0;
+            while (off as usize) < len {
+                let n = splice(f.as_raw_fd(), Some(&mut off), wr.as_raw_fd(), 16 * PS)?;
+                if n == 0 {
+                    break;
                 }
+                let mut left = n;
+                while left > 0 {
+                    match splice(rd.as_raw_fd(), None, null.as_raw_fd(), left)? {
+                        0 => return Err(io::Error::other("splice to /dev/null moved nothing")),
+                        m => left -= m,
+                    }
+                }
+                bytes += n as u64;
             }
-            Ok(bytes)
-        })();
-        close(fds);
-        res
+        }
+        Ok(bytes)
     })
 }
 
@@ -185,13 +167,12 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 .iter()
                 .map(|s| s.rate() / (1u64 << 30) as f64)
                 .collect();
-            let mut sorted = gib.clone();
-            let m = median(&mut sorted);
+            let sum = Summary::of(&gib);
             t.row(vec![
                 name.to_string(),
                 n.to_string(),
-                format!("{m:.2}"),
-                format!("{:.2}..{:.2}", sorted[0], sorted[sorted.len() - 1]),
+                format!("{:.2}", sum.median),
+                format!("{:.2}..{:.2}", sum.min, sum.max),
             ]);
             t.series.push(Series::new(name, n, gib, "GiB/s"));
         }

@@ -497,16 +497,13 @@ impl Inner {
     }
 
     /// [`Inner::release`] in a page-lock baseline build: the release under
-    /// the page's lock.
+    /// the page's lock, the free (if last) after it.
     #[cold]
     #[inline(never)]
     fn release_locked(&self, f: FrameNo) {
-        let last = match &self.page_locks {
-            Some(l) => {
-                let _g = l.lock(f);
-                self.desc(f).release()
-            }
-            None => self.desc(f).release(),
+        let last = {
+            let _g = self.page_locks.as_ref().map(|l| l.lock(f));
+            self.desc(f).release()
         };
         if last == Released::Last {
             self.free_frame(f);
@@ -671,38 +668,20 @@ impl Inner {
     /// pin: take a reference unless free or latched, then re-check that the
     /// frame still holds page `(owner, index)` and was not removed. The one
     /// place these steps are written; every lookup (file pages, gang,
-    /// anonymous pages) goes through it.
+    /// anonymous pages) goes through it. Baseline builds take a page lock
+    /// around the pin CAS and report the hit to strict LRU; the default
+    /// build tests `hooks` twice (one byte, already in a register for the
+    /// second test) and calls neither.
     #[inline(always)]
     pub(crate) fn pin_as(&self, f: FrameNo, owner: u64, index: u64) -> Result<FrameNo, PinMiss> {
         if f as usize >= self.frames.len() {
             return Err(PinMiss::Stale); // garbage from a recycled index node
         }
-        if self.hooks != 0 {
-            return self.pin_as_hooked(f, owner, index);
-        }
         let d = self.desc(f);
-        let s = d.try_pin(PinKind::User).map_err(PinMiss::Fail)?;
-        if s & REMOVED == 0 && d.identity() == (owner, index) {
-            debug_assert!(s & UPTODATE != 0, "unlatched page not up to date");
-            return Ok(f);
-        }
-        self.release(f);
-        Err(PinMiss::Stale)
-    }
-
-    /// [`Inner::pin_as`] in a baseline build: the pin CAS under the page's
-    /// lock (page-lock baselines), and the hit reported to the policy
-    /// (strict LRU). The same steps 2-3 otherwise.
-    #[cold]
-    #[inline(never)]
-    fn pin_as_hooked(&self, f: FrameNo, owner: u64, index: u64) -> Result<FrameNo, PinMiss> {
-        let d = self.desc(f);
-        let s = match &self.page_locks {
-            Some(l) => {
-                let _g = l.lock(f);
-                d.try_pin(PinKind::User)
-            }
-            None => d.try_pin(PinKind::User),
+        let s = if self.hooks & HOOK_PAGE_LOCKS == 0 {
+            d.try_pin(PinKind::User)
+        } else {
+            self.try_pin_locked(f)
         }
         .map_err(PinMiss::Fail)?;
         if s & REMOVED == 0 && d.identity() == (owner, index) {
@@ -712,6 +691,14 @@ impl Inner {
         }
         self.release(f);
         Err(PinMiss::Stale)
+    }
+
+    /// The pin CAS of [`Inner::pin_as`] under the page's baseline lock.
+    #[cold]
+    #[inline(never)]
+    fn try_pin_locked(&self, f: FrameNo) -> Result<u64, PinFail> {
+        let _g = self.page_locks.as_ref().map(|l| l.lock(f));
+        self.desc(f).try_pin(PinKind::User)
     }
 
     /// An anonymous page was just faulted into frame `f` (pinned by the
@@ -1421,12 +1408,13 @@ impl Inner {
         }
         let free = self.alloc.free_count();
         let cached = in_index.iter().filter(|&&b| b).count();
-        let anon = (0..self.frames.len() as FrameNo)
-            .filter(|&f| {
+        let is_anon: Vec<bool> = (0..self.frames.len() as FrameNo)
+            .map(|f| {
                 let d = self.desc(f);
                 d.identity().0 & crate::anon::ANON_BIT != 0 && refs(d.load()) > 0
             })
-            .count();
+            .collect();
+        let anon = is_anon.iter().filter(|&&b| b).count();
         // With no pins held, every frame is cached, anonymous, or free.
         assert_eq!(
             free + cached + anon,
@@ -1435,16 +1423,11 @@ impl Inner {
         );
         // List baselines: exactly the cached and anonymous frames listed.
         if let Some(listed) = self.policy.listed() {
-            let mut want: Vec<FrameNo> = (0..self.frames.len() as FrameNo)
-                .filter(|&f| {
-                    in_index[f as usize]
-                        || (self.desc(f).identity().0 & crate::anon::ANON_BIT != 0
-                            && refs(self.desc(f).load()) > 0)
-                })
+            let want: Vec<FrameNo> = (0..self.frames.len() as FrameNo)
+                .filter(|&f| in_index[f as usize] || is_anon[f as usize])
                 .collect();
             let mut listed = listed.unwrap_or_else(|e| panic!("replacement list broken: {e}"));
             listed.sort_unstable();
-            want.sort_unstable();
             assert_eq!(listed, want, "replacement list vs cached frames");
         }
     }

@@ -164,23 +164,15 @@ impl PerCpuPool {
         if let Some(f) = self.shards[i].lock().pop() {
             return Some(f);
         }
-        // 2. one acquisition of the global lock for a whole batch
         let mut buf = [0 as FrameNo; MAX_BATCH];
+        // 2. one acquisition of the global lock for a whole batch
         let k = {
             let mut g = self.global.lock();
             let k = self.batch.min(g.len());
-            let from = g.len() - k;
-            buf[..k].copy_from_slice(&g[from..]);
-            g.truncate(from);
-            k
+            take_top(&mut g, &mut buf[..k])
         };
         if k > 0 {
-            // 3. keep the hottest (last pushed to G), cache the rest
-            let f = buf[k - 1];
-            if k > 1 {
-                self.shards[i].lock().extend_from_slice(&buf[..k - 1]);
-            }
-            return Some(f);
+            return Some(self.keep_hottest(i, &buf[..k])); // 3.
         }
         // 4. the global pool is dry: take half of another shard's frames
         for d in 1..self.shards.len() {
@@ -188,21 +180,24 @@ impl PerCpuPool {
             let k = {
                 let mut s = self.shards[j].lock();
                 let k = s.len().div_ceil(2).min(MAX_BATCH);
-                let from = s.len() - k;
-                buf[..k].copy_from_slice(&s[from..]);
-                s.truncate(from);
-                k
+                take_top(&mut s, &mut buf[..k])
             };
             if k > 0 {
-                let f = buf[k - 1];
-                if k > 1 {
-                    self.shards[i].lock().extend_from_slice(&buf[..k - 1]);
-                }
-                return Some(f);
+                return Some(self.keep_hottest(i, &buf[..k]));
             }
         }
         // 5.
         None
+    }
+
+    /// Steps 3-4's end: hands out the hottest of `got` (the last pushed
+    /// where it came from) and caches the rest on shard `i`.
+    fn keep_hottest(&self, i: usize, got: &[FrameNo]) -> FrameNo {
+        let (&f, rest) = got.split_last().expect("a non-empty batch");
+        if !rest.is_empty() {
+            self.shards[i].lock().extend_from_slice(rest);
+        }
+        f
     }
 
     /// Free on shard `i` (protocol steps 1-3).
@@ -257,6 +252,15 @@ impl FrameAllocator for PerCpuPool {
     fn free_count(&self) -> usize {
         self.global.lock().len() + self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
     }
+}
+
+/// Moves the top `out.len()` frames of `v` (the last pushed, the hottest)
+/// into `out`, in order; returns how many.
+fn take_top(v: &mut Vec<FrameNo>, out: &mut [FrameNo]) -> usize {
+    let from = v.len() - out.len();
+    out.copy_from_slice(&v[from..]);
+    v.truncate(from);
+    out.len()
 }
 
 /// Which free-frame allocator a cache uses.

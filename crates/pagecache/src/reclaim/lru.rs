@@ -7,7 +7,7 @@
 //!   deleted when its frame is freed, evicted from the tail. The "before"
 //!   design of seeds 003/004: each hit writes the lock word and up to four
 //!   list links that every other CPU also writes.
-//! * [`SmpLru`]: seed 004's design. The list is a [`SmpList`] behind a
+//! * [`SmpLru`]: seed 004's design. The list is a [`SmpList`](super::smp_list::SmpList) behind a
 //!   two-mode rwlock: adds (insertion, put-back) and deletes (frame freed)
 //!   take it *shared* and synchronise among themselves on the list's
 //!   per-node links; isolation for eviction takes it *exclusive* and pops
@@ -19,64 +19,15 @@
 //! on every fault and free; unevictable pages met at the tail are rotated
 //! to the head.
 //!
-//! # Membership protocol (SmpLru)
-//!
 //! The SMP list forbids two deleters of one node and adding a node that is
-//! linked. A per-frame state says who may touch the frame's node:
-//!
-//! ```text
-//!  OFF --add: CAS OFF->LINKING, add_head, CAS LINKING->ON--> ON
-//!  ON  --removed (frame freed): swap ->OFF, then del-------> OFF
-//!  ON  --isolate (exclusive): pop_tail, store ISOLATED-----> ISOLATED
-//!  ISOLATED --put back: CAS ISOLATED->LINKING, add, ->ON--> ON
-//!  ISOLATED --removed / evicted: ->OFF----------------------> OFF
-//!  LINKING --removed: ->UNLINKING; the linker's CAS to ON
-//!           fails, it deletes the node and stores OFF-------> OFF
-//! ```
-//!
-//! Every transition out of ON or LINKING that unlinks is made by exactly
-//! one thread (a swap or a failed CAS decides which), so a node has one
-//! deleter; an adder waits while a node is UNLINKING, so a node is never
-//! added while linked. `removed` runs before a freed frame returns to the
-//! allocator, so a frame can be re-inserted only after its old node is
-//! settled.
+//! linked; [`Members`] (in `smp_list`, where loom models it) enforces both
+//! with a per-frame state.
 
-use super::smp_list::SmpList;
-use super::ReplacementPolicy;
-use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UNEVICTABLE, UPTODATE, WRITEBACK};
+use super::smp_list::{Members, ISOLATED, OFF, ON};
+use super::{examine, ReplacementPolicy, Verdict};
 use crate::frame::{FrameNo, FrameTable};
-use crate::sync::{spin, LockClass, Mutex, RwLock};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-
-const OFF: u8 = 0;
-const ON: u8 = 1;
-const ISOLATED: u8 = 2;
-const LINKING: u8 = 3;
-const UNLINKING: u8 = 4;
-
-/// What the tail scan does with a frame.
-#[derive(Debug, PartialEq, Eq)]
-enum Tail {
-    /// Evictable: hand it to the caller.
-    Take,
-    /// Recently referenced (bit cleared now): back to the head.
-    SecondChance,
-    /// Pinned, latched, under write-back, unevictable: back to the head.
-    Busy,
-}
-
-fn classify(frames: &FrameTable, f: FrameNo, urgent: bool, second_chance: bool) -> Tail {
-    let d = frames.desc(f);
-    let s = d.load();
-    if refs(s) != 1 || s & (LOCKED | WRITEBACK | REMOVED | UNEVICTABLE) != 0 || s & UPTODATE == 0 {
-        return Tail::Busy;
-    }
-    if second_chance && s & REFERENCED != 0 && !urgent {
-        d.state_clear_referenced();
-        return Tail::SecondChance;
-    }
-    Tail::Take
-}
+use crate::sync::{LockClass, Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Plain doubly-linked list of frame numbers with a membership state per
 /// frame; node `n` is the head sentinel. Used under [`StrictLru`]'s mutex.
@@ -185,7 +136,7 @@ impl ReplacementPolicy for StrictLru {
         frames: &FrameTable,
         out: &mut Vec<FrameNo>,
         want: usize,
-        urgent: bool,
+        _urgent: bool,
     ) -> usize {
         let mut l = self.list.lock();
         let budget = self.len.load(Ordering::Relaxed);
@@ -194,8 +145,9 @@ impl ReplacementPolicy for StrictLru {
             let Some(t) = l.tail() else { break };
             examined += 1;
             l.unlink(t);
-            // Strict LRU: recency is the list order; no second chance.
-            if classify(frames, t, urgent, false) == Tail::Take {
+            // Strict LRU: recency is the list order, so the reference bit
+            // gives no second chance (judged as if urgent).
+            if examine(frames, t, true) == Verdict::Cold {
                 l.state[t as usize] = ISOLATED;
                 self.len.fetch_sub(1, Ordering::Relaxed);
                 out.push(t);
@@ -227,9 +179,9 @@ impl ReplacementPolicy for StrictLru {
 pub struct SmpLru {
     /// Shared for add/delete, exclusive for isolation.
     mode: RwLock<()>,
-    list: SmpList,
-    /// Membership state per frame (module docs).
-    state: Box<[AtomicU8]>,
+    /// The list and each frame's membership state.
+    members: Members,
+    /// Entries on the list (a lock-free mirror for `pass_len`).
     len: AtomicUsize,
 }
 
@@ -238,66 +190,33 @@ impl SmpLru {
     pub fn new(frames: usize) -> SmpLru {
         SmpLru {
             mode: RwLock::with_classes((), LockClass::LruShared, LockClass::LruExclusive),
-            list: SmpList::new(frames),
-            state: (0..frames).map(|_| AtomicU8::new(OFF)).collect(),
+            members: Members::new(frames),
             len: AtomicUsize::new(0),
         }
     }
 
-    /// Adds `f` if its state is `from` (shared mode). An adder that finds
-    /// the node UNLINKING waits for the deleter to finish.
+    /// Adds `f` if its state is `from` (shared mode).
     fn link(&self, f: FrameNo, from: u8) {
-        let st = &self.state[f as usize];
         let _shared = self.mode.read();
-        let mut round = 0;
-        // AcqRel: orders our list operations after the previous owner's.
-        loop {
-            match st.compare_exchange(from, LINKING, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(UNLINKING) => spin(&mut round),
-                Err(_) => return, // not ours to add (freed, or listed again)
-            }
-        }
-        self.list.add_head(f);
-        self.len.fetch_add(1, Ordering::Relaxed);
-        if st
-            .compare_exchange(LINKING, ON, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            // `removed` ran while we linked and left the deletion to us.
-            self.list.del(f);
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            st.store(OFF, Ordering::Release);
+        if self.members.link(f, from) {
+            // Relaxed: a length hint.
+            self.len.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Frame `f` left the cache (freed or evicted): delete its node if
     /// listed (shared mode).
     pub fn removed(&self, f: FrameNo) {
-        let st = &self.state[f as usize];
         let _shared = self.mode.read();
-        let mut cur = st.load(Ordering::Acquire);
-        loop {
-            let to = if cur == LINKING { UNLINKING } else { OFF };
-            if cur == OFF || cur == UNLINKING {
-                return;
-            }
-            match st.compare_exchange(cur, to, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(ON) => {
-                    self.list.del(f);
-                    self.len.fetch_sub(1, Ordering::Relaxed);
-                    return;
-                }
-                Ok(_) => return, // ISOLATED: off the list; LINKING: the linker deletes
-                Err(now) => cur = now,
-            }
+        if self.members.unlink(f) {
+            self.len.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// The frames on the list, head first, with the links checked (tests).
     pub fn entries(&self) -> Result<Vec<FrameNo>, String> {
         let _excl = self.mode.write();
-        self.list.entries()
+        self.members.list().entries()
     }
 }
 
@@ -314,19 +233,18 @@ impl ReplacementPolicy for SmpLru {
         urgent: bool,
     ) -> usize {
         let _excl = self.mode.write();
+        let list = self.members.list();
         let budget = self.len.load(Ordering::Relaxed);
         let mut examined = 0;
         while out.len() < want && examined < budget {
-            let Some(t) = self.list.pop_tail() else { break };
+            let Some(t) = list.pop_tail() else { break };
             examined += 1;
-            // Exclusive mode: no add or delete runs; states of listed
-            // frames are ON and only we change them now.
-            if classify(frames, t, urgent, true) == Tail::Take {
-                self.state[t as usize].store(ISOLATED, Ordering::Relaxed);
+            if examine(frames, t, urgent) == Verdict::Cold {
+                self.members.isolate(t);
                 self.len.fetch_sub(1, Ordering::Relaxed);
                 out.push(t);
             } else {
-                self.list.add_head(t);
+                list.add_head(t);
             }
         }
         examined

@@ -8,7 +8,8 @@
 //!
 //! "Mark accessed" is the `REFERENCED` bit that the pin CAS sets for free: the
 //! hit path writes no other policy state, and an optimistic read writes the
-//! bit only when it is clear. Two policies:
+//! bit only when it is clear. Every policy judges a frame it scans with the
+//! one [`examine`]. The policies:
 //!
 //! * [`S3Fifo`], the default: S3-FIFO (small/main/ghost FIFOs, see
 //!   [`s3fifo`]) sharded per CPU, with insertions submitted in batches of
@@ -24,9 +25,9 @@
 //!   004's two-mode rwlock over an SMP-safe list. They need two hooks the
 //!   default policies do not: a hit hook (strict LRU only) and a removal
 //!   hook when a frame leaves the cache. The cache calls the hit hook only
-//!   behind one flag test (`Inner::hooks`), so the default hit path pays a
-//!   predictable branch and nothing else (`docs/benchmarks.md`, "Baseline
-//!   hooks").
+//!   behind a flag test (`Inner::hooks`), so the default hit path pays a
+//!   predictable branch and nothing else (`docs/benchmarks.md`, "Baselines
+//!   inside the library").
 
 #[cfg(not(loom))]
 use crate::frame::state::{refs, LOCKED, REFERENCED, REMOVED, UNEVICTABLE, UPTODATE, WRITEBACK};
@@ -41,6 +42,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub mod lru;
 pub mod s3fifo;
 pub mod smp_list;
+
+pub use s3fifo::Verdict;
 
 /// Frames claimed per advance of the clock hand.
 #[cfg(not(loom))]
@@ -80,6 +83,26 @@ pub trait ReplacementPolicy: Send + Sync + std::fmt::Debug {
     fn removed(&self, _frames: &FrameTable, _f: FrameNo) {}
 }
 
+/// How a scan judges frame `f`: [`Verdict::Busy`] unless only the cache
+/// holds it, idle (not latched or under write-back), valid and evictable
+/// (not removed, not anonymous); then, unless `urgent`, a referenced page
+/// gets a second chance ([`Verdict::Referenced`], its bit cleared now);
+/// otherwise [`Verdict::Cold`]. Never [`Verdict::Gone`] (identity checks are
+/// the caller's).
+#[cfg(not(loom))]
+pub fn examine(frames: &FrameTable, f: FrameNo, urgent: bool) -> Verdict {
+    let d = frames.desc(f);
+    let s = d.load();
+    if refs(s) != 1 || s & (LOCKED | WRITEBACK | REMOVED | UNEVICTABLE) != 0 || s & UPTODATE == 0 {
+        return Verdict::Busy;
+    }
+    if s & REFERENCED != 0 && !urgent {
+        d.state_clear_referenced();
+        return Verdict::Referenced;
+    }
+    Verdict::Cold
+}
+
 /// CLOCK (second chance) over the frame array.
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
@@ -116,19 +139,8 @@ impl ReplacementPolicy for Clock {
             for pos in start..start + claim {
                 let f = (pos % n) as FrameNo;
                 scanned += 1;
-                let d = frames.desc(f);
-                let s = d.load();
-                // Only pages held by the cache alone, idle and valid.
-                if refs(s) != 1
-                    || s & (LOCKED | WRITEBACK | REMOVED | UNEVICTABLE) != 0
-                    || s & UPTODATE == 0
-                {
-                    continue;
-                }
-                if s & REFERENCED != 0 && !urgent {
-                    // Second chance: age it.
-                    d.state_clear_referenced();
-                    continue;
+                if examine(frames, f, urgent) != Verdict::Cold {
+                    continue; // busy, or referenced and aged now
                 }
                 out.push(f);
                 if out.len() >= want {
@@ -202,18 +214,9 @@ impl ReplacementPolicy for S3Fifo {
         let mut got = Vec::with_capacity(want);
         let examined = self.queues.evict(c, &mut got, want, 4 * want + 64, |e| {
             if !Self::live(frames, e) {
-                return s3fifo::Verdict::Gone;
+                return Verdict::Gone;
             }
-            let d = frames.desc(e.frame);
-            let s = d.load();
-            if refs(s) != 1 || s & (LOCKED | WRITEBACK) != 0 || s & UPTODATE == 0 {
-                return s3fifo::Verdict::Busy;
-            }
-            if s & REFERENCED != 0 && !urgent {
-                d.state_clear_referenced();
-                return s3fifo::Verdict::Referenced;
-            }
-            s3fifo::Verdict::Cold
+            examine(frames, e.frame, urgent)
         });
         out.extend(got.iter().map(|e| e.frame));
         examined

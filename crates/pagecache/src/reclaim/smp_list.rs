@@ -52,8 +52,8 @@
 //!   of `s` in its step 2/3 reread, which then locks E (a2 wrote `E.next =
 //!   s` before, Release).
 //! * Precondition (as in the RFC): no two threads delete the same entry,
-//!   and an entry is added only when it is on no list. Callers guarantee it
-//!   with a per-frame membership state (see `lru::SmpLru`).
+//!   and an entry is added only when it is on no list. [`Members`] (below)
+//!   guarantees it with a per-node membership state.
 //!
 //! Waits are bounded spins that yield ([`crate::sync::spin`]): a deleter
 //! waiting on a preempted neighbour burns no more than its time slice.
@@ -64,10 +64,21 @@
 //! dropping the predecessor lock of step 3 or the republishing of steps 2-3
 //! fails them).
 
-use crate::sync::{fence, spin, AtomicU32, Ordering};
+use crate::sync::{fence, spin, AtomicU32, AtomicU8, Ordering};
 
 /// "No node" in a link, and "locked" in a `next` field.
 pub const NIL: u32 = u32::MAX;
+
+/// Membership state: not on the list, nobody adding it.
+pub const OFF: u8 = 0;
+/// On the list.
+pub const ON: u8 = 1;
+/// Taken off the list by an exclusive-mode scan and in its caller's hands.
+pub const ISOLATED: u8 = 2;
+/// Being added by the thread that moved it here.
+pub const LINKING: u8 = 3;
+/// Its frame left while it was being added: the adder deletes it again.
+pub const UNLINKING: u8 = 4;
 
 /// One node's links, side by side in one 8-byte word pair.
 #[derive(Debug)]
@@ -118,6 +129,7 @@ impl SmpList {
         // published the links we are about to overwrite.
         let succ = loop {
             let s = h.next.load(Ordering::Acquire);
+            // AcqRel: the lock is an RMW after the last unlock (Release).
             if s != NIL
                 && h.next
                     .compare_exchange(s, NIL, Ordering::AcqRel, Ordering::Acquire)
@@ -143,10 +155,33 @@ impl SmpList {
         debug_assert!(e < self.head);
         let l = self.link(e);
         let mut round = 0;
+        // Steps 2-3: if our prev moved (a deleter of `pred` finished its
+        // step 4), lock the new one instead: publish it in our next, where
+        // that deleter's step-4 wait looks. Returns whether it moved.
+        let republish = |pred: &mut u32| {
+            // Acquire: pairs with the Release store of step 4 (or a2) that
+            // wrote our prev, so the new predecessor's links are visible.
+            let now = l.prev.load(Ordering::Acquire);
+            if now == *pred {
+                return false;
+            }
+            *pred = now;
+            // Release: the deleter of our old predecessor reads it in its
+            // step-4 wait.
+            l.next.store(now, Ordering::Release);
+            // Store-load pair with the fence of a deleter's step 4: either
+            // it sees our new next, or we see its new prev next time.
+            fence(Ordering::SeqCst);
+            true
+        };
         // 1. lock `e` by pointing its next at its predecessor.
         let (succ, mut pred) = loop {
+            // Acquire: pairs with the Release stores that linked `e` (a2,
+            // a neighbour's step 4), so the neighbours we name are visible.
             let s = l.next.load(Ordering::Acquire);
             let p = l.prev.load(Ordering::Acquire);
+            // AcqRel: taking the lock is a read-modify-write on our next,
+            // ordered after whoever wrote it last.
             if s != NIL
                 && l.next
                     .compare_exchange(s, p, Ordering::AcqRel, Ordering::Acquire)
@@ -156,19 +191,12 @@ impl SmpList {
             }
             spin(&mut round);
         };
-        // 2. a deleter of `pred` may have moved our prev: republish until
-        // stable, so that it is not waiting for us in its step 4.
-        let mut again = l.prev.load(Ordering::Acquire);
-        while again != pred {
-            pred = again;
-            l.next.store(pred, Ordering::Release);
-            // Pairs with the fence in a deleter's step 4 (store-load).
-            fence(Ordering::SeqCst);
-            again = l.prev.load(Ordering::Acquire);
-        }
+        // 2. until stable, so that a deleter of `pred` is not waiting for us.
+        while republish(&mut pred) {}
         // 3. lock the predecessor's next (it must point at us).
         loop {
             let pn = &self.link(pred).next;
+            // AcqRel: after the unlock store (Release) of whoever held it.
             if pn.load(Ordering::Acquire) == e
                 && pn
                     .compare_exchange(e, NIL, Ordering::AcqRel, Ordering::Acquire)
@@ -178,22 +206,19 @@ impl SmpList {
             }
             // `pred` is being deleted: wait for our prev to change.
             spin(&mut round);
-            again = l.prev.load(Ordering::Acquire);
-            if again != pred {
-                pred = again;
-                l.next.store(pred, Ordering::Release);
-                // As in step 2.
-                fence(Ordering::SeqCst);
-            }
+            republish(&mut pred);
         }
         // 4. both locks held: unlink. `succ` cannot go away (step 1).
         let sl = self.link(succ);
+        // Release: `succ`'s deleter rereads its prev (steps 2-3) and then
+        // follows it.
         sl.prev.store(pred, Ordering::Release);
         // Store-load pair with steps 2/3 of a deleter of `succ`.
         fence(Ordering::SeqCst);
         // The RFC needs this wait before its deleter frees `e`; our nodes
         // are never freed, but `e` may be added again at once, and `succ`'s
         // deleter must have let go of it first.
+        // Acquire: pairs with that deleter's republishing store.
         while sl.next.load(Ordering::Acquire) == e {
             spin(&mut round); // `succ`'s deleter has not republished yet
         }
@@ -219,7 +244,7 @@ impl SmpList {
     }
 
     /// Unlinks `e`. Exclusive mode only.
-    pub fn unlink_exclusive(&self, e: u32) {
+    fn unlink_exclusive(&self, e: u32) {
         let l = self.link(e);
         let (n, p) = (
             l.next.load(Ordering::Relaxed),
@@ -261,6 +286,117 @@ impl SmpList {
             return Err(format!("head: prev is {back}, expected {prev}"));
         }
         Ok(out)
+    }
+}
+
+/// An [`SmpList`] of nodes `0..n` with a membership state per node, which
+/// makes the list's precondition (one deleter per node, no add of a linked
+/// node) hold when adds and deletes of one node come from several threads:
+/// an add after a frame is inserted or put back, a delete when the frame
+/// leaves the cache, maybe at the same moment.
+///
+/// # Protocol: membership (shared mode unless marked)
+///
+/// ```text
+///  link(f, from)                          unlink(f)
+///  1. CAS state from -> LINKING;          A. state ON -> OFF (CAS): delete
+///     UNLINKING -> wait (a linker is         the node -> true
+///     deleting it); other -> false        B. LINKING -> UNLINKING (CAS): the
+///  2. add_head(f)                            linker deletes it -> false
+///  3. CAS LINKING -> ON -> true;          C. ISOLATED -> OFF (CAS): off the
+///     failed (UNLINKING, set by B):          list already -> false
+///     del(f), store OFF -> false          D. OFF, UNLINKING: nothing -> false
+///
+///  isolate(f) (exclusive mode, after pop_tail): store ISOLATED
+/// ```
+///
+/// Every transition that unlinks a node is taken by exactly one thread (a
+/// successful CAS, or the linker whose step-3 CAS failed), so a node has one
+/// deleter; an adder waits while a node is UNLINKING, so a node is never
+/// added while linked; and the caller runs `unlink` before a freed frame
+/// can be reused, so a new `link(f, OFF)` never meets an old ON. Orderings:
+/// every state CAS is AcqRel, so the list operations of the thread that
+/// moved a node into a state happen-before those of the next thread that
+/// moves it out. The loom model `smp_members_put_back_vs_free_and_reuse`
+/// (`tests/loom.rs`) checks the core.
+#[derive(Debug)]
+pub struct Members {
+    list: SmpList,
+    state: Box<[AtomicU8]>,
+}
+
+impl Members {
+    /// Nodes `0..n`, all `OFF`.
+    pub fn new(n: usize) -> Members {
+        Members {
+            list: SmpList::new(n),
+            state: (0..n).map(|_| AtomicU8::new(OFF)).collect(),
+        }
+    }
+
+    /// The list (exclusive-mode scans pop and re-add through it).
+    pub fn list(&self) -> &SmpList {
+        &self.list
+    }
+
+    /// Steps 1-3: adds `f` if its state is `from`. Returns whether `f` is
+    /// listed because of this call.
+    pub fn link(&self, f: u32, from: u8) -> bool {
+        let st = &self.state[f as usize];
+        let mut round = 0;
+        // 1. AcqRel: after the previous mover's list operations; before ours.
+        loop {
+            match st.compare_exchange(from, LINKING, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(UNLINKING) => spin(&mut round),
+                Err(_) => return false, // not ours to add (freed, or listed again)
+            }
+        }
+        // 2.
+        self.list.add_head(f);
+        // 3. AcqRel: publishes the add to the next mover.
+        if st
+            .compare_exchange(LINKING, ON, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return true;
+        }
+        // `unlink` ran meanwhile (B) and left the deletion to us.
+        self.list.del(f);
+        // Release: our delete happens-before the next linker's add.
+        st.store(OFF, Ordering::Release);
+        false
+    }
+
+    /// Steps A-D: `f`'s frame left. Returns whether this call deleted `f`
+    /// from the list.
+    pub fn unlink(&self, f: u32) -> bool {
+        let st = &self.state[f as usize];
+        // Acquire: seeds the CAS (which re-checks with AcqRel).
+        let mut cur = st.load(Ordering::Acquire);
+        loop {
+            let to = match cur {
+                ON | ISOLATED => OFF,
+                LINKING => UNLINKING,
+                _ => return false, // D.
+            };
+            // AcqRel: after the previous mover's list operations.
+            match st.compare_exchange(cur, to, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(ON) => {
+                    // A.
+                    self.list.del(f);
+                    return true;
+                }
+                Ok(_) => return false, // B, C.
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Exclusive mode: `f` (just popped by the caller) is now in its hands.
+    pub fn isolate(&self, f: u32) {
+        // Relaxed: exclusive mode orders it against every shared-mode CAS.
+        self.state[f as usize].store(ISOLATED, Ordering::Relaxed);
     }
 }
 
