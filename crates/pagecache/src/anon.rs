@@ -37,17 +37,21 @@
 //! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) checks the
 //! core: two racing faulters and a free, using these descriptor operations.
 
-use crate::cache::{context, FramePin, Inner, PinMiss};
-use crate::frame::state::{refs, PinFail, Released, UNEVICTABLE, UPTODATE};
+use crate::cache::{FrameLatch, FramePin, Inner, PinMiss};
+use crate::error::context;
+use crate::frame::state::{PinFail, Released, State};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
+use crate::sync::{AtomicU32, Ordering};
 use std::io;
 use std::ops::{Deref, DerefMut, Range};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-/// Owner ids of anonymous regions have this bit set; file ids never do.
-pub const ANON_BIT: u64 = 1 << 63;
+/// Owner ids of anonymous regions have this bit set; file ids never do, so
+/// a region's pages never match a file page's identity. (The cache itself
+/// tells anonymous frames apart by their `UNEVICTABLE` state, not by id.)
+const ANON_BIT: u64 = 1 << 63;
 
 static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
 
@@ -140,10 +144,8 @@ impl AnonRegion {
         loop {
             let f = self.get(index)?;
             if self.cache.latch_pinned(f, self.id, index) {
-                self.cache.desc(f).begin_change();
                 return Ok(AnonMut {
-                    region: self,
-                    frame: f,
+                    latch: FrameLatch::new(&self.cache, f, None),
                 });
             }
         }
@@ -183,8 +185,8 @@ impl AnonRegion {
                         return Ok(f);
                     }
                     Err(PinMiss::Stale) => {}
-                    Err(PinMiss::Fail(PinFail::Locked)) => {
-                        self.cache.desc(f).wait_unlocked_as(self.id, index)
+                    Err(PinMiss::Fail(PinFail::Latched)) => {
+                        self.cache.desc(f).wait_unlatched_as(self.id, index)
                     }
                     // Being freed by `free`: the slot is about to read 0.
                     Err(PinMiss::Fail(PinFail::Free)) => std::thread::yield_now(),
@@ -206,10 +208,7 @@ impl AnonRegion {
             // SAFETY: we own `f` (allocated, refcount 0, unpublished); the
             // range is the whole frame. Atomic stores: see module docs.
             unsafe { crate::cache::atomic_zero(self.cache.frames.ptr(f), self.cache.page_size) };
-            d.begin_change();
-            d.set_identity(self.id, index);
-            d.end_change();
-            d.publish_state(2 | UPTODATE | UNEVICTABLE);
+            d.assign(self.id, index, State::ANON_FAULTED);
             // 3. Release: publishes bytes, identity and state with the entry.
             match slot.compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => {
@@ -220,7 +219,7 @@ impl AnonRegion {
                 Err(_) => {
                     // Lost the race: our frame was never visible; undo.
                     d.reset();
-                    debug_assert_eq!(refs(d.load()), 0);
+                    debug_assert_eq!(d.snapshot().refs(), 0);
                     self.cache.free_frame(f);
                 }
             }
@@ -247,33 +246,22 @@ impl Deref for AnonRef<'_> {
     }
 }
 
-/// An exclusively latched anonymous page.
+/// An exclusively latched anonymous page; dereferences mutably to its
+/// bytes, released when dropped.
 #[derive(Debug)]
 pub struct AnonMut<'a> {
-    region: &'a AnonRegion,
-    frame: FrameNo,
+    latch: FrameLatch<'a>,
 }
 
 impl Deref for AnonMut<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: latched and drained: nobody else reads through a pin.
-        unsafe { self.region.cache.frames.bytes(self.frame) }
+        &self.latch
     }
 }
 
 impl DerefMut for AnonMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: latched and drained with the version odd: exclusive.
-        unsafe { self.region.cache.frames.bytes_mut(self.frame) }
-    }
-}
-
-impl Drop for AnonMut<'_> {
-    fn drop(&mut self) {
-        let d = self.region.cache.desc(self.frame);
-        d.end_change();
-        let _ = d.unlock(0, 0);
-        self.region.cache.release(self.frame);
+        &mut self.latch
     }
 }

@@ -2,10 +2,8 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
-use crate::cache::{FileShared, FramePin, Inner};
+use crate::cache::{FileShared, FrameLatch, FramePin, Inner};
 pub use crate::frame::alloc::PoolKind;
-use crate::frame::state::DIRTY;
-use crate::frame::FrameNo;
 pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
@@ -112,7 +110,7 @@ impl PageCache {
     /// Opens a file with the given options.
     pub fn open_with(&self, path: impl AsRef<Path>, opts: &OpenOptions) -> io::Result<File> {
         let path = path.as_ref();
-        let ctx = |e: io::Error| crate::cache::context(e, format!("opening {}", path.display()));
+        let ctx = |e: io::Error| crate::error::context(e, format!("opening {}", path.display()));
         if (opts.create || opts.create_new || opts.truncate) && !opts.write {
             return Err(ctx(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -317,11 +315,10 @@ impl File {
     pub fn page_mut(&self, index: u64) -> io::Result<PageMut<'_>> {
         self.check_writable("page_mut")?;
         self.check_page(index)?;
-        let frame = self.inner().get_page_locked(&self.shared, index, false)?;
-        self.cache.desc(frame).begin_change();
+        let frame = self.inner().get_page_latched(&self.shared, index, false)?;
         Ok(PageMut {
+            latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),
             file: self,
-            frame,
             index,
         })
     }
@@ -338,41 +335,13 @@ impl File {
         out.clear();
         let npages = self.npages();
         let end = npages.min(start.saturating_add(max as u64));
-        let inner = self.inner();
-        let mut i = start;
-        while i < end {
-            // Fast path: one walk to the leaf, then pin consecutive slots
-            // (each with the 5.1 pin and identity check).
-            let mut advanced = false;
-            if let Some(leaf) = self.shared.tree.leaf(&inner.nodes, i) {
-                while i < end {
-                    let Some(frame) = leaf.slot((i & 63) as usize) else {
-                        break;
-                    };
-                    let Some(frame) = inner.pin_in_leaf(&self.shared, i, frame) else {
-                        break;
-                    };
-                    out.push(PageRef {
-                        pin: FramePin::new(&self.cache, frame),
-                        index: i,
-                    });
-                    i += 1;
-                    advanced = true;
-                    if i & 63 == 0 {
-                        break; // next leaf
-                    }
-                }
-            }
-            if i < end && !(advanced && i & 63 == 0) {
-                // A miss or contention at `i`: the full path (may read).
-                let frame = inner.get_page(&self.shared, i)?;
+        self.inner()
+            .gang(&self.shared, start, end, |index, frame| {
                 out.push(PageRef {
                     pin: FramePin::new(&self.cache, frame),
-                    index: i,
-                });
-                i += 1;
-            }
-        }
+                    index,
+                })
+            })?;
         Ok(out.len())
     }
 
@@ -406,7 +375,7 @@ impl File {
         for i in 0..self.npages() {
             if let Some(f) = self.shared.tree.lookup(&self.cache.nodes, i) {
                 if self.cache.desc(f).identity() == (self.shared.id, i)
-                    && self.cache.desc(f).load() & DIRTY != 0
+                    && self.cache.desc(f).snapshot().is_dirty()
                 {
                     n += 1;
                 }
@@ -443,8 +412,8 @@ impl Deref for PageRef<'_> {
 /// marked dirty when dropped.
 #[derive(Debug)]
 pub struct PageMut<'a> {
+    latch: FrameLatch<'a>,
     file: &'a File,
-    frame: FrameNo,
     index: u64,
 }
 
@@ -458,22 +427,20 @@ impl PageMut<'_> {
 impl Deref for PageMut<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: latched and drained: nobody else reads through a pin.
-        unsafe { self.file.cache.frames.bytes(self.frame) }
+        &self.latch
     }
 }
 
 impl DerefMut for PageMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: latched and drained with the version odd: exclusive (the
-        // `&mut self` borrow keeps a second slice from existing).
-        unsafe { self.file.cache.frames.bytes_mut(self.frame) }
+        &mut self.latch
     }
 }
 
 impl Drop for PageMut<'_> {
     fn drop(&mut self) {
-        // Bytes past end of file must stay zero.
+        // Bytes past end of file must stay zero. The latch (dropped after
+        // this) then ends the write: version even, DIRTY, unlatch, tag.
         let len = self.file.len();
         let ps = self.file.cache.page_size as u64;
         let start = self.index * ps;
@@ -482,15 +449,7 @@ impl Drop for PageMut<'_> {
             // SAFETY: still latched with the version odd; the range ends at
             // the end of the frame. Atomic stores, as everywhere a frame's
             // bytes may race a stale optimistic reader (see `cache::copy`).
-            unsafe {
-                crate::cache::atomic_zero(
-                    self.file.cache.frames.ptr(self.frame).add(keep),
-                    ps as usize - keep,
-                )
-            };
+            unsafe { crate::cache::atomic_zero(self.latch.ptr().add(keep), ps as usize - keep) };
         }
-        self.file
-            .cache
-            .finish_write(&self.file.shared, self.index, self.frame);
     }
 }

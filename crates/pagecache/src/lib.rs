@@ -70,6 +70,9 @@
 
 pub(crate) mod sync;
 
+#[cfg(not(loom))]
+mod error;
+
 pub mod frame;
 
 #[cfg(not(loom))]

@@ -7,9 +7,10 @@
 //! becomes a yield so that loom explores the interleavings of the re-checks.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+#[allow(unused_imports)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// One step of a bounded busy-wait: a CPU pause for the first rounds, then a
 /// yield so that a preempted thread we wait for gets the CPU back (on an

@@ -12,17 +12,12 @@
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use pagecache::frame::state::{
-    refs, FrameDesc, PinFail, PinKind, Released, DIRTY, REMOVED, UPTODATE,
-};
+use pagecache::frame::state::{FrameDesc, PinFail, PinKind, Released, State};
 
 /// A frame holding page `index` of file 1 with only the cache's reference.
 fn cached(index: u64) -> FrameDesc {
     let d = FrameDesc::new();
-    d.begin_change();
-    d.set_identity(1, index);
-    d.end_change();
-    d.publish_state(1 | UPTODATE);
+    d.assign(1, index, State::cached(1));
     d
 }
 
@@ -47,12 +42,12 @@ fn lookup(slot: &AtomicU64, frames: &[FrameDesc; 2], index: u64) -> (Lookup, Opt
             Ok(s) => {
                 // 3.
                 let (owner, idx) = d.identity();
-                if s & REMOVED == 0 && owner == 1 && idx == index {
+                if !s.is_removed() && owner == 1 && idx == index {
                     return (Lookup::Hit, Some(f));
                 }
                 assert_eq!(d.release(), Released::Alive, "stray pin never frees here");
             }
-            Err(PinFail::Free) | Err(PinFail::Locked) => thread::yield_now(),
+            Err(PinFail::Free) | Err(PinFail::Latched) => thread::yield_now(),
             Err(PinFail::Overflow) => unreachable!(),
         }
     }
@@ -80,10 +75,7 @@ fn lookup_vs_removal_and_recycling() {
             // C: clear the slot, reset identity, reuse for page 5 (ABA).
             s2.store(0, Ordering::Release);
             d.reset();
-            d.begin_change();
-            d.set_identity(1, 5);
-            d.end_change();
-            d.publish_state(1 | UPTODATE);
+            d.assign(1, 5, State::cached(1));
             true
         });
         let (res, pinned) = lookup(&slot, &frames, 0);
@@ -94,14 +86,14 @@ fn lookup_vs_removal_and_recycling() {
                 // A pin on page 0 means the freeze could not have succeeded.
                 assert!(!evicted, "evicted a page a reader had pinned");
                 assert_eq!(d.identity(), (1, 0));
-                assert_eq!(refs(d.load()), 2);
+                assert_eq!(d.snapshot().refs(), 2);
                 assert_eq!(pinned, Some(0));
                 assert_eq!(d.release(), Released::Alive);
             }
             Lookup::Miss => {}
         }
         // Every stray reference was dropped: only the owner's remains.
-        assert_eq!(refs(d.load()), 1);
+        assert_eq!(d.snapshot().refs(), 1);
         let expect = if evicted { (1, 5) } else { (1, 0) };
         assert_eq!(d.identity(), expect);
     });
@@ -127,13 +119,13 @@ fn optimistic_and_pinned_reads_vs_write() {
         let writer = thread::spawn(move || {
             let d = &pw.d;
             d.try_pin(PinKind::User).unwrap_or_else(|_| unreachable!());
-            assert!(d.try_lock(), "the only writer");
+            assert!(d.try_latch(), "the only writer");
             d.wait_drained();
             d.begin_change();
             pw.w[0].store(7, Ordering::Relaxed);
             pw.w[1].store(7, Ordering::Relaxed);
             d.end_change();
-            let _ = d.unlock(DIRTY, 0);
+            let _ = d.unlatch_dirty();
             let _ = d.release();
         });
         let pp = p.clone();
@@ -148,7 +140,7 @@ fn optimistic_and_pinned_reads_vs_write() {
                         let _ = pp.d.release();
                         return;
                     }
-                    Err(_) => pp.d.wait_unlocked(),
+                    Err(_) => pp.d.wait_unlatched(),
                 }
             }
         });
@@ -158,7 +150,7 @@ fn optimistic_and_pinned_reads_vs_write() {
                 thread::yield_now();
                 continue;
             };
-            if p.d.load() & UPTODATE == 0 {
+            if !p.d.snapshot().is_uptodate() {
                 break;
             }
             let a = p.w[0].load(Ordering::Relaxed);
@@ -171,9 +163,9 @@ fn optimistic_and_pinned_reads_vs_write() {
         }
         writer.join().unwrap();
         pinned.join().unwrap();
-        let s = p.d.load();
-        assert_eq!(refs(s), 1);
-        assert_ne!(s & DIRTY, 0);
+        let s = p.d.snapshot();
+        assert_eq!(s.refs(), 1);
+        assert!(s.is_dirty());
         assert_eq!(p.w[0].load(Ordering::Relaxed), 7);
     });
 }
@@ -284,10 +276,7 @@ fn anon_first_touch_vs_free() {
         // A faulter owns frame `f` (allocated: refcount 0, no identity).
         let fault = |frames: &[FrameDesc; 2], slot: &AtomicU32, f: u32| -> bool {
             let d = &frames[f as usize];
-            d.begin_change();
-            d.set_identity(REGION, 0);
-            d.end_change();
-            d.publish_state(2 | UPTODATE); // the region's reference + ours
+            d.assign(REGION, 0, State::ANON_FAULTED); // the region's reference + ours
             if slot
                 .compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
@@ -322,7 +311,7 @@ fn anon_first_touch_vs_free() {
         for (f, won) in [(0u32, won_a), (1u32, won_b)] {
             let d = &frames[f as usize];
             if !won {
-                assert_eq!(refs(d.load()), 0, "loser's frame {f} not undone");
+                assert_eq!(d.snapshot().refs(), 0, "loser's frame {f} not undone");
                 continue;
             }
             let published_now = left == f + 1;
@@ -333,8 +322,8 @@ fn anon_first_touch_vs_free() {
             );
             // Our pin, plus the region's unless the free orphaned it.
             let expect = if was_freed { 1 } else { 2 };
-            assert_eq!(refs(d.load()), expect, "frame {f}");
-            assert_eq!(d.load() & REMOVED != 0, was_freed);
+            assert_eq!(d.snapshot().refs(), expect, "frame {f}");
+            assert_eq!(d.snapshot().is_removed(), was_freed);
             let last = d.release();
             assert_eq!(
                 last == Released::Last,

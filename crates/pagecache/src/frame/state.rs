@@ -12,7 +12,7 @@
 //! ```text
 //!  63      41  40    39      38     37     36    35     34     33     32   31              0
 //! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
-//! | (unused) |UNEVI|REMOVED| REF  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LOCKED|    refcount    |
+//! | (unused) |UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
 //! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
 //! ```
 //!
@@ -20,31 +20,34 @@
 //!   its file's index) plus one per pin (`PageRef`, `PageMut`, internal pins of
 //!   write-back and eviction). 0 means free or frozen: nobody may take a new
 //!   reference (protocol 5.1 step 2 fails and retries from the root).
-//! * `LOCKED`: the exclusive latch is claimed (a writer, `PageMut`, the miss
+//! * `LATCHED`: the exclusive latch is claimed (a writer, `PageMut`, the miss
 //!   path filling the page, `set_len` zeroing a tail). New pins park until it
 //!   clears. The holder also waits for older pins to drain (see `DRAIN`).
 //! * `WAITERS`: at least one thread is parked on this frame's wait queue
-//!   (key = descriptor address) for `LOCKED` or `WRITEBACK` to clear. Cleared,
-//!   with a wake-up, by whoever clears `LOCKED` or `WRITEBACK`.
+//!   (key = descriptor address) for `LATCHED` or `WRITEBACK` to clear. Cleared,
+//!   with a wake-up, by whoever clears `LATCHED` or `WRITEBACK`.
 //! * `DRAIN`: the latch holder is parked (key = address + 1) until the pins
 //!   drain; every release wakes it while set.
 //! * `UPTODATE`: the bytes hold the page's contents. Never set on a page whose
-//!   read failed; such a page is removed before it is unlocked.
+//!   read failed; such a page is removed before it is unlatched.
 //! * `DIRTY`: the bytes differ from the file; write-back clears it *before*
 //!   writing and sets it again if the write fails, so no dirty data is lost.
-//! * `WRITEBACK`: a write of these bytes to the file is in flight. `set_len`
-//!   waits for it on pages it removes, so a stale write cannot land past a new
-//!   end of file.
-//! * `REFERENCED`: the CLOCK reference bit. Set by the pin compare-and-swap
-//!   itself (free: no extra write), and by optimistic readers only when clear.
+//! * `WRITEBACK`: a write of these bytes to the file is in flight.
+//! * `ACCESSED`: the replacement policy's accessed bit (S3-FIFO's one-bit
+//!   frequency, CLOCK's reference bit). Set by the pin compare-and-swap
+//!   itself (free: no extra write), and by optimistic readers only when
+//!   clear; cleared by the policy as it ages the page.
 //! * `REMOVED`: the page was taken out of its file's index while pinned
 //!   (truncate, protocol 5.6); the cache's reference is gone and the last
 //!   release frees the frame.
 //! * `UNEVICTABLE`: replacement must never pick this frame (anonymous pages:
 //!   there is nowhere to write them). Like the kernel's unevictable list.
 //!
-//! Packing the refcount with `LOCKED` makes "pin unless write-locked" a single
+//! Packing the refcount with `LATCHED` makes "pin unless latched" a single
 //! compare-and-swap, as FreeBSD's `busy_lock` and tokio's task state do.
+//! Callers never see the bits: they read a [`State`] snapshot through its
+//! named predicates and change the word only through the named transitions
+//! of [`FrameDesc`] (in the shape of tokio's task `State`/`Snapshot`).
 //!
 //! # Identity and the version (seqlock)
 //!
@@ -60,33 +63,140 @@
 
 use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering};
 
-/// Mask of the reference count.
-pub const REFS: u64 = 0xffff_ffff;
-/// Exclusive latch claimed. See the module docs for every bit.
-pub const LOCKED: u64 = 1 << 32;
-/// Someone is parked waiting for `LOCKED` or `WRITEBACK` to clear.
-pub const WAITERS: u64 = 1 << 33;
-/// The latch holder is parked waiting for pins to drain.
-pub const DRAIN: u64 = 1 << 34;
-/// The bytes are valid.
-pub const UPTODATE: u64 = 1 << 35;
-/// The bytes must be written back.
-pub const DIRTY: u64 = 1 << 36;
-/// A write-back of the bytes is in flight.
-pub const WRITEBACK: u64 = 1 << 37;
-/// CLOCK reference bit.
-pub const REFERENCED: u64 = 1 << 38;
-/// Removed from the index while pinned; the last release frees the frame.
-pub const REMOVED: u64 = 1 << 39;
-/// Never a candidate for eviction (anonymous pages: there is no swap yet).
-pub const UNEVICTABLE: u64 = 1 << 40;
+const REFS: u64 = 0xffff_ffff;
+const LATCHED: u64 = 1 << 32;
+const WAITERS: u64 = 1 << 33;
+const DRAIN: u64 = 1 << 34;
+const UPTODATE: u64 = 1 << 35;
+const DIRTY: u64 = 1 << 36;
+const WRITEBACK: u64 = 1 << 37;
+const ACCESSED: u64 = 1 << 38;
+const REMOVED: u64 = 1 << 39;
+const UNEVICTABLE: u64 = 1 << 40;
 
 /// Owner id of a frame that holds no page.
 pub const NO_OWNER: u64 = 0;
 
 /// Pins above this count are refused (refcount overflow guard, cf. Linux's
 /// `folio_ref_zero_or_close_to_overflow`).
-pub const MAX_PINS: u64 = REFS - 1024;
+const MAX_PINS: u64 = REFS - 1024;
+
+/// A snapshot of a frame's state word: what a load or a transition saw.
+/// Read it through the predicates; it cannot change the frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct State(u64);
+
+impl State {
+    /// A frame just inserted by the miss path (5.3 step 2): latched, not up
+    /// to date, referenced by the cache and by the inserting thread.
+    pub const INSERTED_LATCHED: State = State(2 | LATCHED);
+    /// An anonymous page just faulted in: up to date, unevictable,
+    /// referenced by its region and by the faulting thread.
+    pub const ANON_FAULTED: State = State(2 | UPTODATE | UNEVICTABLE);
+
+    /// A cached, up-to-date, clean page with `refs` references (tests and
+    /// models build frames with it).
+    pub const fn cached(refs: u64) -> State {
+        State((refs & REFS) | UPTODATE)
+    }
+
+    /// References: the cache's own (while indexed) plus one per pin.
+    #[inline]
+    pub const fn refs(self) -> u64 {
+        self.0 & REFS
+    }
+    /// The exclusive latch is claimed.
+    #[inline]
+    pub const fn is_latched(self) -> bool {
+        self.0 & LATCHED != 0
+    }
+    /// The latch holder is waiting for pins to drain.
+    #[inline]
+    pub const fn is_draining(self) -> bool {
+        self.0 & DRAIN != 0
+    }
+    /// The bytes hold the page's contents.
+    #[inline]
+    pub const fn is_uptodate(self) -> bool {
+        self.0 & UPTODATE != 0
+    }
+    /// The bytes must be written back.
+    #[inline]
+    pub const fn is_dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+    /// A write-back of the bytes is in flight.
+    #[inline]
+    pub const fn is_under_writeback(self) -> bool {
+        self.0 & WRITEBACK != 0
+    }
+    /// The replacement policy's accessed bit is set.
+    #[inline]
+    pub const fn is_accessed(self) -> bool {
+        self.0 & ACCESSED != 0
+    }
+    /// Taken out of its index while pinned; the last release frees it.
+    #[inline]
+    pub const fn is_removed(self) -> bool {
+        self.0 & REMOVED != 0
+    }
+    /// Never an eviction candidate (anonymous pages).
+    #[inline]
+    pub const fn is_unevictable(self) -> bool {
+        self.0 & UNEVICTABLE != 0
+    }
+    /// A pinned page a lookup may use: in its index and valid.
+    #[inline]
+    pub const fn is_live(self) -> bool {
+        self.0 & (UPTODATE | REMOVED) == UPTODATE
+    }
+    /// Only the cache holds it, idle (not latched, not under write-back),
+    /// valid, in its index and evictable: what eviction may take.
+    #[inline]
+    pub const fn is_evictable(self) -> bool {
+        self.refs() == 1
+            && self.0 & (LATCHED | WRITEBACK | REMOVED | UNEVICTABLE) == 0
+            && self.is_uptodate()
+    }
+    /// An indexed page nobody uses: the state every cached frame is in
+    /// when no operation runs (checked by `validate`).
+    #[inline]
+    pub const fn is_idle(self) -> bool {
+        self.refs() >= 1 && self.0 & (LATCHED | REMOVED) == 0 && self.is_uptodate()
+    }
+    /// References a latch holder must wait for before it has the page
+    /// alone: its own, plus the cache's unless the page was removed.
+    #[inline]
+    pub const fn latch_base(self) -> u64 {
+        if self.is_removed() {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "State(refs={}", self.refs())?;
+        for (bit, name) in [
+            (LATCHED, "LATCHED"),
+            (WAITERS, "WAITERS"),
+            (DRAIN, "DRAIN"),
+            (UPTODATE, "UPTODATE"),
+            (DIRTY, "DIRTY"),
+            (WRITEBACK, "WRITEBACK"),
+            (ACCESSED, "ACCESSED"),
+            (REMOVED, "REMOVED"),
+            (UNEVICTABLE, "UNEVICTABLE"),
+        ] {
+            if self.0 & bit != 0 {
+                write!(f, " {name}")?;
+            }
+        }
+        f.write_str(")")
+    }
+}
 
 /// Why a pin could not be taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,18 +204,18 @@ pub enum PinFail {
     /// Refcount was zero: the frame is free or frozen for removal. Retry from
     /// the root (protocol 5.1 step 2).
     Free,
-    /// The exclusive latch is claimed: park with [`FrameDesc::wait_unlocked`]
-    /// and retry from the root.
-    Locked,
+    /// The exclusive latch is claimed: park with
+    /// [`FrameDesc::wait_unlatched_as`] and retry from the root.
+    Latched,
     /// Too many pins on one page.
     Overflow,
 }
 
-/// Who is pinning, which decides how a claimed latch and the CLOCK bit are
-/// treated.
+/// Who is pinning, which decides how a claimed latch and the accessed bit
+/// are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PinKind {
-    /// A user lookup: sets `REFERENCED`, stops at any claimed latch.
+    /// A user lookup: sets `ACCESSED`, stops at any claimed latch.
     User,
     /// Write-back: does not age the page and passes a latch holder that is
     /// still waiting for pins to drain (see [`FrameDesc::try_pin`]).
@@ -125,36 +235,19 @@ pub enum Released {
     Last,
 }
 
-/// Extracts the reference count.
-#[inline]
-pub fn refs(s: u64) -> u64 {
-    s & REFS
-}
-
-/// References a latch holder must wait for before it has the page alone:
-/// its own, plus the cache's unless the page was removed.
-#[inline]
-pub fn latch_base(s: u64) -> u64 {
-    if s & REMOVED != 0 {
-        1
-    } else {
-        2
-    }
-}
-
 /// One frame's descriptor. 64-byte aligned so that pins of neighbouring
 /// frames by different threads never bounce one cache line.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct FrameDesc {
     /// (A) The packed state word described in the module docs.
-    pub(crate) state: AtomicU64,
+    state: AtomicU64,
     /// (A) Seqlock version: odd while identity or bytes change.
-    pub(crate) version: AtomicU64,
+    version: AtomicU64,
     /// (V) Id of the file that owns the page, [`NO_OWNER`] when free.
-    pub(crate) owner: AtomicU64,
+    owner: AtomicU64,
     /// (V) Page index within the owner.
-    pub(crate) index: AtomicU64,
+    index: AtomicU64,
 }
 
 impl Default for FrameDesc {
@@ -183,13 +276,15 @@ impl FrameDesc {
         self.key() + 1
     }
 
-    /// Current state word (a snapshot; Acquire so that a set `UPTODATE` makes
-    /// the bytes written before it visible).
+    // ----- reading ---------------------------------------------------------
+
+    /// Current state (a snapshot; Acquire so that a set `UPTODATE` makes the
+    /// bytes written before it visible). Context: any.
     #[inline]
-    pub fn load(&self) -> u64 {
-        // Acquire: pairs with the Release in `unlock` that publishes UPTODATE
-        // and the bytes written under the latch.
-        self.state.load(Ordering::Acquire)
+    pub fn snapshot(&self) -> State {
+        // Acquire: pairs with the Release in `unlatch*` that publishes
+        // UPTODATE and the bytes written under the latch.
+        State(self.state.load(Ordering::Acquire))
     }
 
     /// Page identity `(owner, index)`. Stable while the caller holds a pin.
@@ -204,38 +299,42 @@ impl FrameDesc {
         )
     }
 
+    // ----- pins (5.1) --------------------------------------------------------
+
     /// Protocol 5.1 step 2: take a reference unless the refcount is zero or
-    /// the latch is claimed, setting the CLOCK reference bit in the same CAS.
+    /// the latch is claimed, setting the accessed bit in the same CAS.
     ///
     /// With [`PinKind::Writeback`], a claimed latch whose holder is still
     /// waiting for older pins to drain does not stop the pin (used by
     /// write-back, so that `sync` cannot deadlock behind a writer that waits
     /// for the syncing thread's own `PageRef`). This cannot starve a latch
     /// holder past the moment it has drained: once `refs == latch_base` with
-    /// `LOCKED` set, no kind of pin succeeds until unlock.
+    /// `LATCHED` set, no kind of pin succeeds until unlatch.
     ///
-    /// Context: any; the frame may be free or recycled (descriptors are
-    /// type-stable), the caller re-checks identity after success.
+    /// Context: any, no sleep; the frame may be free or recycled
+    /// (descriptors are type-stable), the caller re-checks identity after
+    /// success.
     #[inline(always)]
-    pub fn try_pin(&self, kind: PinKind) -> Result<u64, PinFail> {
+    pub fn try_pin(&self, kind: PinKind) -> Result<State, PinFail> {
         let pass_pending_writer = kind == PinKind::Writeback;
-        let mark = if kind == PinKind::User { REFERENCED } else { 0 };
+        let mark = if kind == PinKind::User { ACCESSED } else { 0 };
         // Relaxed: the value only seeds the CAS, which re-validates it.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
-            let r = refs(s);
+            let st = State(s);
+            let r = st.refs();
             if r == 0 {
                 return Err(PinFail::Free);
             }
-            if s & LOCKED != 0 && !(pass_pending_writer && r > latch_base(s)) {
-                return Err(PinFail::Locked);
+            if st.is_latched() && !(pass_pending_writer && r > st.latch_base()) {
+                return Err(PinFail::Latched);
             }
             if r >= MAX_PINS {
                 return Err(PinFail::Overflow);
             }
             let new = (s + 1) | mark;
             // Acquire on success: pairs with the Release of the frame's
-            // publication (slot store / unlock) so that identity and bytes
+            // publication (slot store / unlatch) so that identity and bytes
             // read after the pin are those of the page we pinned, and orders
             // the identity re-check (5.1 step 3) after the increment.
             // Failure is Relaxed: a failed CAS gives no ordering (kernel rule
@@ -244,7 +343,7 @@ impl FrameDesc {
                 .state
                 .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => return Ok(new),
+                Ok(_) => return Ok(State(new)),
                 Err(cur) => s = cur,
             }
         }
@@ -252,13 +351,13 @@ impl FrameDesc {
 
     /// Adds a reference to a frame the caller already holds a reference to
     /// (cloning a `PageRef`). Never waits: the page's bytes cannot change
-    /// while the caller's own pin lives.
+    /// while the caller's own pin lives. Context: any, no sleep.
     #[inline]
     pub fn pin_more(&self) {
         // Relaxed: the caller's existing reference already orders its reads
         // (same reasoning as `Arc::clone`).
         let old = self.state.fetch_add(1, Ordering::Relaxed);
-        debug_assert!(refs(old) > 0 && refs(old) < MAX_PINS);
+        debug_assert!(State(old).refs() > 0 && State(old).refs() < MAX_PINS);
     }
 
     /// The one common release path: drops one reference.
@@ -267,17 +366,25 @@ impl FrameDesc {
     /// caller owns the frame and must free it (this is why any frame must be
     /// freeable by a plain release: a speculative pin on a recycled frame can
     /// end up holding the last reference, kernel invariant (a)).
+    /// Context: any, no sleep (wakes a draining latch holder).
     #[inline(always)]
     pub fn release(&self) -> Released {
         // Release: our reads of the page's bytes happen-before whoever sees
         // the count drop (a latch holder draining pins, or a remover's
         // freeze CAS).
-        let old = self.state.fetch_sub(1, Ordering::Release);
-        debug_assert!(refs(old) > 0, "release of a frame with no reference");
-        if old & DRAIN != 0 {
+        let old = State(self.state.fetch_sub(1, Ordering::Release));
+        debug_assert!(old.refs() > 0, "release of a frame with no reference");
+        self.after_drop_ref(old)
+    }
+
+    /// Wakes a draining latch holder and reports whether `old` held the
+    /// last reference; shared by `release` and `orphan`.
+    #[inline(always)]
+    fn after_drop_ref(&self, old: State) -> Released {
+        if old.is_draining() {
             self.wake_drainer();
         }
-        if refs(old) == 1 {
+        if old.refs() == 1 {
             // Acquire: pairs with every other releaser's Release so that the
             // new owner's writes cannot overtake their reads.
             fence(Ordering::Acquire);
@@ -292,12 +399,14 @@ impl FrameDesc {
         unpark_all(self.drain_key());
     }
 
+    // ----- the latch (5.5) --------------------------------------------------
+
     /// Parks until the latch is released. Returns at once if it is not
-    /// claimed. Context: the caller holds a pin (so the frame's identity is
-    /// stable). For a frame found without a pin, use
-    /// [`FrameDesc::wait_unlocked_as`].
-    pub fn wait_unlocked(&self) {
-        self.wait_clear(LOCKED, None);
+    /// claimed. Context: may sleep; the caller holds a pin (so the frame's
+    /// identity is stable) but not this page's latch. For a frame found
+    /// without a pin, use [`FrameDesc::wait_unlatched_as`].
+    pub fn wait_unlatched(&self) {
+        self.wait_clear(LATCHED, None);
     }
 
     /// Parks until the latch is released, but only while the frame still
@@ -306,11 +415,12 @@ impl FrameDesc {
     /// may since have been recycled for another page; parking on *that*
     /// page's latch could make a gang lookup, which holds pins of lower
     /// pages, wait out of page order and deadlock with writers (found by
-    /// `tests/stress.rs`). Identity cannot change while `LOCKED` stays set:
-    /// reuse needs the refcount at zero, which needs an unlock first, and
-    /// the unlock wakes every waiter. The caller retries from the root.
-    pub fn wait_unlocked_as(&self, owner: u64, index: u64) {
-        self.wait_clear(LOCKED, Some((owner, index)));
+    /// `tests/stress.rs`). Identity cannot change while `LATCHED` stays set:
+    /// reuse needs the refcount at zero, which needs an unlatch first, and
+    /// the unlatch wakes every waiter. The caller retries from the root.
+    /// Context: may sleep; no pin of this page held (lock rule 3).
+    pub fn wait_unlatched_as(&self, owner: u64, index: u64) {
+        self.wait_clear(LATCHED, Some((owner, index)));
     }
 
     fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>) {
@@ -319,7 +429,7 @@ impl FrameDesc {
         let same = || expect.is_none_or(|e| self.identity() == e);
         loop {
             // Acquire: if the bit is already clear we return and the caller
-            // reads state published by the clearing `unlock` (Release).
+            // reads state published by the clearing unlatch (Release).
             let s = self.state.load(Ordering::Acquire);
             if s & bit == 0 || !same() {
                 return;
@@ -349,24 +459,25 @@ impl FrameDesc {
     /// holds a pin. On success new pins park; call
     /// [`FrameDesc::wait_drained`] before touching the bytes.
     ///
-    /// There is deliberately no blocking `lock`: a pin holder that waited for
-    /// another latch holder would deadlock with it, since that holder waits
-    /// for the pins to drain. On failure the caller drops its pin, parks with
-    /// [`FrameDesc::wait_unlocked_as`] and retries its lookup.
+    /// There is deliberately no blocking `latch`: a pin holder that waited
+    /// for another latch holder would deadlock with it, since that holder
+    /// waits for the pins to drain. On failure the caller drops its pin,
+    /// parks with [`FrameDesc::wait_unlatched_as`] and retries its lookup.
+    /// Context: any, no sleep.
     #[must_use = "on failure the caller must drop its pin before waiting"]
-    pub fn try_lock(&self) -> bool {
+    pub fn try_latch(&self) -> bool {
         // Relaxed: seeds the CAS below.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
-            debug_assert!(refs(s) > 0, "try_lock without a pin");
-            if s & LOCKED != 0 {
+            debug_assert!(State(s).refs() > 0, "try_latch without a pin");
+            if State(s).is_latched() {
                 return false;
             }
-            // Acquire: pairs with the previous holder's `unlock` (Release),
+            // Acquire: pairs with the previous holder's unlatch (Release),
             // so its byte writes happen-before ours.
             match self.state.compare_exchange_weak(
                 s,
-                s | LOCKED,
+                s | LATCHED,
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -377,26 +488,27 @@ impl FrameDesc {
     }
 
     /// Waits until the only references left are the latch holder's own and
-    /// the cache's (protocol 5.5 step 2). Caller holds the latch.
+    /// the cache's (protocol 5.5 step 2). Context: may sleep; the caller
+    /// holds the latch and no other pin of this page.
     pub fn wait_drained(&self) {
         loop {
             // Acquire: pairs with the Release in `release`, so readers that
             // pinned before us finished reading the bytes we will change.
-            let s = self.state.load(Ordering::Acquire);
-            debug_assert!(s & LOCKED != 0, "wait_drained without the latch");
-            if refs(s) <= latch_base(s) {
-                if s & DRAIN != 0 {
+            let s = State(self.state.load(Ordering::Acquire));
+            debug_assert!(s.is_latched(), "wait_drained without the latch");
+            if s.refs() <= s.latch_base() {
+                if s.is_draining() {
                     // Relaxed: a private flag of the latch holder.
                     self.state.fetch_and(!DRAIN, Ordering::Relaxed);
                 }
                 return;
             }
-            if s & DRAIN == 0
+            if !s.is_draining()
                 && self
                     .state
                     // Relaxed: only advertises the sleeper to releasers; the
                     // count we act on is re-read with Acquire at the loop head.
-                    .compare_exchange(s, s | DRAIN, Ordering::Relaxed, Ordering::Relaxed)
+                    .compare_exchange(s.0, s.0 | DRAIN, Ordering::Relaxed, Ordering::Relaxed)
                     .is_err()
             {
                 continue;
@@ -405,22 +517,37 @@ impl FrameDesc {
             park(self.drain_key(), || {
                 // Relaxed: evaluated under the queue lock; releasers drop the
                 // count before unparking on the same key.
-                let s = self.state.load(Ordering::Relaxed);
-                s & DRAIN != 0 && refs(s) > latch_base(s)
+                let s = State(self.state.load(Ordering::Relaxed));
+                s.is_draining() && s.refs() > s.latch_base()
             });
         }
     }
 
-    /// Releases the latch, setting `set` and clearing `clear` in the same
-    /// atomic step, and wakes parked waiters. Returns the previous state.
-    pub fn unlock(&self, set: u64, clear: u64) -> u64 {
-        self.update(set, clear | LOCKED)
+    /// Releases the latch without changing the page's flags (anonymous
+    /// pages, truncate's tail zeroing, an abandoned fill), waking waiters.
+    /// Context: no sleep; the caller holds the latch.
+    pub fn unlatch(&self) {
+        let _ = self.update(0, LATCHED);
+    }
+
+    /// Completes a fill (5.3 step 3): sets `UPTODATE` and releases the
+    /// latch, waking waiters. Context: no sleep; the caller holds the latch.
+    pub fn unlatch_uptodate(&self) {
+        let _ = self.update(UPTODATE, LATCHED);
+    }
+
+    /// Ends a write (5.5 step 6): sets `DIRTY` and `UPTODATE` and releases
+    /// the latch, waking waiters. Returns the state before, so the caller
+    /// tags the index when the page just became dirty (the dirty-tag
+    /// protocol's D1). Context: no sleep; the caller holds the latch.
+    #[must_use = "a page that just became dirty must be tagged in its index"]
+    pub fn unlatch_dirty(&self) -> State {
+        self.update(DIRTY | UPTODATE, LATCHED)
     }
 
     /// Atomically sets `set` and clears `clear | WAITERS`, waking parked
-    /// waiters if there were any. Used for `unlock` and for clearing
-    /// `WRITEBACK`. Returns the previous state.
-    pub fn update(&self, set: u64, clear: u64) -> u64 {
+    /// waiters if there were any. Returns the previous state.
+    fn update(&self, set: u64, clear: u64) -> State {
         let clear = clear | WAITERS;
         // Release: publishes the bytes written under the latch (and
         // UPTODATE) to the Acquire loads of pinners and waiters.
@@ -433,14 +560,18 @@ impl FrameDesc {
         if old & WAITERS != 0 {
             unpark_all(self.key());
         }
-        old
+        State(old)
     }
+
+    // ----- write-back ---------------------------------------------------------
 
     /// Write-back step 1: clears `DIRTY` and sets `WRITEBACK` unless the page
     /// was removed. Returns whether the caller must write the page. The caller
     /// holds a pin, so the bytes cannot change until it releases it.
+    /// Context: any, no sleep.
+    #[must_use = "true means the caller owns the write-back and must end it"]
     pub fn start_writeback(&self) -> bool {
-        // AcqRel: orders against `set_len` setting REMOVED (both RMW on this
+        // AcqRel: orders against truncate setting REMOVED (both RMW on this
         // word) and against the dirty tag clear that preceded it.
         self.state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
@@ -454,29 +585,70 @@ impl FrameDesc {
     }
 
     /// Write-back step 2: the write finished; on failure the page is dirty
-    /// again so a later `sync` retries it.
-    pub fn end_writeback(&self, failed: bool) {
+    /// again so a later `sync` retries it. Returns the state before.
+    /// Context: any, no sleep.
+    pub fn end_writeback(&self, failed: bool) -> State {
         let set = if failed { DIRTY } else { 0 };
-        let _ = self.update(set, WRITEBACK);
+        self.update(set, WRITEBACK)
     }
 
+    // ----- removal (5.2, 5.6) ----------------------------------------------------
+
     /// Protocol 5.2 step A: freezes the refcount from exactly
-    /// `expected_refs` to zero, provided the page is clean, unlatched and not
-    /// under write-back. On success the caller owns the frame; the returned
-    /// word is the state that was frozen (step B reads it: the CAS compared
-    /// every flag, so nothing can have changed between test and freeze).
-    pub fn freeze(&self, expected_refs: u64) -> Result<u64, u64> {
+    /// `expected_refs` to zero, provided the page is clean, unlatched, not
+    /// under write-back and evictable. On success the caller owns the frame;
+    /// the returned state is the one that was frozen (step B reads it: the
+    /// CAS compared every flag, so nothing can have changed between test and
+    /// freeze). Context: any, no sleep; callers hold the tree lock.
+    pub fn freeze(&self, expected_refs: u64) -> Result<State, State> {
         // Relaxed: seeds the CAS.
         let s = self.state.load(Ordering::Relaxed);
-        if refs(s) != expected_refs || s & (LOCKED | DIRTY | WRITEBACK | REMOVED | UNEVICTABLE) != 0
+        if State(s).refs() != expected_refs
+            || s & (LATCHED | DIRTY | WRITEBACK | REMOVED | UNEVICTABLE) != 0
         {
-            return Err(s);
+            return Err(State(s));
         }
         // Acquire: the page's last users released with Release; after the
         // freeze we reuse the bytes, which must not overtake their reads.
         self.state
             .compare_exchange(s, 0, Ordering::Acquire, Ordering::Relaxed)
+            .map(State)
+            .map_err(State)
     }
+
+    /// Protocol 5.6 step for a page past the new end of file: marks it
+    /// `REMOVED`, clears `DIRTY` (its bytes no longer belong to the file) and
+    /// drops the cache's reference, all in one atomic step. Caller holds the
+    /// tree lock and has just cleared the page's slot. Pinned pages stay
+    /// alive until their last release frees them. Context: no sleep.
+    pub fn orphan(&self) -> Released {
+        // Release: like `release`, our accesses happen-before the freer's.
+        let old = self
+            .state
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
+                Some(((s | REMOVED) & !DIRTY) - 1)
+            })
+            .unwrap_or_else(|s| s);
+        self.after_drop_ref(State(old))
+    }
+
+    // ----- replacement ------------------------------------------------------------
+
+    /// Sets the accessed bit for a reader that took no pin (an optimistic
+    /// read); callers only do so when they saw it clear. Context: any.
+    pub fn mark_accessed(&self) {
+        // Relaxed: a hint for replacement only; no data is published.
+        self.state.fetch_or(ACCESSED, Ordering::Relaxed);
+    }
+
+    /// Clears the accessed bit (aging by a replacement policy). Context: any.
+    pub fn clear_accessed(&self) {
+        // Relaxed: a hint for replacement only; no data is published.
+        self.state.fetch_and(!ACCESSED, Ordering::Relaxed);
+    }
+
+    // ----- identity and the seqlock (5.4) ---------------------------------------------
 
     /// Starts a seqlock write section: the version becomes odd. Caller is the
     /// frame's exclusive owner (latch holder after draining, or refcount 0).
@@ -512,12 +684,16 @@ impl FrameDesc {
         self.index.store(index, Ordering::Relaxed);
     }
 
-    /// Publishes a state word on a frame the caller owns exclusively
-    /// (refcount 0 before): used when a frame is handed to a new page.
-    pub fn publish_state(&self, s: u64) {
+    /// Hands a frame the caller owns (refcount 0) to a new page: sets its
+    /// identity inside a version section, then publishes `s` (one of
+    /// [`State`]'s named starting states). Context: any, no sleep.
+    pub fn assign(&self, owner: u64, index: u64, s: State) {
+        self.begin_change();
+        self.set_identity(owner, index);
+        self.end_change();
         // Release: identity and initial bytes written before are visible to
         // anyone whose pin CAS (Acquire) reads this value.
-        self.state.store(s, Ordering::Release);
+        self.state.store(s.0, Ordering::Release);
     }
 
     /// Protocol 5.4 reader step 1: the version if even.
@@ -568,13 +744,13 @@ mod tests {
     #[test]
     fn bits_do_not_overlap_the_refcount() {
         for bit in [
-            LOCKED,
+            LATCHED,
             WAITERS,
             DRAIN,
             UPTODATE,
             DIRTY,
             WRITEBACK,
-            REFERENCED,
+            ACCESSED,
             REMOVED,
             UNEVICTABLE,
         ] {
@@ -585,36 +761,41 @@ mod tests {
 
     fn cached_frame() -> FrameDesc {
         let f = FrameDesc::new();
-        f.begin_change();
-        f.set_identity(7, 3);
-        f.end_change();
-        f.publish_state(1 | UPTODATE);
+        f.assign(7, 3, State::cached(1));
         f
     }
 
-    #[test]
-    fn pin_sets_referenced_and_counts() {
-        let f = cached_frame();
-        let s = f.try_pin(PinKind::User).unwrap();
-        assert_eq!(refs(s), 2);
-        assert_ne!(s & REFERENCED, 0);
+    /// Makes a cached page dirty the way a write does (latch, unlatch).
+    fn dirty(f: &FrameDesc) {
+        f.try_pin(PinKind::Writeback).unwrap();
+        assert!(f.try_latch());
+        let _ = f.unlatch_dirty();
         assert_eq!(f.release(), Released::Alive);
-        assert_eq!(refs(f.load()), 1);
     }
 
     #[test]
-    fn pin_fails_on_free_and_locked_frames() {
+    fn pin_sets_accessed_and_counts() {
+        let f = cached_frame();
+        let s = f.try_pin(PinKind::User).unwrap();
+        assert_eq!(s.refs(), 2);
+        assert!(s.is_accessed());
+        assert_eq!(f.release(), Released::Alive);
+        assert_eq!(f.snapshot().refs(), 1);
+    }
+
+    #[test]
+    fn pin_fails_on_free_and_latched_frames() {
         let free = FrameDesc::new();
         assert_eq!(free.try_pin(PinKind::User), Err(PinFail::Free));
         let f = cached_frame();
         f.try_pin(PinKind::User).unwrap();
-        assert!(f.try_lock());
-        assert!(!f.try_lock(), "a second claim fails instead of waiting");
-        assert_eq!(f.try_pin(PinKind::User), Err(PinFail::Locked));
+        assert!(f.try_latch());
+        assert!(!f.try_latch(), "a second claim fails instead of waiting");
+        assert_eq!(f.try_pin(PinKind::User), Err(PinFail::Latched));
         // Write-back may pass a latch holder that still waits for pins (here
         // none other than ours exist, so it must not).
-        assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Locked));
-        f.unlock(0, 0);
+        assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Latched));
+        f.unlatch();
         assert!(f.try_pin(PinKind::User).is_ok());
     }
 
@@ -623,29 +804,30 @@ mod tests {
         let f = cached_frame();
         f.try_pin(PinKind::User).unwrap(); // a reader
         f.try_pin(PinKind::User).unwrap(); // the writer
-        assert!(f.try_lock());
-        assert_eq!(refs(f.load()), 3);
+        assert!(f.try_latch());
+        assert_eq!(f.snapshot().refs(), 3);
         assert!(
             f.try_pin(PinKind::Writeback).is_ok(),
             "reader still pinned: not drained"
         );
         assert_eq!(f.release(), Released::Alive);
         assert_eq!(f.release(), Released::Alive); // the reader leaves
-        assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Locked));
+        assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Latched));
         f.wait_drained();
-        f.unlock(DIRTY, 0);
-        assert_ne!(f.load() & DIRTY, 0);
+        let _ = f.unlatch_dirty();
+        assert!(f.snapshot().is_dirty());
     }
 
     #[test]
     fn freeze_requires_exact_refs_and_clean_page() {
         let f = cached_frame();
         assert!(f.freeze(2).is_err());
-        let _ = f.update(DIRTY, 0);
+        dirty(&f);
         assert!(f.freeze(1).is_err());
-        f.update(0, DIRTY);
+        assert!(f.start_writeback());
+        let _ = f.end_writeback(false);
         let frozen = f.freeze(1).unwrap();
-        assert_eq!(refs(frozen), 1);
+        assert_eq!(frozen.refs(), 1);
         assert_eq!(f.try_pin(PinKind::User), Err(PinFail::Free));
     }
 
@@ -654,26 +836,29 @@ mod tests {
         let f = cached_frame();
         f.try_pin(PinKind::User).unwrap();
         // truncate: mark removed and drop the cache's reference
-        f.state.fetch_add(REMOVED, Ordering::Relaxed);
-        assert_eq!(f.release(), Released::Alive);
+        assert_eq!(f.orphan(), Released::Alive);
+        assert!(f.snapshot().is_removed());
         assert_eq!(f.release(), Released::Last);
     }
 
     #[test]
     fn writeback_clears_dirty_and_failure_restores_it() {
         let f = cached_frame();
-        let _ = f.update(DIRTY, 0);
+        dirty(&f);
         assert!(f.start_writeback());
-        assert_eq!(f.load() & (DIRTY | WRITEBACK), WRITEBACK);
+        let s = f.snapshot();
+        assert!(!s.is_dirty() && s.is_under_writeback());
         assert!(
             !f.start_writeback(),
             "no second write-back while one is in flight"
         );
-        f.end_writeback(true);
-        assert_eq!(f.load() & (DIRTY | WRITEBACK), DIRTY);
+        let _ = f.end_writeback(true);
+        let s = f.snapshot();
+        assert!(s.is_dirty() && !s.is_under_writeback());
         assert!(f.start_writeback());
-        f.end_writeback(false);
-        assert_eq!(f.load() & (DIRTY | WRITEBACK), 0);
+        let _ = f.end_writeback(false);
+        let s = f.snapshot();
+        assert!(!s.is_dirty() && !s.is_under_writeback());
     }
 
     #[test]
@@ -688,63 +873,29 @@ mod tests {
     }
 
     #[test]
-    fn waiters_are_woken_by_unlock() {
+    fn waiters_are_woken_by_unlatch() {
         let f = std::sync::Arc::new(cached_frame());
         f.try_pin(PinKind::User).unwrap();
-        assert!(f.try_lock());
+        assert!(f.try_latch());
         let g = f.clone();
         let t = std::thread::spawn(move || {
-            g.wait_unlocked();
-            g.load() & DIRTY != 0
+            g.wait_unlatched();
+            g.snapshot().is_dirty()
         });
         std::thread::sleep(std::time::Duration::from_millis(20));
-        f.unlock(DIRTY, 0);
+        let _ = f.unlatch_dirty();
         assert!(
             t.join().unwrap(),
-            "waiter saw the state published by unlock"
+            "waiter saw the state published by unlatch"
         );
     }
-}
 
-impl FrameDesc {
-    /// Sets the reference bit for a reader that took no pin (an optimistic
-    /// read); callers only do so when they saw it clear.
-    pub fn mark_referenced(&self) {
-        // Relaxed: a hint for replacement only; no data is published.
-        self.state.fetch_or(REFERENCED, Ordering::Relaxed);
-    }
-
-    /// Clears the CLOCK reference bit (aging by a replacement policy).
-    pub fn state_clear_referenced(&self) {
-        // Relaxed: a hint for replacement only; no data is published.
-        self.state.fetch_and(!REFERENCED, Ordering::Relaxed);
-    }
-}
-
-impl FrameDesc {
-    /// Protocol 5.6 step for a page past the new end of file: marks it
-    /// `REMOVED`, clears `DIRTY` (its bytes no longer belong to the file) and
-    /// drops the cache's reference, all in one atomic step. Caller holds the
-    /// tree lock and has just cleared the page's slot. Pinned pages stay
-    /// alive until their last release frees them.
-    pub fn orphan(&self) -> Released {
-        // Release: like `release`, our accesses happen-before the freer's.
-        let old = self
-            .state
-            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                debug_assert!(refs(s) > 0 && s & REMOVED == 0);
-                Some(((s | REMOVED) & !DIRTY) - 1)
-            })
-            .unwrap_or_else(|s| s);
-        if old & DRAIN != 0 {
-            unpark_all(self.drain_key());
-        }
-        if refs(old) == 1 {
-            // Acquire: see `release`.
-            fence(Ordering::Acquire);
-            Released::Last
-        } else {
-            Released::Alive
-        }
+    #[test]
+    fn snapshot_predicates_and_debug() {
+        let s = State::cached(1);
+        assert!(s.is_evictable() && s.is_idle() && s.is_live());
+        assert!(!State::INSERTED_LATCHED.is_evictable());
+        assert!(!State::ANON_FAULTED.is_evictable());
+        assert_eq!(format!("{s:?}"), "State(refs=1 UPTODATE)");
     }
 }

@@ -334,6 +334,95 @@ impl Queues {
     }
 }
 
+/// The replacement policy over [`Queues`]: frames and descriptors enter
+/// here (not under loom, which models the queues alone).
+#[cfg(not(loom))]
+pub use policy::S3Fifo;
+
+#[cfg(not(loom))]
+mod policy {
+    use super::{Entry, Queues, Verdict};
+    use crate::frame::{FrameNo, FrameTable};
+    use crate::reclaim::{examine, ReplacementPolicy};
+
+    /// Identity hash of a page, for S3-FIFO entries and ghosts.
+    fn key(owner: u64, index: u64) -> u64 {
+        (owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index).wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+    }
+
+    /// S3-FIFO, sharded per CPU (see the module docs).
+    #[derive(Debug)]
+    pub struct S3Fifo {
+        queues: Queues,
+    }
+
+    impl S3Fifo {
+        /// A policy for `frames` frames, one shard per CPU.
+        pub fn new(frames: usize) -> S3Fifo {
+            S3Fifo {
+                queues: Queues::new(crate::frame::alloc::num_cpus(), frames),
+            }
+        }
+
+        /// Whether `e` still stands for the page its frame holds: the frame is
+        /// cached (not free, removed or anonymous) with the same identity.
+        fn live(frames: &FrameTable, e: &Entry) -> bool {
+            if e.frame as usize >= frames.len() {
+                return false;
+            }
+            let d = frames.desc(e.frame);
+            let s = d.snapshot();
+            let (o, i) = d.identity();
+            s.refs() != 0 && !s.is_removed() && !s.is_unevictable() && key(o, i) == e.key
+        }
+
+        fn entry(frames: &FrameTable, f: FrameNo) -> Entry {
+            let (o, i) = frames.desc(f).identity();
+            Entry {
+                frame: f,
+                key: key(o, i),
+            }
+        }
+    }
+
+    impl ReplacementPolicy for S3Fifo {
+        fn inserted(&self, frames: &FrameTable, f: FrameNo) {
+            let c = crate::frame::alloc::current_cpu();
+            self.queues
+                .submit(c, Self::entry(frames, f), |e| Self::live(frames, e));
+        }
+
+        fn candidates(
+            &self,
+            frames: &FrameTable,
+            out: &mut Vec<FrameNo>,
+            want: usize,
+            urgent: bool,
+        ) -> usize {
+            let c = crate::frame::alloc::current_cpu();
+            let mut got = Vec::with_capacity(want);
+            let examined = self.queues.evict(c, &mut got, want, 4 * want + 64, |e| {
+                if !Self::live(frames, e) {
+                    return Verdict::Gone;
+                }
+                examine(frames, e.frame, urgent)
+            });
+            out.extend(got.iter().map(|e| e.frame));
+            examined
+        }
+
+        fn not_evicted(&self, frames: &FrameTable, f: FrameNo) {
+            let c = crate::frame::alloc::current_cpu();
+            self.queues.put_back(c, Self::entry(frames, f));
+        }
+
+        fn pass_len(&self, _frames: &FrameTable) -> usize {
+            // Lock-free: reclaim asks every round.
+            self.queues.len_hint()
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

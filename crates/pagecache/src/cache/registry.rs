@@ -1,0 +1,153 @@
+//! The file registry: one [`FileShared`] per open file (same device and
+//! inode), found by inode on open and by id on eviction.
+//!
+//! Handles count themselves in `FileShared::handles`; 0 -> 1 happens only
+//! under the registry lock (`attach`), so `detach` can re-check it under the
+//! same lock before it forgets the file.
+
+use super::Inner;
+use crate::index::Tree;
+use crate::io::BackendFile;
+use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, RwLock};
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// Size-lock state: a shrink whose `ftruncate` failed must be retried before
+/// the file grows again, or stale bytes past the old end would reappear.
+#[derive(Debug, Default)]
+pub(crate) struct SizeState {
+    pub(crate) pending_truncate: Option<u64>,
+}
+
+/// State shared by every handle of one file (same device and inode).
+#[derive(Debug)]
+pub(crate) struct FileShared {
+    /// (C) unique id, the `owner` of this file's frames.
+    pub(crate) id: u64,
+    /// (C) path given at first open, for error messages.
+    pub(crate) path: PathBuf,
+    /// (C) `(device, inode)`, the registry key.
+    ident: (u64, u64),
+    /// The index; its lock is the tree lock.
+    pub(crate) tree: Tree,
+    /// (A) logical length in bytes; grows by `fetch_max` per written page,
+    /// shrinks only under the size lock held exclusively.
+    pub(crate) len: AtomicU64,
+    /// Size lock: shared by `write_at`, write-back and `sync`'s page writes;
+    /// exclusive for `set_len` and `sync`'s length step.
+    pub(crate) size: RwLock<SizeState>,
+    /// (C) descriptor used for reads.
+    pub(crate) read_fd: Arc<dyn BackendFile>,
+    /// (C once set) descriptor used for writes, set by the first writable
+    /// open.
+    pub(crate) write_fd: OnceLock<Arc<dyn BackendFile>>,
+    /// (A) open handles; 0 means only the registry keeps it (dirty pages
+    /// whose write-back failed).
+    pub(crate) handles: AtomicUsize,
+    /// Write-back error from eviction, reported by the next `sync`.
+    pub(crate) wb_error: Mutex<Option<io::Error>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    by_inode: HashMap<(u64, u64), Arc<FileShared>>,
+    pub(crate) by_id: HashMap<u64, Arc<FileShared>>,
+}
+
+impl Inner {
+    /// Finds or registers the shared state of the file behind `fd`, and
+    /// counts one more handle. Context: no sleep (a `stat` of the
+    /// descriptor); takes the registry lock exclusively.
+    pub(crate) fn attach(
+        &self,
+        path: &Path,
+        fd: Arc<dyn BackendFile>,
+        writable: bool,
+    ) -> io::Result<Arc<FileShared>> {
+        let ident = fd.identity()?;
+        let mut reg = self.registry.write();
+        if let Some(fs) = reg.by_inode.get(&ident) {
+            if writable {
+                let _ = fs.write_fd.set(fd);
+            }
+            // Relaxed: 0 -> 1 happens only here, under the registry lock that
+            // `detach` re-checks under; other changes come from live handles.
+            fs.handles.fetch_add(1, Ordering::Relaxed);
+            return Ok(fs.clone());
+        }
+        let len = fd.len()?;
+        // Relaxed: a unique number, published with the file under the lock.
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let write_fd = OnceLock::new();
+        if writable {
+            let _ = write_fd.set(fd.clone());
+        }
+        let fs = Arc::new(FileShared {
+            id,
+            path: path.to_path_buf(),
+            ident,
+            tree: Tree::default(),
+            len: AtomicU64::new(len),
+            size: RwLock::with_classes(
+                SizeState::default(),
+                LockClass::SizeLock,
+                LockClass::SizeLock,
+            ),
+            read_fd: fd,
+            write_fd,
+            handles: AtomicUsize::new(1),
+            wb_error: Mutex::with_class(None, LockClass::Other),
+        });
+        reg.by_inode.insert(ident, fs.clone());
+        reg.by_id.insert(id, fs.clone());
+        Ok(fs)
+    }
+
+    /// The last handle of `fs` went away: write its dirty pages back, then
+    /// drop its pages and forget it. If write-back fails the file stays
+    /// registered with its dirty pages (no dirty data is dropped), so a later
+    /// open of the same file and `sync` can retry.
+    pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
+        let res = self.flush(fs, false);
+        let mut reg = self.registry.write();
+        // Relaxed: read under the registry lock, which orders it against the
+        // only 0 -> 1 transition (`attach`).
+        if fs.handles.load(Ordering::Relaxed) != 0 || res.is_err() {
+            return res; // reopened meanwhile, or dirty pages must stay
+        }
+        // Pages may have been dirtied after our flush only through a handle,
+        // and there is none: the check below is for write-back races.
+        if self.has_dirty(fs) {
+            return res;
+        }
+        // Only our own entry: a racing open may have registered a new file
+        // for the same inode after an earlier detach removed ours.
+        if reg
+            .by_inode
+            .get(&fs.ident)
+            .is_some_and(|v| Arc::ptr_eq(v, fs))
+        {
+            reg.by_inode.remove(&fs.ident);
+        }
+        reg.by_id.remove(&fs.id);
+        drop(reg);
+        self.remove_pages_from(fs, 0);
+        res
+    }
+
+    /// Whether any cached page of `fs` is dirty. Context: no sleep; takes
+    /// the tree lock.
+    fn has_dirty(&self, fs: &FileShared) -> bool {
+        let mut all = Vec::new();
+        fs.tree.lock().entries_from(&self.nodes, 0, &mut all);
+        all.iter().any(|&(_, f)| self.desc(f).snapshot().is_dirty())
+    }
+
+    /// The open file with id `id`. Context: no sleep; takes the registry
+    /// lock shared.
+    pub(crate) fn file_by_id(&self, id: u64) -> Option<Arc<FileShared>> {
+        self.registry.read().by_id.get(&id).cloned()
+    }
+}

@@ -1,0 +1,265 @@
+//! Protocol 5.4 (optimistic read, no reference) against 5.5 (write under
+//! the page's latch), and `read_at` / `write_at` built on them.
+//!
+//! ```text
+//!  reader (read_at hit, no reference)       writer (pin held)
+//!  1. f = tree.lookup(index)                1. try_latch(): set LATCHED (new
+//!  2. v = version (Acquire); odd -> retry      pins and readers now park)
+//!  3. state has UPTODATE, not REMOVED;      2. wait_drained(): refs down to
+//!     identity == (file, index)                cache + own
+//!  4. copy bytes with per-word relaxed      3. version odd (store + Release
+//!     atomic loads                             fence)
+//!  5. Acquire fence; version == v ->        4. write bytes with per-word
+//!     done, else retry (3 times, then          relaxed atomic stores
+//!     fall back to a pin)                   5. version even (Release)
+//!                                           6. unlatch_dirty() (Release) +
+//!                                              wake; tag the index if newly
+//!                                              dirty; drop the pin
+//! ```
+//!
+//! Steps 1-2 are [`Inner::latch_pinned`]; 3-6 are the [`FrameLatch`] guard
+//! (`new` makes the version odd, `drop` does 5-6), so every writer
+//! (`write_at`, `PageMut`, `AnonMut`, truncate's tail zeroing) releases the
+//! latch the same way, unwinding included.
+//!
+//! The reader's copy is a correct snapshot iff the version did not change:
+//! if it saw any byte of a write (4), the Acquire fence (5) orders the
+//! version re-load after the writer's Release fence (3), so it sees an odd or
+//! newer value. Identity is covered the same way (reassignment makes the
+//! version odd, see `FrameDesc::reset`). Same-page readers write nothing
+//! shared, which is the will-it-scale `pread2` case. Both sides use atomic
+//! word accesses: a plain `memcpy` racing a writer is undefined behaviour.
+//! (A `PageMut` holder writes through `&mut [u8]`; the window in which an
+//! optimistic reader could overlap it is between the reader's step 3 and its
+//! validation, and its result is then discarded.)
+
+use super::miss::Got;
+use super::{atomic_load_copy, atomic_store_copy, FileShared, FrameLatch, Inner};
+use crate::frame::FrameNo;
+use crate::stats::Counter;
+use crate::sync::Ordering;
+use std::io;
+
+/// Per-page copies of at least this many bytes use a pin instead of the
+/// optimistic path (see `read_at`).
+const OPTIMISTIC_MAX: usize = 1024;
+/// Retries of an optimistic read before falling back to a pin.
+const OPTIMISTIC_TRIES: usize = 3;
+
+/// Outcome of an optimistic read (protocol 5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Optimistic {
+    /// The bytes were copied and validated.
+    Copied,
+    /// Not cached: the full path reads it.
+    Miss,
+    /// Cached but busy (being written, filled, removed) or the version kept
+    /// changing: the full path pins it.
+    Fallback,
+}
+
+impl Inner {
+    /// A pinned page with the latch held and older pins drained (5.5 steps
+    /// 1-2). With `overwrite`, a missing page is not read (the caller
+    /// replaces every byte). The page is up to date unless `overwrite`.
+    /// Context: may sleep (latch and drain waits, the read of a miss); the
+    /// caller holds no pin of this page and no tree lock.
+    pub(crate) fn get_page_latched(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        overwrite: bool,
+    ) -> io::Result<FrameNo> {
+        loop {
+            match self.insert_latched(fs, index)? {
+                Got::Hit(f) => {
+                    self.count(Counter::Hits);
+                    if self.latch_pinned(f, fs.id, index) {
+                        return Ok(f);
+                    }
+                }
+                Got::Inserted(f) => {
+                    if !overwrite {
+                        self.fill(fs, index, f)?;
+                    }
+                    return Ok(f);
+                }
+            }
+        }
+    }
+
+    /// Protocol 5.5 steps 1-2 on a page the caller pinned as `(owner,
+    /// index)`: claim the latch and wait for older pins to drain. Returns
+    /// false if that was not possible — another latch holder (which may be
+    /// waiting for our pin: never wait for a latch while pinned, see
+    /// `try_latch`), or the page was removed meanwhile. Then the caller's pin
+    /// has been dropped, the holder (if any) waited for, and the caller
+    /// retries its lookup. The one place this is written. Context: may
+    /// sleep (parks on the latch or for the drain).
+    pub(crate) fn latch_pinned(&self, f: FrameNo, owner: u64, index: u64) -> bool {
+        let d = self.desc(f);
+        if !d.try_latch() {
+            self.release(f);
+            d.wait_unlatched_as(owner, index);
+            return false;
+        }
+        if d.snapshot().is_removed() {
+            d.unlatch();
+            self.release(f);
+            return false;
+        }
+        d.wait_drained();
+        true
+    }
+
+    /// Protocol 5.4: copies `dst.len()` bytes from offset `off` of page
+    /// `index` with no reference.
+    #[inline]
+    fn read_optimistic(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        off: usize,
+        dst: &mut [u8],
+    ) -> Optimistic {
+        for _ in 0..OPTIMISTIC_TRIES {
+            // 1.
+            let Some(f) = fs.tree.lookup(&self.nodes, index) else {
+                return Optimistic::Miss;
+            };
+            if f as usize >= self.frames.len() {
+                return Optimistic::Miss;
+            }
+            let d = self.desc(f);
+            // 2.
+            let Some(v) = d.read_begin() else {
+                continue;
+            };
+            // 3.
+            let s = d.snapshot();
+            if !s.is_live() || d.identity() != (fs.id, index) {
+                return Optimistic::Fallback;
+            }
+            // 4.
+            // SAFETY: `ptr(f) + off .. + dst.len()` is inside frame f
+            // (off + len <= page size, checked by the caller); atomic word
+            // loads race soundly with writers and are validated below.
+            unsafe { atomic_load_copy(dst, self.frames.ptr(f).add(off)) };
+            // 5.
+            if d.read_validate(v) {
+                if !s.is_accessed() {
+                    d.mark_accessed();
+                }
+                self.hit_hook(f);
+                return Optimistic::Copied;
+            }
+        }
+        Optimistic::Fallback
+    }
+
+    pub(crate) fn read_at(
+        &self,
+        fs: &FileShared,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<usize> {
+        // Acquire: pairs with the Release `fetch_max` of writers, so pages
+        // written before the length grew are visible.
+        let len = fs.len.load(Ordering::Acquire);
+        if offset >= len || buf.is_empty() {
+            return Ok(0);
+        }
+        let end = len.min(offset.saturating_add(buf.len() as u64));
+        let total = (end - offset) as usize;
+        let ps = self.page_size;
+        let mut done = 0;
+        let mut optimistic = 0;
+        while done < total {
+            let pos = offset + done as u64;
+            let index = pos >> self.shift;
+            let off = (pos & (ps as u64 - 1)) as usize;
+            let n = (ps - off).min(total - done);
+            let dst = &mut buf[done..done + n];
+            // Large copies go through a pin so they can use the vectorised
+            // memcpy (word-by-word atomic loads cost 2x on a 4 KiB page); the
+            // one refcount RMW pair is small next to such a copy.
+            let tried = if n < OPTIMISTIC_MAX {
+                self.read_optimistic(fs, index, off, dst)
+            } else {
+                Optimistic::Miss
+            };
+            if tried == Optimistic::Copied {
+                optimistic += 1;
+            } else {
+                if tried == Optimistic::Fallback {
+                    self.count(Counter::OptimisticFallbacks);
+                }
+                let f = self.get_page(fs, index)?;
+                // SAFETY: pinned, so the bytes do not change.
+                let src = unsafe { self.frames.bytes(f) };
+                dst.copy_from_slice(&src[off..off + n]);
+                self.release(f);
+            }
+            done += n;
+        }
+        if optimistic > 0 {
+            // Counted as hits by the snapshot (one add on the hot path).
+            self.counters.add(Counter::OptimisticReads, optimistic);
+        }
+        Ok(total)
+    }
+
+    pub(crate) fn write_at(&self, fs: &FileShared, buf: &[u8], offset: u64) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: write of {} bytes at offset {offset} overflows the file size",
+                        fs.path.display(),
+                        buf.len()
+                    ),
+                )
+            })?;
+        let mut size = fs.size.read_recursive();
+        // Acquire: see `fill`.
+        if size.pending_truncate.is_some() && end > fs.len.load(Ordering::Acquire) {
+            drop(size);
+            self.retry_truncate(fs)?;
+            size = fs.size.read_recursive();
+        }
+        let ps = self.page_size;
+        let mut done = 0;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let index = pos >> self.shift;
+            let off = (pos & (ps as u64 - 1)) as usize;
+            let n = (ps - off).min(buf.len() - done);
+            // Only a whole-page write skips reading the page; a partial page
+            // past the end is zero-filled by `fill`, which re-reads the
+            // length after inserting (a stale length here could otherwise
+            // skip bytes another writer just put there).
+            let f = self.get_page_latched(fs, index, n == ps)?;
+            // 5.5 step 3: version odd; 4: write
+            let latch = FrameLatch::new(self, f, Some((fs, index)));
+            // SAFETY: latched and drained, version odd; off + n <= ps.
+            unsafe { atomic_store_copy(latch.ptr().add(off), &buf[done..done + n]) };
+            // Grow the length to cover this page's bytes before the page is
+            // unlatched (so a write-back of it sees them inside the file).
+            // AcqRel: Release publishes this page's bytes to readers that load
+            // the new length with Acquire (`read_at`); Acquire orders us after
+            // earlier growers.
+            fs.len.fetch_max(pos + n as u64, Ordering::AcqRel);
+            // 5-6: version even, DIRTY, unlatch, tag, unpin.
+            drop(latch);
+            done += n;
+        }
+        drop(size);
+        Ok(())
+    }
+}

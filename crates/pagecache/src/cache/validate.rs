@@ -1,0 +1,66 @@
+//! Cache-wide invariants, checked by tests (`PageCache::validate`).
+
+use super::Inner;
+use crate::frame::alloc::FrameAllocator;
+use crate::frame::FrameNo;
+
+impl Inner {
+    /// Checks cache-wide invariants (tests). Call with no operation running.
+    /// Context: tests only, with no operation running and no pin held;
+    /// takes the registry lock, then each tree lock in turn.
+    pub(crate) fn validate(&self) {
+        let reg = self.registry.read();
+        let mut in_index = vec![false; self.frames.len()];
+        for fs in reg.by_id.values() {
+            let g = fs.tree.lock();
+            g.validate(&self.nodes, |index, f, tagged| {
+                let d = self.desc(f);
+                let s = d.snapshot();
+                assert!(!in_index[f as usize], "frame {f} in two slots");
+                in_index[f as usize] = true;
+                assert_eq!(d.identity(), (fs.id, index), "frame {f} identity");
+                assert!(
+                    s.refs() >= 1,
+                    "cached frame {f} without the cache's reference"
+                );
+                assert!(
+                    !s.is_latched() && !s.is_removed(),
+                    "idle frame {f} latched or removed: {s:?}"
+                );
+                assert!(s.is_uptodate(), "cached frame {f} not up to date");
+                if s.is_dirty() {
+                    assert!(
+                        tagged,
+                        "dirty page {index} of {} not tagged",
+                        fs.path.display()
+                    );
+                }
+            });
+        }
+        let free = self.alloc.free_count();
+        let cached = in_index.iter().filter(|&&b| b).count();
+        let is_anon: Vec<bool> = (0..self.frames.len() as FrameNo)
+            .map(|f| {
+                let d = self.desc(f);
+                let s = d.snapshot();
+                s.is_unevictable() && s.refs() > 0
+            })
+            .collect();
+        let anon = is_anon.iter().filter(|&&b| b).count();
+        // With no pins held, every frame is cached, anonymous, or free.
+        assert_eq!(
+            free + cached + anon,
+            self.frames.len(),
+            "frames leaked or double-counted ({free} free, {cached} cached, {anon} anonymous)"
+        );
+        // List baselines: exactly the cached and anonymous frames listed.
+        if let Some(listed) = self.policy.listed() {
+            let want: Vec<FrameNo> = (0..self.frames.len() as FrameNo)
+                .filter(|&f| in_index[f as usize] || is_anon[f as usize])
+                .collect();
+            let mut listed = listed.unwrap_or_else(|e| panic!("replacement list broken: {e}"));
+            listed.sort_unstable();
+            assert_eq!(listed, want, "replacement list vs cached frames");
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Eviction: protocol 5.2 from the evictor's side, and the allocation
+//! path that falls back to it.
+//!
+//! ```text
+//!  evictor (no lock held on entry)           reader (5.1, cache/lookup.rs)
+//!  1. the policy hands out candidates        2. pin CAS: refs+1 unless 0 or
+//!     (re-validated here, never trusted)        LATCHED
+//!  2. try_pin(Evict): fails at once on a     3. identity re-check
+//!     latch or a free frame, never parks
+//!  3. dirty: write back under the size lock
+//!     (shared, only *tried*: the allocating
+//!     thread may hold it); failure keeps the
+//!     page and records the error for sync
+//!  4. tree lock; A. freeze {cache + ours}
+//!     -> 0 (fails if a reader pinned it, or
+//!     it was dirtied, latched, removed);
+//!     C. clear the slot; reset identity
+//! ```
+//!
+//! Ordering: the freeze (A) and a reader's pin CAS are RMWs on one word; see
+//! `cache/lookup.rs`. A candidate the evictor could not take goes back to
+//! the policy (`not_evicted`), so a racy policy only costs a retry.
+
+use crate::cache::Inner;
+use crate::frame::alloc::FrameAllocator;
+use crate::frame::state::{PinKind, Released};
+use crate::frame::FrameNo;
+use crate::stats::Counter;
+use crate::sync::Ordering;
+use std::io;
+
+impl Inner {
+    /// A free frame (refcount 0, no identity), reclaiming if none is free.
+    /// Context: may sleep (eviction's write-back); no tree lock, no latch
+    /// of a cached page, no policy or pool lock held.
+    pub(crate) fn alloc_frame(&self) -> io::Result<FrameNo> {
+        if let Some(f) = self.alloc.alloc() {
+            return Ok(f);
+        }
+        self.reclaim()
+    }
+
+    /// Evicts one page and returns its frame. `OutOfMemory` once two full    /// sweeps of the clock found nothing evictable (every frame pinned,
+    /// latched, or dirty with failing write-back).
+    /// Context: may sleep (write-back of dirty victims); no tree lock, no
+    /// latch of a cached page, no policy or pool lock held.
+    fn reclaim(&self) -> io::Result<FrameNo> {
+        const WANT: usize = 16; // evicted per round: a batch per policy lock
+        let mut cands = Vec::with_capacity(WANT);
+        let mut scanned = 0;
+        let mut empty_rounds = 0;
+        let mut waits = 0;
+        loop {
+            // A concurrent free may have refilled the pool.
+            if let Some(f) = self.alloc.alloc() {
+                return Ok(f);
+            }
+            // A full pass found nothing: take referenced pages too; a
+            // second, urgent pass that also finds nothing means every frame
+            // is pinned, latched or unevictable.
+            let pass = self.policy.pass_len(&self.frames) + crate::reclaim::CLAIM;
+            let urgent = scanned >= pass;
+            if (scanned >= 2 * pass || empty_rounds >= 2)
+                // Relaxed: a hint. Frames in other reclaimers' batches are in
+                // no queue; while any reclaimer holds some, wait for it (it
+                // may be preempted mid-batch) instead of failing.
+                && self.reclaiming.load(Ordering::Relaxed) > 0
+                && waits < 10_000
+            {
+                waits += 1;
+                scanned = 0;
+                empty_rounds = 0;
+                std::thread::yield_now();
+                continue;
+            }
+            if scanned >= 2 * pass || empty_rounds >= 2 {
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "no evictable frame: all {} frames are pinned, latched or dirty \
+                         with failing write-back (examined {scanned} policy entries of \
+                         {} queued, {empty_rounds} empty rounds)",
+                        self.frames.len(),
+                        self.policy.pass_len(&self.frames),
+                    ),
+                ));
+            }
+            cands.clear();
+            // Relaxed: a hint for the wait above; the candidates themselves
+            // are re-validated by try_evict.
+            self.reclaiming.fetch_add(1, Ordering::Relaxed);
+            let examined = self
+                .policy
+                .candidates(&self.frames, &mut cands, WANT, urgent);
+            scanned += examined;
+            let mut got = None;
+            for &f in &cands {
+                match self.try_evict(f) {
+                    // The rest of the batch refills the allocator.
+                    Some(f) => {
+                        self.policy.removed(&self.frames, f);
+                        if got.is_none() {
+                            got = Some(f);
+                        } else {
+                            self.alloc.free(f);
+                        }
+                    }
+                    None => self.policy.not_evicted(&self.frames, f),
+                }
+            }
+            self.reclaiming.fetch_sub(1, Ordering::Relaxed);
+            // Nothing queued at all (every frame pinned, latched, anonymous,
+            // or in another reclaimer's batch): see the checks at the top.
+            empty_rounds = if examined == 0 && got.is_none() {
+                empty_rounds + 1
+            } else {
+                0
+            };
+            if let Some(f) = got {
+                return Ok(f);
+            }
+        }
+    }
+
+    /// Protocol 5.2 from the evictor's side. Returns the frame, owned by the
+    /// caller, if the page could be evicted.
+    /// Context: may sleep (write-back I/O); takes the size lock (tried
+    /// only), the registry lock shared and the tree lock.
+    fn try_evict(&self, f: FrameNo) -> Option<FrameNo> {
+        let d = self.desc(f);
+        let s = d.try_pin(PinKind::Evict).ok()?;
+        if s.is_removed() || !s.is_uptodate() || s.is_unevictable() {
+            return self.drop_evict_pin(f);
+        }
+        let (owner, index) = d.identity();
+        let Some(fs) = self.file_by_id(owner) else {
+            return self.drop_evict_pin(f);
+        };
+        if s.is_dirty() {
+            // Write back first; the size lock (shared, never waited for
+            // here) keeps `set_len` from running under the write.
+            let Some(_size) = fs.size.try_read_recursive() else {
+                return self.drop_evict_pin(f);
+            };
+            if let Err(e) = self.writeback_run(&fs, &[(index, f)]) {
+                *fs.wb_error.lock() = Some(e);
+                return self.drop_evict_pin(f);
+            }
+        }
+        let mut g = fs.tree.lock();
+        // A. freeze from exactly {cache + our pin}, clean and idle.
+        if d.freeze(2).is_err() {
+            drop(g);
+            return self.drop_evict_pin(f);
+        }
+        // C. clear the slot (identity was stable under our pin, so it is
+        // ours unless something is badly wrong).
+        let removed = g.remove(&self.nodes, index, f);
+        drop(g);
+        debug_assert!(
+            removed,
+            "frozen page {index} of file {owner} not in its index"
+        );
+        d.reset();
+        self.count(Counter::Evictions);
+        Some(f)
+    }
+
+    fn drop_evict_pin(&self, f: FrameNo) -> Option<FrameNo> {
+        if self.desc(f).release() == Released::Last {
+            // The page was truncated while we looked: it is ours now.
+            self.desc(f).reset();
+            return Some(f);
+        }
+        None
+    }
+}
