@@ -331,7 +331,7 @@ fn own_part_touches_every_page_of_every_part() {
     }
     // Profiled: one acquisition of the tree lock per page touched.
     for d in [Design::MutexTree, Design::RwlockTree] {
-        let c = pagecache::stats::lockstat::LockCounters::new();
+        let c = pagecache::lockstat::LockCounters::new();
         run_one(&file, &std_file, d, 64, 3, 4, Some(&c)).unwrap();
         let p = c.profile("tree");
         assert_eq!(p.count, 3 * 64, "{d:?}");

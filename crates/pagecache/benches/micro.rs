@@ -589,7 +589,7 @@ fn main() {
 
     // 7. frame allocator: per-CPU caches vs one global lock, bursts of 32
     {
-        use pagecache::frame::alloc::{FrameAllocator, GlobalPool, PerCpuPool};
+        use pagecache::internals::alloc::{FrameAllocator, GlobalPool, PerCpuPool};
         const NF: usize = 1 << 16;
         const BURST: usize = 32;
         fn burst(a: &dyn FrameAllocator) {

@@ -25,15 +25,21 @@
 //!
 //! # Layers
 //!
-//! | module | layer (`DESIGN.md` 3) | what it holds |
+//! | module (private) | layer (`docs/design.md`) | what it holds |
 //! |---|---|---|
-//! | [`frame`] | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
-//! | [`index`] | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags |
-//! | `cache` | 4 cache | protocols 5.1-5.6 (lookup, freeze, miss, optimistic read, write, truncate) |
-//! | [`reclaim`] | 5 reclaim | replacement: sharded S3-FIFO; baselines CLOCK, strict LRU, seed 004's SMP list |
-//! | [`io`] | 6 io | backend trait, `pread`/`pwritev`, fault injection |
-//! | [`anon`] | 4 cache | anonymous regions: zero-filled pages in the same budget |
-//! | this file | 7 api | `PageCache`, `File`, `PageRef`, `PageMut` |
+//! | `frame/` | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
+//! | `index/` | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags |
+//! | `cache/` | 4 cache | one protocol per file: lookup, miss, read/write, truncate, registry |
+//! | `anon.rs` | 4 cache | anonymous regions: zero-filled pages in the same budget |
+//! | `reclaim/` | 5 reclaim | replacement policies (one file each), eviction, write-back |
+//! | `io/` | 6 io | backend trait, `pread`/`pwritev`, fault injection |
+//! | `api.rs` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`Config`] |
+//!
+//! The public surface is what users need: those types, [`AnonRegion`],
+//! [`Stats`], [`OpenOptions`], the baseline selectors ([`PolicyKind`],
+//! [`PoolKind`], [`PageLockKind`]), the lock profile ([`lockstat`]) and the
+//! I/O backend trait with its fault-injecting backend for tests
+//! ([`FaultyBackend`]).
 //!
 //! # Memory overhead
 //!
@@ -70,24 +76,33 @@
 
 pub(crate) mod sync;
 
+mod frame;
+mod reclaim;
 #[cfg(not(loom))]
-mod error;
-
-pub mod frame;
-
-#[cfg(not(loom))]
-mod cache;
-#[cfg(not(loom))]
-pub mod index;
-#[cfg(not(loom))]
-pub mod io;
-pub mod reclaim;
-#[cfg(not(loom))]
-pub mod stats;
+mod stats;
 
 #[cfg(not(loom))]
-pub mod anon;
+mod anon;
 #[cfg(not(loom))]
 mod api;
 #[cfg(not(loom))]
+mod cache;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+mod index;
+#[cfg(not(loom))]
+mod io;
+
+#[cfg(not(loom))]
 pub use api::*;
+#[cfg(not(loom))]
+pub use stats::lockstat;
+
+/// Internals for the project's own tests, benchmarks, loom models and lab.
+/// Not part of the API: no semver promise, hidden from the docs.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::frame::{alloc, state, FrameNo};
+    pub use crate::reclaim::{s3fifo, smp_list};
+}

@@ -177,7 +177,7 @@ fn bad_page_lock_count_is_a_clear_error() {
 /// classes.
 #[test]
 fn baseline_locks_are_profiled() {
-    if !pagecache::stats::lockstat::ENABLED {
+    if !pagecache::lockstat::ENABLED {
         return;
     }
     let d = TempDir::new("lru-prof");

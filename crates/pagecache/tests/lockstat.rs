@@ -1,7 +1,7 @@
 //! Lock profiling: populated with the `lockstat` feature, empty without.
 mod common;
 use common::*;
-use pagecache::stats::lockstat;
+use pagecache::lockstat;
 
 #[test]
 fn lock_profile_counts_classes_only_when_enabled() {

@@ -12,7 +12,7 @@
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use pagecache::frame::state::{FrameDesc, PinFail, PinKind, Released, State};
+use pagecache::internals::state::{FrameDesc, PinFail, PinKind, Released, State};
 
 /// A frame holding page `index` of file 1 with only the cache's reference.
 fn cached(index: u64) -> FrameDesc {
@@ -175,7 +175,7 @@ fn optimistic_and_pinned_reads_vs_write() {
 #[test]
 fn percpu_refill_and_drain() {
     use loom::sync::atomic::AtomicBool;
-    use pagecache::frame::alloc::{FrameAllocator, PerCpuPool};
+    use pagecache::internals::alloc::{FrameAllocator, PerCpuPool};
     const N: usize = 4;
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
@@ -230,7 +230,7 @@ fn percpu_refill_and_drain() {
 /// submitted page ends up exactly once either evicted or still queued.
 #[test]
 fn replacement_batch_submission_and_draining() {
-    use pagecache::reclaim::s3fifo::{Entry, Queues, Verdict, BATCH};
+    use pagecache::internals::s3fifo::{Entry, Queues, Verdict, BATCH};
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.check(|| {
@@ -341,7 +341,7 @@ fn anon_first_touch_vs_free() {
 /// consistent. Two threads per model: three-thread models with these spin
 /// waits do not finish in CI time.
 fn smp_list_model(n: usize, init: &'static [u32], ops: [(bool, u32); 2], want: &'static [u32]) {
-    use pagecache::reclaim::smp_list::SmpList;
+    use pagecache::internals::smp_list::SmpList;
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.max_branches = 100_000;
@@ -393,7 +393,7 @@ fn smp_list_head_add_vs_second_delete() {
 /// account for it (one net add).
 #[test]
 fn smp_members_put_back_vs_free_and_reuse() {
-    use pagecache::reclaim::smp_list::{Members, ISOLATED, OFF};
+    use pagecache::internals::smp_list::{Members, ISOLATED, OFF};
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.max_branches = 100_000;

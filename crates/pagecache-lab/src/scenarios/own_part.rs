@@ -14,7 +14,7 @@
 //! pages/s.
 
 use crate::runner::{measure, median_run, repeat, Opts, Sample, Series, Table};
-use pagecache::stats::lockstat::{self, LockCounters};
+use pagecache::lockstat::{self, LockCounters};
 use pagecache::{Config, PageCache};
 use std::io;
 use std::os::fd::AsRawFd;

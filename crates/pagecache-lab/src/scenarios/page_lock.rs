@@ -15,7 +15,7 @@
 
 use crate::ministat;
 use crate::runner::{measure, repeat, Opts, Series, Table};
-use pagecache::stats::lockstat::{self, LockCounters, LockProfile};
+use pagecache::lockstat::{self, LockCounters, LockProfile};
 use pagecache::{Config, File, PageCache};
 use std::io;
 use std::sync::{Mutex, MutexGuard};

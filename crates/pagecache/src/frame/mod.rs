@@ -151,24 +151,6 @@ mod arena {
             self.descs.len()
         }
 
-        /// Always false: a table has at least the minimum number of frames.
-        #[inline]
-        pub fn is_empty(&self) -> bool {
-            self.descs.is_empty()
-        }
-
-        /// Bytes per frame.
-        #[inline]
-        pub fn page_size(&self) -> usize {
-            self.page_size
-        }
-
-        /// log2 of the page size.
-        #[inline]
-        pub fn page_shift(&self) -> u32 {
-            self.page_shift
-        }
-
         /// The descriptor of frame `f`. Panics if `f` is out of range (a
         /// frame number always comes from this table or is bounds-checked
         /// first, see `index`).

@@ -164,7 +164,8 @@ impl NodeArena {
         self.free.lock().push(id);
     }
 
-    /// Nodes in use (for tests and stats).
+    /// Nodes in use (tests).
+    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         // Relaxed: a statistic.
         (self.next.load(Ordering::Relaxed) as usize - 1) - self.free.lock().len()

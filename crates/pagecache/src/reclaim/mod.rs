@@ -36,8 +36,6 @@
 pub mod s3fifo;
 pub mod smp_list;
 
-pub use s3fifo::Verdict;
-
 #[cfg(not(loom))]
 pub use imp::*;
 
@@ -45,9 +43,9 @@ pub use imp::*;
 mod imp {
     pub use super::clock::{Clock, CLAIM};
     pub use super::s3fifo::S3Fifo;
+    pub use super::s3fifo::Verdict;
     pub use super::smp_lru::SmpLru;
     pub use super::strict_lru::StrictLru;
-    use super::Verdict;
     use crate::frame::{FrameNo, FrameTable};
 
     /// Orders frames for eviction.
@@ -140,6 +138,7 @@ mod writeback;
 /// Declares the policies users can choose: one line each, `Name =>
 /// constructor` (`#[default]` marks the default), in the order they are
 /// listed; makes [`PolicyKind`] and its `build`.
+#[cfg(not(loom))]
 macro_rules! policies {
     ($($(#[$doc:meta])* $name:ident => $new:path,)*) => {
         /// Which replacement policy a cache uses (`Config::policy`).
@@ -149,11 +148,7 @@ macro_rules! policies {
         }
 
         impl PolicyKind {
-            /// Every policy, in registry order.
-            pub const ALL: &'static [PolicyKind] = &[$(PolicyKind::$name,)*];
-
             /// A policy of this kind for `frames` frames.
-            #[cfg(not(loom))]
             pub(crate) fn build(self, frames: usize) -> Policy {
                 match self {
                     $(PolicyKind::$name => Box::new($new(frames)),)*
@@ -163,6 +158,7 @@ macro_rules! policies {
     };
 }
 
+#[cfg(not(loom))]
 policies! {
     /// Sharded, batched S3-FIFO (the default).
     #[default]

@@ -55,7 +55,7 @@
 //!   and an entry is added only when it is on no list. [`Members`] (below)
 //!   guarantees it with a per-node membership state.
 //!
-//! Waits are bounded spins that yield ([`crate::sync::spin`]): a deleter
+//! Waits are bounded spins that yield (`crate::sync::spin`): a deleter
 //! waiting on a preempted neighbour burns no more than its time slice.
 //!
 //! The loom models `smp_list_*` (`tests/loom.rs`) run this code with

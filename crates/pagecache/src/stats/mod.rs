@@ -173,7 +173,7 @@ impl Counters {
     }
 }
 
-/// A snapshot of a cache's counters (see [`Counter`] for each meaning).
+/// A snapshot of a cache's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Lookups that found the page cached.
