@@ -1,10 +1,10 @@
 //! Anonymous regions: zero-filled pages that share the cache's frame budget.
 //!
 //! An [`AnonRegion`] is an array of page slots (`frame + 1`, 0 = never
-//! touched or freed). Its frames are ordinary frames of the arena with an
-//! owner id that has [`ANON_BIT`] set, so eviction recognises and skips them
-//! (they are not evictable yet: there is no swap), and pins, latches and the
-//! common release path are the same as for file pages.
+//! touched or freed). Its frames are ordinary frames of the arena, marked
+//! `UNEVICTABLE` so that eviction skips them (there is no swap yet), with
+//! an owner id no file has; pins, latches and the common release path are
+//! the same as for file pages.
 //!
 //! # Protocol: first touch (fault) vs. free
 //!
@@ -12,40 +12,52 @@
 //!  toucher of page i (no lock)               free(range) / drop (no lock)
 //!  1. e = slot[i] (Acquire); e != 0 ->       A. e = slot[i].swap(0) (AcqRel);
 //!     pin it as in 5.1 (CAS, identity           0 -> nothing to free
-//!     (region, i) and !REMOVED re-check);    B. orphan(frame): REMOVED and the
-//!     failure -> retry from 1                   region's reference dropped in
-//!  2. e == 0: allocate a frame (free list,      one RMW; last reference -> free
-//!     else reclaim file pages), zero it         the frame now, else the last
-//!     with atomic stores, set identity          pin's release frees it
+//!     (region, i) and !REMOVED re-check),    B. orphan(frame): REMOVED and the
+//!     then re-load the slot: still e, or        region's reference dropped in
+//!     release and retry from 1                  one RMW; last reference -> free
+//!  2. e == 0: allocate a frame (free list,      the frame now, else the last
+//!     else reclaim file pages), zero it         pin's release frees it
+//!     with atomic stores, set identity
 //!     (version odd/even), publish
 //!     refs = 1 (the region's) + 1 (ours)
 //!  3. CAS slot[i] 0 -> frame + 1 (Release);
-//!     lost -> reset and free our frame,
-//!     retry from 1 (pin the winner's)
+//!     lost -> orphan our frame and drop our
+//!     reference through the common release
+//!     path; retry from 1 (pin the winner's)
 //! ```
 //!
 //! Ordering: the slot CAS (3) is Release, so a toucher that loads the new
 //! entry (Acquire, 1) sees the zeroed bytes, identity and state published
-//! before it. Two touchers race only on the CAS; the loser's frame was never
-//! visible. A free (A) and a toucher's pin (1) are ordered as 5.1 vs 5.6: a
+//! before it. Two touchers race only on the CAS.
+//!
+//! The loser's frame is *not* invisible: a toucher holding a stale entry
+//! for a frame that was freed and then reused by the loser for the same
+//! page finds the right identity and pins it (ABA; found by the loom model
+//! on the real code, where the loser used to reset the frame under that
+//! pin). Hence the re-load in step 1 — the slot holds `e` after the pin
+//! only if `e`'s CAS won, and a pinned frame cannot be freed and
+//! republished — and the loser's undo through `orphan` and `release`, so a
+//! stray pin keeps the frame alive until it lets go.
+//!
+//! A free (A) and a toucher's pin (1) are ordered as 5.1 vs 5.6: a
 //! pin taken before the orphan step keeps valid bytes until released; one
 //! taken after sees `REMOVED` and retries, finding the slot empty and
 //! faulting a fresh zero page. Zeroing uses atomic stores because an
 //! optimistic file reader may still be validating a copy from the recycled
 //! frame (its version check discards it).
 //!
-//! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) checks the
-//! core: two racing faulters and a free, using these descriptor operations.
+//! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) runs this
+//! code: two racing touchers (one writing) and a free.
 
 use crate::cache::{FrameLatch, FramePin, Inner, PinMiss};
 use crate::error::context;
 use crate::frame::state::{PinFail, Released, State};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
+use crate::sync::unmodelled::AtomicU64 as IdCounter;
 use crate::sync::{AtomicU32, Ordering};
 use std::io;
 use std::ops::{Deref, DerefMut, Range};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Owner ids of anonymous regions have this bit set; file ids never do, so
@@ -53,7 +65,8 @@ use std::sync::Arc;
 /// tells anonymous frames apart by their `UNEVICTABLE` state, not by id.)
 const ANON_BIT: u64 = 1 << 63;
 
-static NEXT_REGION: AtomicU64 = AtomicU64::new(1);
+/// Region ids (an id generator: unmodelled under loom).
+static NEXT_REGION: IdCounter = IdCounter::new(1);
 
 /// A region of anonymous, zero-filled pages (see the module docs).
 #[derive(Debug)]
@@ -174,22 +187,31 @@ impl AnonRegion {
     /// The pinned frame of page `index`, faulting it in if absent.
     fn get(&self, index: u64) -> io::Result<FrameNo> {
         let slot = &self.slots[index as usize];
+        let mut first = true;
         loop {
+            if !first {
+                crate::sync::retry_point();
+            }
+            first = false;
             // 1. Acquire: pairs with the Release CAS of step 3.
             let e = slot.load(Ordering::Acquire);
             if e != 0 {
                 let f = e - 1;
                 match self.cache.pin_as(f, self.id, index) {
-                    Ok(f) => {
+                    // Acquire: orders the re-load after the pin (as 5.1's
+                    // identity re-check is ordered by the pin's Acquire).
+                    Ok(f) if slot.load(Ordering::Acquire) == e => {
                         self.cache.counters.add(Counter::Hits, 1);
                         return Ok(f);
                     }
+                    // A loser's frame (see the module docs): not the page.
+                    Ok(f) => self.cache.release(f),
                     Err(PinMiss::Stale) => {}
                     Err(PinMiss::Fail(PinFail::Latched)) => {
                         self.cache.desc(f).wait_unlatched_as(self.id, index)
                     }
                     // Being freed by `free`: the slot is about to read 0.
-                    Err(PinMiss::Fail(PinFail::Free)) => std::thread::yield_now(),
+                    Err(PinMiss::Fail(PinFail::Free)) => crate::sync::yield_now(),
                     Err(PinMiss::Fail(PinFail::Overflow)) => {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidInput,
@@ -207,7 +229,13 @@ impl AnonRegion {
             let d = self.cache.desc(f);
             // SAFETY: we own `f` (allocated, refcount 0, unpublished); the
             // range is the whole frame. Atomic stores: see module docs.
-            unsafe { crate::cache::atomic_zero(self.cache.frames.ptr(f), self.cache.page_size) };
+            unsafe {
+                crate::cache::atomic_zero(
+                    d.witness(),
+                    self.cache.frames.ptr(f),
+                    self.cache.page_size,
+                )
+            };
             d.assign(self.id, index, State::ANON_FAULTED);
             // 3. Release: publishes bytes, identity and state with the entry.
             match slot.compare_exchange(0, f + 1, Ordering::Release, Ordering::Relaxed) {
@@ -217,10 +245,11 @@ impl AnonRegion {
                     return Ok(f);
                 }
                 Err(_) => {
-                    // Lost the race: our frame was never visible; undo.
-                    d.reset();
-                    debug_assert_eq!(d.snapshot().refs(), 0);
-                    self.cache.free_frame(f);
+                    // Lost the race. A stray pin may hold our frame (module
+                    // docs): drop the region's reference and ours through
+                    // the common paths; the last one frees it.
+                    let _ = d.orphan();
+                    self.cache.release(f);
                 }
             }
         }

@@ -7,10 +7,10 @@ pub use crate::frame::alloc::PoolKind;
 pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
+use crate::sync::Ordering;
 use std::io;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Smallest number of frames a cache may have.
@@ -449,7 +449,7 @@ impl Drop for PageMut<'_> {
             // SAFETY: still latched with the version odd; the range ends at
             // the end of the frame. Atomic stores, as everywhere a frame's
             // bytes may race a stale optimistic reader (see `cache::copy`).
-            unsafe { crate::cache::atomic_zero(self.latch.ptr().add(keep), ps as usize - keep) };
+            unsafe { self.latch.zero(keep, ps as usize - keep) };
         }
     }
 }

@@ -78,25 +78,16 @@ pub(crate) mod sync;
 
 mod frame;
 mod reclaim;
-#[cfg(not(loom))]
 mod stats;
 
-#[cfg(not(loom))]
 mod anon;
-#[cfg(not(loom))]
 mod api;
-#[cfg(not(loom))]
 mod cache;
-#[cfg(not(loom))]
 mod error;
-#[cfg(not(loom))]
 mod index;
-#[cfg(not(loom))]
 mod io;
 
-#[cfg(not(loom))]
 pub use api::*;
-#[cfg(not(loom))]
 pub use stats::lockstat;
 
 /// Internals for the project's own tests, benchmarks, loom models and lab.

@@ -1,16 +1,93 @@
-//! The one place atomics, fences and parking come from.
+//! The one place atomics, fences, locks, yields and parking come from.
 //!
-//! Building with `RUSTFLAGS="--cfg loom"` swaps in loom's atomics so that the
-//! protocol cores (`frame::state`) can be model-checked by `tests/loom.rs`.
-//! Parking maps to `parking_lot_core` (hashed wait queues keyed by address, the
-//! user-space form of the kernel's `page_waitqueue()` hash); under loom it
-//! becomes a yield so that loom explores the interleavings of the re-checks.
+//! Building with `RUSTFLAGS="--cfg loom"` swaps in loom's atomics, mutexes,
+//! rwlocks and yields, so that `tests/loom.rs` model-checks the code users
+//! run: the whole crate builds under loom. Parking maps to
+//! `parking_lot_core` (hashed wait queues keyed by address, the user-space
+//! form of the kernel's `page_waitqueue()` hash); under loom it becomes a
+//! yield so that loom explores the interleavings of the re-checks.
+//!
+//! Two kinds of shared memory are deliberately *not* modelled, and come
+//! from [`unmodelled`]: statistics (counters, lock profiles, fault-injection
+//! counts, id generators), which no protocol reads, and the bytes of frames,
+//! which are raw memory accessed with per-word atomics (`cache::copy`).
+//! Under loom, every copy of frame bytes is done in two halves, each marked
+//! on its frame's [`Witness`], so a model can observe a copy torn by a
+//! concurrent writer exactly where the seqlock must catch it.
 
 #[cfg(loom)]
 #[allow(unused_imports)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 #[cfg(not(loom))]
+#[allow(unused_imports)]
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Shared memory loom does not model (see the module docs): std atomics
+/// and `parking_lot`'s mutex, the same with and without `--cfg loom`.
+pub(crate) mod unmodelled {
+    pub(crate) use parking_lot::Mutex;
+    pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+}
+
+/// Gives up the CPU: `std::thread::yield_now`, or a loom scheduling point.
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
+/// The top of every retry loop that may go round without waiting (a
+/// lookup whose frame was recycled or is being freed): a loom scheduling
+/// point, nothing otherwise. Loom may return an old value to a relaxed load
+/// any number of times, so a loop that re-reads one must let loom switch
+/// threads, or it spins forever in the model (it cannot in hardware, where
+/// the new value arrives).
+#[inline(always)]
+pub(crate) fn retry_point() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// Stands for one frame's bytes in loom's eyes (nothing without loom).
+///
+/// Frame bytes are raw memory that loom does not see, so by itself loom
+/// would (a) never run a reader's copy in the middle of a writer's, since
+/// the two look independent to its partial-order reduction, and (b) not
+/// know when a reader read a writer's bytes, which is what makes the
+/// seqlock sound: the reader's Acquire fence synchronizes with the writer's
+/// Release fence through those bytes. So every copy is done in halves, and
+/// each half is preceded by a relaxed read-modify-write of the frame's
+/// witness ([`Witness::touch`]), with no loom operation between it and the
+/// half's bytes. RMWs read the latest value, so a reader's half sees a
+/// writer's bytes exactly when its RMW reads from (a successor of) the
+/// writer's RMW: loom then derives the fence synchronization, and runs
+/// both orders of the two. (RMWs, not a load and a yield: a loom thread
+/// that yields is not run again until the others block or yield, which
+/// hides exactly the interleavings the witness is for.)
+#[derive(Debug, Default)]
+pub(crate) struct Witness {
+    #[cfg(loom)]
+    w: loom::sync::atomic::AtomicUsize,
+}
+
+impl Witness {
+    /// The witness of every frame without loom (a zero-sized value).
+    #[cfg(not(loom))]
+    pub(crate) const NONE: Witness = Witness {};
+
+    /// Right before a copier touches the frame's bytes (part of a copy).
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        #[cfg(loom)]
+        {
+            // Relaxed RMW: reads the latest value; the copiers' fences
+            // order everything else (see the type's docs).
+            self.w.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// One step of a bounded busy-wait: a CPU pause for the first rounds, then a
 /// yield so that a preempted thread we wait for gets the CPU back (on an
@@ -81,19 +158,7 @@ pub(crate) struct Mutex<T> {
     class: Class,
 }
 
-#[cfg(not(loom))]
 pub(crate) use crate::stats::lockstat::LockClass;
-/// Lock classes (only names under loom).
-#[cfg(loom)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LockClass {
-    Pool,
-    PcpShard,
-    Replacement,
-    ReplacementBatch,
-    PageLatchWait,
-    PageDrainWait,
-}
 
 #[cfg(all(feature = "lockstat", not(loom)))]
 #[derive(Debug, Clone, Copy)]
@@ -200,8 +265,9 @@ impl<T> Mutex<T> {
 
 /// A reader-writer lock profiled per [`LockClass`] like [`Mutex`] (shared
 /// and exclusive acquisitions may be given different classes): the file
-/// registry, the per-file size locks and seed 004's two-mode LRU lock. Not
-/// under loom: no modelled protocol takes it.
+/// registry, the per-file size locks and seed 004's two-mode LRU lock.
+/// Loom's rwlock under loom (it has no recursive read: `read_recursive` is
+/// a plain read there, which loom does not queue behind writers either).
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub(crate) struct RwLock<T> {
@@ -280,6 +346,43 @@ impl<T> RwLock<T> {
         );
         #[cfg(not(feature = "lockstat"))]
         return self.inner.write();
+    }
+}
+
+/// See the non-loom [`RwLock`].
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct RwLock<T> {
+    inner: loom::sync::RwLock<T>,
+}
+
+#[cfg(loom)]
+pub(crate) type ReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+#[cfg(loom)]
+pub(crate) type WriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
+#[cfg(loom)]
+impl<T> RwLock<T> {
+    pub(crate) fn with_classes(v: T, _shared: LockClass, _exclusive: LockClass) -> Self {
+        RwLock {
+            inner: loom::sync::RwLock::new(v),
+        }
+    }
+
+    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+        self.inner.read().unwrap()
+    }
+
+    pub(crate) fn read_recursive(&self) -> ReadGuard<'_, T> {
+        self.inner.read().unwrap()
+    }
+
+    pub(crate) fn try_read_recursive(&self) -> Option<ReadGuard<'_, T>> {
+        self.inner.try_read().ok()
+    }
+
+    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
+        self.inner.write().unwrap()
     }
 }
 

@@ -8,16 +8,42 @@
 //! whether the snapshot is kept. Writers use the matching atomic stores. On
 //! x86-64 both compile to ordinary moves.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::unmodelled::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::Witness;
 
 const W: usize = std::mem::size_of::<u64>();
 
-/// Copies `dst.len()` bytes from `src` into `dst`.
+/// Copies `dst.len()` bytes from `src` into `dst`; `w` is the frame's
+/// witness (see `crate::sync::Witness`).
 ///
 /// # Safety
 /// `src .. src + dst.len()` must lie inside one live frame of the arena.
 #[inline]
-pub(crate) unsafe fn atomic_load_copy(dst: &mut [u8], src: *const u8) {
+pub(crate) unsafe fn atomic_load_copy(w: &Witness, dst: &mut [u8], src: *const u8) {
+    // Under loom: two halves, each marked on the witness (`crate::sync`),
+    // so a model can see a copy torn by a writer.
+    if cfg!(loom) {
+        let h = dst.len() / 2;
+        let (a, b) = dst.split_at_mut(h);
+        w.touch();
+        // SAFETY: the two halves of the caller's range.
+        unsafe { load_copy(a, src) };
+        w.touch();
+        // SAFETY: as above.
+        unsafe { load_copy(b, src.add(h)) };
+    } else {
+        let _ = w;
+        // SAFETY: the caller's contract.
+        unsafe { load_copy(dst, src) }
+    }
+}
+
+/// [`atomic_load_copy`] without the loom scheduling point.
+///
+/// # Safety
+/// As for [`atomic_load_copy`].
+#[inline(always)]
+unsafe fn load_copy(dst: &mut [u8], src: *const u8) {
     let n = dst.len();
     let d = dst.as_mut_ptr();
     let mut i = 0;
@@ -68,7 +94,28 @@ pub(crate) unsafe fn atomic_load_copy(dst: &mut [u8], src: *const u8) {
 /// `dst .. dst + src.len()` must lie inside one frame the caller owns
 /// exclusively (latched and drained, or unpublished) with its version odd.
 #[inline]
-pub(crate) unsafe fn atomic_store_copy(dst: *mut u8, src: &[u8]) {
+pub(crate) unsafe fn atomic_store_copy(w: &Witness, dst: *mut u8, src: &[u8]) {
+    if cfg!(loom) {
+        let h = src.len() / 2;
+        w.touch();
+        // SAFETY: the two halves of the caller's range.
+        unsafe { store_copy(dst, &src[..h]) };
+        w.touch();
+        // SAFETY: as above.
+        unsafe { store_copy(dst.add(h), &src[h..]) };
+    } else {
+        let _ = w;
+        // SAFETY: the caller's contract.
+        unsafe { store_copy(dst, src) }
+    }
+}
+
+/// [`atomic_store_copy`] without the loom scheduling point.
+///
+/// # Safety
+/// As for [`atomic_store_copy`].
+#[inline(always)]
+unsafe fn store_copy(dst: *mut u8, src: &[u8]) {
     let n = src.len();
     let mut i = 0;
     while i < n && (dst as usize + i) % W != 0 {
@@ -93,11 +140,12 @@ pub(crate) unsafe fn atomic_store_copy(dst: *mut u8, src: &[u8]) {
     }
 }
 
-/// Zeroes `n` bytes at `dst`.
+/// Zeroes `n` bytes at `dst` (a writer of the frame: `w` is touched first).
 ///
 /// # Safety
 /// As for [`atomic_store_copy`].
-pub(crate) unsafe fn atomic_zero(dst: *mut u8, n: usize) {
+pub(crate) unsafe fn atomic_zero(w: &Witness, dst: *mut u8, n: usize) {
+    w.touch();
     let mut i = 0;
     while i < n && (dst as usize + i) % 64 != 0 {
         // SAFETY: in bounds and exclusively owned (caller).
@@ -135,14 +183,14 @@ mod tests {
             for len in [0, 1, 7, 8, 9, 15, 16, 17, 64, 100] {
                 let mut dst = vec![0xAA; len];
                 // SAFETY: off + len <= 200, inside `src`.
-                unsafe { atomic_load_copy(&mut dst, src.as_ptr().add(off)) };
+                unsafe { atomic_load_copy(&Witness::NONE, &mut dst, src.as_ptr().add(off)) };
                 assert_eq!(&dst[..], &src[off..off + len]);
                 let mut back = vec![0u8; 200];
                 // SAFETY: inside `back`, which we own.
-                unsafe { atomic_store_copy(back.as_mut_ptr().add(off), &dst) };
+                unsafe { atomic_store_copy(&Witness::NONE, back.as_mut_ptr().add(off), &dst) };
                 assert_eq!(&back[off..off + len], &src[off..off + len]);
                 // SAFETY: as above.
-                unsafe { atomic_zero(back.as_mut_ptr().add(off), len) };
+                unsafe { atomic_zero(&Witness::NONE, back.as_mut_ptr().add(off), len) };
                 assert!(back.iter().all(|&b| b == 0));
             }
         }

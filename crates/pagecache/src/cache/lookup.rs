@@ -151,6 +151,7 @@ impl Inner {
             }
             retries += 1;
             self.count(Counter::LookupRetries);
+            crate::sync::retry_point();
         }
     }
 

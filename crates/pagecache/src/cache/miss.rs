@@ -101,8 +101,14 @@ impl Inner {
                 Ok(Err(_)) => unreachable!("slot checked empty under the lock"),
                 Err(e) => {
                     drop(g);
-                    d.reset();
-                    self.alloc.free(f);
+                    // Not inserted, but published: a lookup holding a stale
+                    // slot for this frame's previous use as the same page
+                    // may have found it and be waiting on its latch. Undo
+                    // as `abandon` does: orphan, unlatch (wakes them: they
+                    // retry), release (the last reference frees it).
+                    let _ = d.orphan();
+                    d.unlatch();
+                    self.release(f);
                     return Err(context(e, format!("{}: page {index}", fs.path.display())));
                 }
             }
@@ -163,6 +169,7 @@ impl Inner {
                 // the range ends at the end of the frame.
                 unsafe {
                     atomic_zero(
+                        self.desc(fill.frame).witness(),
                         self.frames.ptr(fill.frame).add(valid),
                         self.page_size - valid,
                     )

@@ -316,11 +316,35 @@ impl<'a> FrameLatch<'a> {
         }
     }
 
-    /// The frame's first byte. Writes through it must be atomic stores
-    /// (`atomic_store_copy`, `atomic_zero`): stale optimistic readers may
-    /// still be copying.
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.cache.frames.ptr(self.frame)
+    /// Copies `src` into the page at `off` with atomic stores (stale
+    /// optimistic readers may still be copying, see `copy`).
+    ///
+    /// # Safety
+    /// `off + src.len()` must not exceed the page size.
+    pub(crate) unsafe fn write(&self, off: usize, src: &[u8]) {
+        // SAFETY: latched and drained, version odd; in bounds (caller).
+        unsafe {
+            atomic_store_copy(
+                self.cache.desc(self.frame).witness(),
+                self.cache.frames.ptr(self.frame).add(off),
+                src,
+            )
+        }
+    }
+
+    /// Zeroes `n` bytes of the page at `off` with atomic stores.
+    ///
+    /// # Safety
+    /// `off + n` must not exceed the page size.
+    pub(crate) unsafe fn zero(&self, off: usize, n: usize) {
+        // SAFETY: latched and drained, version odd; in bounds (caller).
+        unsafe {
+            atomic_zero(
+                self.cache.desc(self.frame).witness(),
+                self.cache.frames.ptr(self.frame).add(off),
+                n,
+            )
+        }
     }
 }
 

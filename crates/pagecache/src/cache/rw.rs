@@ -34,7 +34,7 @@
 //! validation, and its result is then discarded.)
 
 use super::miss::Got;
-use super::{atomic_load_copy, atomic_store_copy, FileShared, FrameLatch, Inner};
+use super::{atomic_load_copy, FileShared, FrameLatch, Inner};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
 use crate::sync::Ordering;
@@ -144,7 +144,7 @@ impl Inner {
             // SAFETY: `ptr(f) + off .. + dst.len()` is inside frame f
             // (off + len <= page size, checked by the caller); atomic word
             // loads race soundly with writers and are validated below.
-            unsafe { atomic_load_copy(dst, self.frames.ptr(f).add(off)) };
+            unsafe { atomic_load_copy(d.witness(), dst, self.frames.ptr(f).add(off)) };
             // 5.
             if d.read_validate(v) {
                 if !s.is_accessed() {
@@ -248,7 +248,7 @@ impl Inner {
             // 5.5 step 3: version odd; 4: write
             let latch = FrameLatch::new(self, f, Some((fs, index)));
             // SAFETY: latched and drained, version odd; off + n <= ps.
-            unsafe { atomic_store_copy(latch.ptr().add(off), &buf[done..done + n]) };
+            unsafe { latch.write(off, &buf[done..done + n]) };
             // Grow the length to cover this page's bytes before the page is
             // unlatched (so a write-back of it sees them inside the file).
             // AcqRel: Release publishes this page's bytes to readers that load

@@ -20,7 +20,7 @@
 //! are marked and freed by their last release. No write-back can race:
 //! write-back holds the size lock shared.
 
-use super::{atomic_zero, FileShared, FrameLatch, Inner};
+use super::{FileShared, FrameLatch, Inner};
 use crate::error::context;
 use crate::frame::state::Released;
 use crate::sync::Ordering;
@@ -113,7 +113,7 @@ impl Inner {
                 let tail = (new_len % ps) as usize;
                 // SAFETY: latched, drained, version odd: exclusive; the range
                 // ends at the end of the frame.
-                unsafe { atomic_zero(latch.ptr().add(tail), self.page_size - tail) };
+                unsafe { latch.zero(tail, self.page_size - tail) };
                 break;
             }
         }

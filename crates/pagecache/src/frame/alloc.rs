@@ -332,13 +332,18 @@ pub fn current_cpu() -> usize {
     }
 }
 
+/// The CPU this thread runs on: always 0 under loom.
 #[cfg(loom)]
-fn current_cpu() -> usize {
+pub fn current_cpu() -> usize {
     0
 }
 
-/// Number of CPUs (shards), at least 1.
+/// Number of CPUs (shards), at least 1; 1 under loom (one shard keeps the
+/// models small).
 pub fn num_cpus() -> usize {
+    if cfg!(loom) {
+        return 1;
+    }
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)

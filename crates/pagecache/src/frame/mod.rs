@@ -21,10 +21,8 @@ pub type FrameNo = u32;
 
 #[cfg(not(loom))]
 pub(crate) use arena::map_huge;
-#[cfg(not(loom))]
 pub use arena::FrameTable;
 
-#[cfg(not(loom))]
 mod arena {
     use super::state::FrameDesc;
     use std::io;

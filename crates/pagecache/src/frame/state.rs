@@ -61,7 +61,7 @@
 //! with `version` odd by the frame's exclusive owner, read by anyone under the
 //! seqlock or while holding a pin.
 
-use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering};
+use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering, Witness};
 
 const REFS: u64 = 0xffff_ffff;
 const LATCHED: u64 = 1 << 32;
@@ -248,6 +248,9 @@ pub struct FrameDesc {
     owner: AtomicU64,
     /// (V) Page index within the owner.
     index: AtomicU64,
+    /// The frame's bytes as loom sees them (loom only; see `sync::Witness`).
+    #[cfg(loom)]
+    bytes: Witness,
 }
 
 impl Default for FrameDesc {
@@ -265,7 +268,19 @@ impl FrameDesc {
             version: AtomicU64::new(1),
             owner: AtomicU64::new(NO_OWNER),
             index: AtomicU64::new(0),
+            #[cfg(loom)]
+            bytes: Witness::default(),
         }
+    }
+
+    /// The witness every copy of this frame's bytes passes (a zero-sized
+    /// value without loom; see `sync::Witness`).
+    #[inline(always)]
+    pub(crate) fn witness(&self) -> &Witness {
+        #[cfg(loom)]
+        return &self.bytes;
+        #[cfg(not(loom))]
+        return &Witness::NONE;
     }
 
     fn key(&self) -> usize {
@@ -285,6 +300,16 @@ impl FrameDesc {
         // Acquire: pairs with the Release in `unlatch*` that publishes
         // UPTODATE and the bytes written under the latch.
         State(self.state.load(Ordering::Acquire))
+    }
+
+    /// The latest state, by a read-modify-write that changes nothing (an
+    /// RMW reads the last value in the word's modification order; a load
+    /// may return an older one). For decisions that must not rest on an old
+    /// value, such as declaring every frame busy. Context: any; it writes
+    /// the line, so keep it off hot paths.
+    pub fn snapshot_latest(&self) -> State {
+        // Acquire: as `snapshot`.
+        State(self.state.fetch_add(0, Ordering::Acquire))
     }
 
     /// Page identity `(owner, index)`. Stable while the caller holds a pin.
@@ -618,9 +643,10 @@ impl FrameDesc {
 
     /// Protocol 5.6 step for a page past the new end of file: marks it
     /// `REMOVED`, clears `DIRTY` (its bytes no longer belong to the file) and
-    /// drops the cache's reference, all in one atomic step. Caller holds the
-    /// tree lock and has just cleared the page's slot. Pinned pages stay
-    /// alive until their last release frees them. Context: no sleep.
+    /// drops the cache's reference, all in one atomic step. The caller has
+    /// just taken the page out of its index (under the tree lock, or an
+    /// anonymous slot's swap), or lost the race to put it in. Pinned pages
+    /// stay alive until their last release frees them. Context: no sleep.
     pub fn orphan(&self) -> Released {
         // Release: like `release`, our accesses happen-before the freer's.
         let old = self

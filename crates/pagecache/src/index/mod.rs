@@ -65,10 +65,11 @@
 //! the new root.
 
 use crate::frame::FrameNo;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{LockClass, Mutex, MutexGuard};
 use std::io;
+#[cfg(not(loom))]
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Fan-out bits per level.
 pub const SHIFT: u32 = 6;
@@ -91,12 +92,20 @@ pub struct Node {
 /// The cache-wide arena of index nodes (type-stable, see module docs).
 #[derive(Debug)]
 pub struct NodeArena {
+    /// The reserved mapping: zeroed memory is a valid empty node.
+    #[cfg(not(loom))]
     base: NonNull<Node>,
+    /// Under loom, nodes are made on first allocation (loom's atomics are
+    /// not valid as zeroed memory) and, like the mapping, never freed while
+    /// the arena lives.
+    #[cfg(loom)]
+    nodes: Box<[std::sync::OnceLock<Node>]>,
     max_nodes: u32,
     /// Next never-used id (ids start at 1; 0 means "no node").
     next: AtomicU32,
     /// Freed ids, reused first.
     free: Mutex<Vec<u32>>,
+    #[cfg(not(loom))]
     map_len: usize,
 }
 
@@ -109,15 +118,23 @@ unsafe impl Sync for NodeArena {}
 impl NodeArena {
     /// Reserves room for `max_nodes` nodes (virtual memory only).
     pub fn new(max_nodes: u32) -> io::Result<Self> {
+        #[cfg(not(loom))]
         let map_len = (max_nodes as usize + 1) * std::mem::size_of::<Node>();
         // Huge pages: a random lookup touches a leaf anywhere in the arena.
+        #[cfg(not(loom))]
         let base = crate::frame::map_huge(map_len, "the index node arena")?;
         Ok(NodeArena {
             // Page aligned, so suitably aligned for `Node` (64).
+            #[cfg(not(loom))]
             base: base.cast(),
+            #[cfg(loom)]
+            nodes: (0..=max_nodes)
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
             max_nodes,
             next: AtomicU32::new(1),
             free: Mutex::with_class(Vec::new(), LockClass::NodeFreeList),
+            #[cfg(not(loom))]
             map_len,
         })
     }
@@ -129,8 +146,11 @@ impl NodeArena {
         if id == 0 || id > self.max_nodes as u64 {
             return None;
         }
+        #[cfg(loom)]
+        return self.nodes[id as usize].get();
         // SAFETY: 1 <= id <= max_nodes is inside the mapping, which lives as
         // long as `self`; zeroed memory is a valid `Node` of atomics.
+        #[cfg(not(loom))]
         Some(unsafe { &*self.base.as_ptr().add(id as usize) })
     }
 
@@ -150,6 +170,12 @@ impl NodeArena {
                 "index node arena exhausted",
             ));
         }
+        #[cfg(loom)]
+        let _ = self.nodes[id as usize].set(Node {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            dirty: AtomicU64::new(0),
+            count: AtomicU32::new(0),
+        });
         Ok(id)
     }
 
@@ -172,6 +198,7 @@ impl NodeArena {
     }
 }
 
+#[cfg(not(loom))]
 impl Drop for NodeArena {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly our mapping; trees borrow the arena

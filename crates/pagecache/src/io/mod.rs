@@ -10,11 +10,11 @@
 //! failures for tests: fail the Nth read or write with a chosen errno, make
 //! reads short, report ENOSPC past a size.
 
+use crate::sync::unmodelled::{AtomicU64, Ordering};
 use std::fs;
 use std::io::{self, IoSlice};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How to open a file. Mirrors `std::fs::OpenOptions` (no append: the cache

@@ -50,6 +50,7 @@ impl Inner {
         let mut scanned = 0;
         let mut empty_rounds = 0;
         let mut waits = 0;
+        let mut rechecks = 0;
         loop {
             // A concurrent free may have refilled the pool.
             if let Some(f) = self.alloc.alloc() {
@@ -61,19 +62,39 @@ impl Inner {
             let pass = self.policy.pass_len(&self.frames) + crate::reclaim::CLAIM;
             let urgent = scanned >= pass;
             if (scanned >= 2 * pass || empty_rounds >= 2)
-                // Relaxed: a hint. Frames in other reclaimers' batches are in
-                // no queue; while any reclaimer holds some, wait for it (it
-                // may be preempted mid-batch) instead of failing.
-                && self.reclaiming.load(Ordering::Relaxed) > 0
+                // Frames in other reclaimers' batches are in no queue; while
+                // any reclaimer holds some, wait for it (it may be preempted
+                // mid-batch) instead of failing. An RMW, not a load: it reads
+                // the latest count (a relaxed load may return an old 0, and
+                // loom finds the OutOfMemory that follows); Acquire pairs
+                // with the Release decrement below, so a 0 read from it means
+                // its batch's leftovers are in the pool for the last try.
+                && self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
                 && waits < 10_000
             {
                 waits += 1;
                 scanned = 0;
                 empty_rounds = 0;
-                std::thread::yield_now();
+                crate::sync::yield_now();
                 continue;
             }
             if scanned >= 2 * pass || empty_rounds >= 2 {
+                // Last try: a reclaimer that finished meanwhile freed its
+                // leftovers before its decrement (read above).
+                if let Some(f) = self.alloc.alloc() {
+                    return Ok(f);
+                }
+                // The scans judged frames by plain loads, which may return
+                // old states (loom finds this: a frame freed by another
+                // thread's release still looked pinned). Before claiming
+                // that every frame is busy, look again with RMW reads,
+                // which see the latest state; rescan if one is evictable.
+                if rechecks < 2 && self.any_evictable_now() {
+                    rechecks += 1;
+                    scanned = 0;
+                    empty_rounds = 0;
+                    continue;
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
                     format!(
@@ -108,7 +129,9 @@ impl Inner {
                     None => self.policy.not_evicted(&self.frames, f),
                 }
             }
-            self.reclaiming.fetch_sub(1, Ordering::Relaxed);
+            // Release: the leftovers freed above happen-before a waiter's
+            // Acquire RMW that reads this decrement.
+            self.reclaiming.fetch_sub(1, Ordering::Release);
             // Nothing queued at all (every frame pinned, latched, anonymous,
             // or in another reclaimer's batch): see the checks at the top.
             empty_rounds = if examined == 0 && got.is_none() {
@@ -120,6 +143,14 @@ impl Inner {
                 return Ok(f);
             }
         }
+    }
+
+    /// Whether some frame is evictable right now, judged by the latest
+    /// value of each state word (`FrameDesc::snapshot_latest`). Context:
+    /// no sleep; the `OutOfMemory` path only.
+    #[cold]
+    fn any_evictable_now(&self) -> bool {
+        (0..self.frames.len() as FrameNo).any(|f| self.desc(f).snapshot_latest().is_evictable())
     }
 
     /// Protocol 5.2 from the evictor's side. Returns the frame, owned by the

@@ -36,10 +36,8 @@
 pub mod s3fifo;
 pub mod smp_list;
 
-#[cfg(not(loom))]
 pub use imp::*;
 
-#[cfg(not(loom))]
 mod imp {
     pub use super::clock::{Clock, CLAIM};
     pub use super::s3fifo::S3Fifo;
@@ -124,21 +122,15 @@ mod imp {
     }
 }
 
-#[cfg(not(loom))]
 mod clock;
-#[cfg(not(loom))]
 mod evict;
-#[cfg(not(loom))]
 mod smp_lru;
-#[cfg(not(loom))]
 mod strict_lru;
-#[cfg(not(loom))]
 mod writeback;
 
 /// Declares the policies users can choose: one line each, `Name =>
 /// constructor` (`#[default]` marks the default), in the order they are
 /// listed; makes [`PolicyKind`] and its `build`.
-#[cfg(not(loom))]
 macro_rules! policies {
     ($($(#[$doc:meta])* $name:ident => $new:path,)*) => {
         /// Which replacement policy a cache uses (`Config::policy`).
@@ -158,7 +150,6 @@ macro_rules! policies {
     };
 }
 
-#[cfg(not(loom))]
 policies! {
     /// Sharded, batched S3-FIFO (the default).
     #[default]

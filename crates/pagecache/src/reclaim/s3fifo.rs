@@ -336,10 +336,8 @@ impl Queues {
 
 /// The replacement policy over [`Queues`]: frames and descriptors enter
 /// here (not under loom, which models the queues alone).
-#[cfg(not(loom))]
 pub use policy::S3Fifo;
 
-#[cfg(not(loom))]
 mod policy {
     use super::{Entry, Queues, Verdict};
     use crate::frame::{FrameNo, FrameTable};

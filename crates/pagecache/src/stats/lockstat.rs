@@ -18,7 +18,7 @@
 //! shared-line writes to every profiled acquisition, so measure scalability
 //! with the feature off and use it to find *which* lock hurts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::unmodelled::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A class of locks, profiled together.

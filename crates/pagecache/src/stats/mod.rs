@@ -10,9 +10,8 @@
 
 pub mod lockstat;
 
+use crate::sync::unmodelled::{AtomicU64, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Number of stripes; the last one is the shared overflow stripe.
 const STRIPES: usize = 128;
