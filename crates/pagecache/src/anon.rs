@@ -142,6 +142,7 @@ impl AnonRegion {
 
     /// Pins page `index`, zero-filled on first touch. While the `AnonRef`
     /// lives the bytes do not change (`page_mut` of the page waits).
+    /// Context: may sleep, as a first touch evicts file pages; no `AnonMut` of this page held by the caller.
     pub fn page(&self, index: u64) -> io::Result<AnonRef<'_>> {
         self.check(index)?;
         let frame = self.get(index)?;
@@ -152,6 +153,7 @@ impl AnonRegion {
 
     /// Latches page `index` for writing, zero-filled on first touch; waits
     /// for its pins to drop, and readers and writers wait for the `AnonMut`.
+    /// Context: may sleep (latch and drain waits, first touch); no pin of this page held by the caller.
     pub fn page_mut(&self, index: u64) -> io::Result<AnonMut<'_>> {
         self.check(index)?;
         loop {
@@ -167,6 +169,7 @@ impl AnonRegion {
     /// Frees the pages in `range` (page indices, clamped to the region):
     /// their frames return to the cache now, or when their last pin drops.
     /// They read as zeros when touched again.
+    /// Context: no sleep; no lock (a slot swap and an RMW per page).
     pub fn free(&self, range: Range<u64>) {
         let end = range.end.min(self.pages());
         for i in range.start.min(end)..end {
@@ -185,6 +188,7 @@ impl AnonRegion {
     }
 
     /// The pinned frame of page `index`, faulting it in if absent.
+    /// Context: may sleep (latch waits, eviction of file pages for a frame); no pin of this page held.
     fn get(&self, index: u64) -> io::Result<FrameNo> {
         let slot = &self.slots[index as usize];
         let mut first = true;

@@ -18,6 +18,7 @@ const W: usize = std::mem::size_of::<u64>();
 ///
 /// # Safety
 /// `src .. src + dst.len()` must lie inside one live frame of the arena.
+/// Context: any, no sleep, no lock.
 #[inline]
 pub(crate) unsafe fn atomic_load_copy(w: &Witness, dst: &mut [u8], src: *const u8) {
     // Under loom: two halves, each marked on the witness (`crate::sync`),
@@ -93,6 +94,7 @@ unsafe fn load_copy(dst: &mut [u8], src: *const u8) {
 /// # Safety
 /// `dst .. dst + src.len()` must lie inside one frame the caller owns
 /// exclusively (latched and drained, or unpublished) with its version odd.
+/// Context: no sleep; the caller owns the frame's bytes (latch or unpublished frame).
 #[inline]
 pub(crate) unsafe fn atomic_store_copy(w: &Witness, dst: *mut u8, src: &[u8]) {
     if cfg!(loom) {
@@ -144,6 +146,7 @@ unsafe fn store_copy(dst: *mut u8, src: &[u8]) {
 ///
 /// # Safety
 /// As for [`atomic_store_copy`].
+/// Context: as [`atomic_store_copy`].
 pub(crate) unsafe fn atomic_zero(w: &Witness, dst: *mut u8, n: usize) {
     w.touch();
     let mut i = 0;

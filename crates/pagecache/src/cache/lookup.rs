@@ -93,6 +93,7 @@ impl Inner {
     }
 
     /// The pin CAS of [`Inner::pin_as`] under the page's baseline mutex.
+    /// Context: no sleep beyond the page mutex (a leaf).
     #[cold]
     #[inline(never)]
     fn try_pin_locked(&self, f: FrameNo) -> Result<State, PinFail> {

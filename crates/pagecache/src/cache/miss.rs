@@ -188,6 +188,7 @@ impl Inner {
     }
 
     /// Steps 3-4 on the calling thread. The page stays latched on success.
+    /// Context: may sleep (I/O); holds only the page's latch.
     pub(crate) fn fill(&self, fs: &FileShared, index: u64, f: FrameNo) -> io::Result<()> {
         let fill = self.begin_fill(fs, index, f);
         let res = self.read_fill(fs, &fill);

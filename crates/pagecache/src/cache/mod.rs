@@ -22,7 +22,7 @@
 //! ```text
 //! registry (RwLock, per cache)
 //!   └─ size lock (RwLock, per file)
-//!        └─ page latch (LOCKED bit, per page)
+//!        └─ page latch (LATCHED bit, per page)
 //!             └─ tree lock (Mutex, per file)
 //!                  ├─ replacement shard / pending batch (Mutex, per CPU; never both)
 //!                  ├─ baseline LRU lock (StrictLru / SmpLru only)
@@ -39,7 +39,7 @@
 //! Every function of this layer and of `reclaim` says what it may be called
 //! with: *may sleep* (parks on a latch or drain, or does I/O), *no sleep*;
 //! which locks it takes or needs held; what the caller must hold (a pin, the
-//! latch). "Latch" is the per-page `LOCKED` bit; "page mutex" means the
+//! latch). "Latch" is the per-page `LATCHED` bit; "page mutex" means the
 //! baselines' global or hashed mutexes.
 
 use crate::frame::alloc::{FrameAllocator, Pool, PoolKind};
@@ -63,7 +63,7 @@ mod pagelock;
 pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
 mod registry;
-pub(crate) use registry::{FileShared, Registry};
+pub(crate) use registry::{FileShared, Registry, SizeShared};
 mod rw;
 mod truncate;
 mod validate;
@@ -166,6 +166,7 @@ impl Inner {
         self.frames.desc(f)
     }
 
+    /// Counts one event on the calling thread's stripe. Context: any.
     #[inline]
     pub(crate) fn count(&self, c: Counter) {
         self.counters.add(c, 1);
@@ -204,6 +205,7 @@ impl Inner {
 
     /// [`Inner::release`] in a page-mutex baseline build: the release under
     /// the page's mutex, the free (if last) after it.
+    /// Context: as [`Inner::release`]; takes the page mutex (a leaf).
     #[cold]
     #[inline(never)]
     fn release_locked(&self, f: FrameNo) {

@@ -61,6 +61,7 @@ impl PageLocks {
     }
 
     /// The lock of frame `f`.
+    /// Context: no sleep beyond the mutex itself, a leaf: hold it around one state-word RMW only.
     #[inline]
     pub(crate) fn lock(&self, f: FrameNo) -> MutexGuard<'_, ()> {
         // Fibonacci hashing spreads neighbouring frames over the array.

@@ -8,18 +8,23 @@
 use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
-use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, RwLock};
+use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, RwLock};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// Size-lock state: a shrink whose `ftruncate` failed must be retried before
-/// the file grows again, or stale bytes past the old end would reappear.
+/// What the size lock guards.
 #[derive(Debug, Default)]
 pub(crate) struct SizeState {
+    /// (S) a shrink whose `ftruncate` failed: it must be retried before the
+    /// file grows again, or stale bytes past the old end would reappear.
     pub(crate) pending_truncate: Option<u64>,
 }
+
+/// Proof that the caller holds a file's size lock shared (write-back's
+/// precondition: `set_len` cannot run under it).
+pub(crate) type SizeShared<'a> = ReadGuard<'a, SizeState>;
 
 /// State shared by every handle of one file (same device and inode).
 #[derive(Debug)]
@@ -30,26 +35,28 @@ pub(crate) struct FileShared {
     pub(crate) path: PathBuf,
     /// (C) `(device, inode)`, the registry key.
     ident: (u64, u64),
-    /// The index; its lock is the tree lock.
+    /// The index; its own mutex is the tree lock (T).
     pub(crate) tree: Tree,
     /// (A) logical length in bytes; grows by `fetch_max` per written page,
     /// shrinks only under the size lock held exclusively.
     pub(crate) len: AtomicU64,
-    /// Size lock: shared by `write_at`, write-back and `sync`'s page writes;
-    /// exclusive for `set_len` and `sync`'s length step.
+    /// The size lock (S): shared by `write_at`, write-back and `sync`
+    /// (recursively: never queued behind a waiting `set_len`); exclusive
+    /// for `set_len` and a truncate retry.
     pub(crate) size: RwLock<SizeState>,
     /// (C) descriptor used for reads.
     pub(crate) read_fd: Arc<dyn BackendFile>,
-    /// (C once set) descriptor used for writes, set by the first writable
+    /// (O) descriptor used for writes, set once by the first writable
     /// open.
     pub(crate) write_fd: OnceLock<Arc<dyn BackendFile>>,
     /// (A) open handles; 0 means only the registry keeps it (dirty pages
     /// whose write-back failed).
     pub(crate) handles: AtomicUsize,
-    /// Write-back error from eviction, reported by the next `sync`.
+    /// (M) write-back error from eviction, reported by the next `sync`.
     pub(crate) wb_error: Mutex<Option<io::Error>>,
 }
 
+/// Open files (R: the registry lock guards both maps).
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     by_inode: HashMap<(u64, u64), Arc<FileShared>>,
@@ -109,6 +116,7 @@ impl Inner {
     /// drop its pages and forget it. If write-back fails the file stays
     /// registered with its dirty pages (no dirty data is dropped), so a later
     /// open of the same file and `sync` can retry.
+    /// Context: may sleep (write-back I/O); takes the registry lock exclusively after the flush; no pin or latch of the file held.
     pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let res = self.flush(fs, false);
         let mut reg = self.registry.write();

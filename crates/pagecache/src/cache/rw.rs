@@ -114,6 +114,7 @@ impl Inner {
 
     /// Protocol 5.4: copies `dst.len()` bytes from offset `off` of page
     /// `index` with no reference.
+    /// Context: any, no sleep, no lock; writes nothing shared except the accessed bit when it was clear.
     #[inline]
     fn read_optimistic(
         &self,
@@ -157,6 +158,7 @@ impl Inner {
         Optimistic::Fallback
     }
 
+    /// Context: may sleep (a miss's read, latch waits on pages of 1 KiB copies or busy pages); no latch or tree lock held; the caller pins only lower pages of this file.
     pub(crate) fn read_at(
         &self,
         fs: &FileShared,
@@ -209,6 +211,7 @@ impl Inner {
         Ok(total)
     }
 
+    /// Context: may sleep (latch and drain waits, reads of partial pages, eviction); takes the size lock shared (recursively); the caller holds no pin of the pages written and no `PageMut` of this file.
     pub(crate) fn write_at(&self, fs: &FileShared, buf: &[u8], offset: u64) -> io::Result<()> {
         if buf.is_empty() {
             return Ok(());

@@ -102,9 +102,10 @@ pub const MAX_BATCH: usize = 63;
 /// Per-CPU free-frame caches over a global pool.
 #[derive(Debug)]
 pub struct PerCpuPool {
-    /// (G) the global pool, coldest frames at the bottom.
+    /// (M) the global pool, coldest frames at the bottom.
     global: CachePadded<Mutex<Vec<FrameNo>>>,
-    /// (S) one LIFO cache per CPU, each on its own cache line.
+    /// (M) one LIFO cache per CPU, each on its own cache line under its own
+    /// mutex.
     shards: Box<[CachePadded<Mutex<Vec<FrameNo>>>]>,
     /// (C) frames per refill or drain.
     batch: usize,

@@ -451,7 +451,7 @@ impl<'a> TreeLocked<'a> {
         if cur != 0 {
             return Ok(Err((cur - 1) as FrameNo));
         }
-        // Release: 5.3 publication of the new page (identity, LOCKED state).
+        // Release: 5.3 publication of the new page (identity, LATCHED state).
         node.slots[s].store(frame as u64 + 1, Ordering::Release);
         node.count.fetch_add(1, Ordering::Relaxed);
         Ok(Ok(()))

@@ -170,10 +170,10 @@ impl Inner {
         if s.is_dirty() {
             // Write back first; the size lock (shared, never waited for
             // here) keeps `set_len` from running under the write.
-            let Some(_size) = fs.size.try_read_recursive() else {
+            let Some(size) = fs.size.try_read_recursive() else {
                 return self.drop_evict_pin(f);
             };
-            if let Err(e) = self.writeback_run(&fs, &[(index, f)]) {
+            if let Err(e) = self.writeback_run(&fs, &size, &[(index, f)]) {
                 *fs.wb_error.lock() = Some(e);
                 return self.drop_evict_pin(f);
             }
@@ -197,6 +197,7 @@ impl Inner {
         Some(f)
     }
 
+    /// Context: no sleep.
     fn drop_evict_pin(&self, f: FrameNo) -> Option<FrameNo> {
         if self.desc(f).release() == Released::Last {
             // The page was truncated while we looked: it is ours now.

@@ -21,7 +21,7 @@
 //! holding pins (lock rule 6): a run stops at a latched page, is written,
 //! and only then does the flush wait.
 
-use crate::cache::{FileShared, Inner};
+use crate::cache::{FileShared, Inner, SizeShared};
 use crate::error::context;
 use crate::frame::state::{PinFail, PinKind};
 use crate::frame::FrameNo;
@@ -45,9 +45,14 @@ impl Inner {
     /// caller has pinned, `start_writeback()` succeeded on, and (for sync)
     /// ordered. Caller holds the size lock shared. Ends write-back on each
     /// page (dirty again on failure, re-tagged) but keeps the pins.
-    /// Context: may sleep (I/O); the caller holds the size lock shared and
-    /// the run's pins, no tree lock.
-    fn write_pages(&self, fs: &FileShared, run: &[(u64, FrameNo)]) -> io::Result<()> {
+    /// Context: may sleep (I/O); the caller holds the run's pins and, proved
+    /// by `_size`, the file's size lock shared; no tree lock.
+    fn write_pages(
+        &self,
+        fs: &FileShared,
+        _size: &SizeShared<'_>,
+        run: &[(u64, FrameNo)],
+    ) -> io::Result<()> {
         let ps = self.page_size as u64;
         // Acquire: read after pinning the run, so a shrink that began later
         // (it latches the last page, waiting for our pin) cannot be missed;
@@ -101,9 +106,12 @@ impl Inner {
 
     /// Write-back of pages the caller has pinned; starts write-back on each
     /// and writes those still dirty. Used by eviction (one page).
+    /// Context: may sleep (I/O); the caller holds the pins and, proved by
+    /// `size`, the file's size lock shared.
     pub(crate) fn writeback_run(
         &self,
         fs: &FileShared,
+        size: &SizeShared<'_>,
         pages: &[(u64, FrameNo)],
     ) -> io::Result<()> {
         let run: Vec<_> = pages
@@ -114,7 +122,7 @@ impl Inner {
         if run.is_empty() {
             return Ok(());
         }
-        self.write_pages(fs, &run)
+        self.write_pages(fs, size, &run)
     }
 
     /// Writes every dirty page of `fs` back; with `durable`, also persists
@@ -156,7 +164,7 @@ impl Inner {
                     }
                 }
                 if !run.is_empty() {
-                    if let Err(e) = self.write_pages(fs, &run) {
+                    if let Err(e) = self.write_pages(fs, &size, &run) {
                         first_err.get_or_insert(e);
                     }
                     for &(_, f) in &run {
@@ -198,6 +206,7 @@ impl Inner {
 
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
     /// dirty, and starts write-back on it. Waits for a latch only if `wait`.
+    /// Context: may sleep only if `wait` (then the caller holds no pins); no lock held.
     fn pin_for_writeback(&self, fs: &FileShared, index: u64, f: FrameNo, wait: bool) -> WbPin {
         let d = self.desc(f);
         loop {
@@ -218,6 +227,7 @@ impl Inner {
     }
 
     /// Best-effort write-back of every registered file (cache teardown).
+    /// Context: may sleep (I/O); no lock held (cache teardown).
     pub(crate) fn flush_all(&self) {
         let files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
         for fs in files {
