@@ -1,4 +1,4 @@
-//! Micro-benchmarks for the `DESIGN.md` section 6 rows, each measured side by
+//! Micro-benchmarks for the `docs/contract.md` section 6 rows, each measured side by
 //! side with its references in the same run: the kernel (`pread`), the
 //! physical limit (a bare `memcpy` from an in-memory copy, a single-threaded
 //! `HashMap` lookup) and the peers users compare us with (`quick_cache`,

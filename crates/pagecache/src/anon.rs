@@ -68,7 +68,23 @@ const ANON_BIT: u64 = 1 << 63;
 /// Region ids (an id generator: unmodelled under loom).
 static NEXT_REGION: IdCounter = IdCounter::new(1);
 
-/// A region of anonymous, zero-filled pages (see the module docs).
+/// A region of anonymous, zero-filled pages from the cache's budget: pages
+/// appear on first touch, are never evicted (there is no swap yet), and go
+/// back to the cache when freed or when the region drops.
+///
+/// ```
+/// use pagecache::{Config, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// let cache = PageCache::new(Config { capacity: 1 << 20, ..Config::default() })?;
+/// let region = cache.anon(64 << 10)?; // 16 pages, none resident yet
+/// assert_eq!(region.resident(), 0);
+/// region.page_mut(3)?[0] = 42; // first touch: a zeroed frame
+/// assert_eq!(region.page(3)?[0], 42);
+/// assert_eq!(region.resident(), 1);
+/// region.free(3..4); // back to the cache; reads as zeros next time
+/// assert_eq!(region.page(3)?[0], 0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct AnonRegion {
     cache: Arc<Inner>,

@@ -18,6 +18,18 @@ pub const MIN_FRAMES: usize = 4;
 
 /// Cache configuration. Every field is public; build one with
 /// `Config { capacity, ..Config::default() }`.
+///
+/// ```
+/// use pagecache::{Config, PolicyKind};
+///
+/// let config = Config { capacity: 64 << 20, ..Config::default() };
+/// assert_eq!(config.frames().unwrap(), (64 << 20) / 4096);
+/// assert_eq!(config.policy, PolicyKind::S3Fifo);
+///
+/// // Too small (fewer than four frames) or a bad page size: InvalidInput.
+/// let tiny = Config { capacity: 8192, ..Config::default() };
+/// assert_eq!(tiny.frames().unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Memory budget for page frames, in bytes (rounded down to whole pages;
@@ -75,6 +87,23 @@ impl Config {
 
 /// A page cache: a fixed budget of frames shared by every file opened
 /// through it. Cheap to clone (a reference-counted handle).
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-cache-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config { capacity: 16 << 20, ..Config::default() })?;
+/// let file = cache.open_with(
+///     dir.join("cache.bin"),
+///     OpenOptions::new().read(true).write(true).create(true),
+/// )?;
+/// file.write_at(b"hello", 0)?;
+/// assert_eq!(cache.stats().hits + cache.stats().misses, 1);
+/// assert_eq!(cache.frames(), (16 << 20) / 4096);
+/// # drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PageCache {
     inner: Arc<Inner>,
@@ -174,6 +203,27 @@ impl PageCache {
 
 /// An open file. Handles to the same file (same device and inode) share one
 /// set of cached pages. Clone it to share it between threads.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-file-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("file.bin");
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(&path, OpenOptions::new().read(true).write(true).create(true))?;
+/// file.write_at(&[7u8; 10_000], 0)?; // three pages, the last one partial
+/// assert_eq!(file.len(), 10_000);
+///
+/// let mut buf = [0u8; 4];
+/// assert_eq!(file.read_at(&mut buf, 9_998)?, 2); // short only at end of file
+///
+/// file.sync()?; // write back, persist the length, fdatasync
+/// assert_eq!(std::fs::read(&path)?.len(), 10_000);
+/// file.close()?; // reports a failed write-back, unlike drop
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct File {
     cache: Arc<Inner>,
@@ -387,6 +437,26 @@ impl File {
 
 /// A pinned page: its bytes do not change while it lives. Dereferences to
 /// the whole page (`page_size` bytes; past end of file they are zero).
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-ref-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("ref.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.write_at(&[1u8; 4096 * 3], 0)?;
+///
+/// let page = file.page(1)?; // pinned: no copy, no system call
+/// assert_eq!(page.index(), 1);
+/// assert!(page.iter().all(|&b| b == 1));
+/// drop(page); // a writer of page 1 would wait until here
+///
+/// let mut run = Vec::new(); // gang lookup: up to 16 consecutive pages
+/// assert_eq!(file.pages(0, &mut run, 16)?, 3); // fewer only at end of file
+/// # drop(run); drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PageRef<'a> {
     pin: FramePin<'a>,
@@ -410,6 +480,25 @@ impl Deref for PageRef<'_> {
 
 /// An exclusively latched page. Dereferences mutably to the whole page;
 /// marked dirty when dropped.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-mut-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("mut.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.set_len(4096)?;
+/// {
+///     let mut page = file.page_mut(0)?; // pins of page 0 wait meanwhile
+///     page[..5].copy_from_slice(b"hello");
+/// } // dirty now; `sync` writes it
+/// assert_eq!(file.dirty_pages(), 1);
+/// file.sync()?;
+/// assert_eq!(file.dirty_pages(), 0);
+/// # drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct PageMut<'a> {
     latch: FrameLatch<'a>,

@@ -1,4 +1,4 @@
-//! The handle types have the traits DESIGN.md section 4 promises.
+//! The handle types have the traits `docs/contract.md` section 4 promises.
 use pagecache::{Config, File, PageCache, PageRef};
 
 fn clone_send_sync<T: Clone + Send + Sync>() {}

@@ -1,4 +1,4 @@
-//! The baseline designs built into the library (issue 3 item 5) keep every
+//! The baseline designs built into the library  keep every
 //! byte right and every frame accounted for: strict LRU under one lock,
 //! seed 004's SMP list, the global page mutex and the hashed page locks,
 //! each with the global free-list pool, under memory pressure and

@@ -1,4 +1,4 @@
-//! Every error kind of DESIGN.md section 4, from the input that causes it,
+//! Every error kind of `docs/contract.md` section 4, from the input that causes it,
 //! with the cache still usable afterwards.
 mod common;
 use common::*;

@@ -1,4 +1,4 @@
-//! The scenarios, one file each. Each turns a seed (`shared/seeds/`) into
+//! The scenarios, one file each. Each turns a seed (`docs/seeds.md`) into
 //! measured tables; the runner (`runner.rs`) owns threads, timing and
 //! statistics.
 

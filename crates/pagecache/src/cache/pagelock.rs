@@ -1,4 +1,4 @@
-//! Baseline page locks (DESIGN.md 3; seed 003): instead of the pin CAS on
+//! Baseline page locks (`docs/contract.md` 3; seed 003): instead of the pin CAS on
 //! the page's own state word alone, every pin and release of a page first
 //! takes a mutex: one global mutex (the design before FreeBSD's hashed
 //! locks), or one of a hashed array of cache-line padded mutexes (FreeBSD's

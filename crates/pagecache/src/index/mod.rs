@@ -8,7 +8,7 @@
 //!
 //! # Reclamation: type-stable nodes instead of a read-side guard
 //!
-//! `DESIGN.md` 5.1 offers three ways to keep lock-free readers safe from
+//! The contract (`docs/contract.md` 5.1) offers three ways to keep lock-free readers safe from
 //! freed nodes. We use **type-stable nodes** (the kernel's
 //! `SLAB_TYPESAFE_BY_RCU` idea): all nodes of a cache live in one arena that
 //! is reserved once (virtual memory, `MAP_NORESERVE`, backed on first touch)
@@ -24,10 +24,11 @@
 //!   (owner and index are stable while pinned, because identity only changes
 //!   with the refcount frozen at zero).
 //!
-//! Measured on this machine (`DESIGN.md` 5.1), a radix walk with a CAS pin
+//! Measured on this machine (contract 5.1), a radix walk with a CAS pin
 //! costs 16 ns and `crossbeam_epoch::pin()` per lookup adds 9 ns; this choice
 //! removes that fence entirely, and a descheduled reader cannot hold back
-//! reclamation (the EBR pitfall of `kernel-mechanisms.md` section 4).
+//! reclamation (epoch-based reclamation's known pitfall: a descheduled
+//! reader stalls every free, worst when threads outnumber cores).
 //!
 //! # Locks and guards
 //!
