@@ -70,6 +70,16 @@ fn open(c: &PageCache, t: &TempFile) -> File {
         .unwrap()
 }
 
+/// A file of `pages` pages opened through a fresh [`cache`], with page
+/// `cached` read into it (and its bytes checked).
+fn cached_file(pages: usize, cached: u64) -> (TempFile, PageCache, File) {
+    let t = TempFile::new(pages);
+    let c = cache();
+    let f = open(&c, &t);
+    assert_eq!(f.page(cached).unwrap()[0], cached as u8 + 1);
+    (t, c, f)
+}
+
 /// Runs `f` under loom with at most `preemptions` preemptions per
 /// execution, and prints how many executions it explored.
 fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
@@ -154,10 +164,7 @@ fn concurrent_misses_read_once() {
 #[test]
 fn optimistic_read_vs_write() {
     model(3, || {
-        let t = TempFile::new(1);
-        let c = cache();
-        let f = open(&c, &t);
-        assert_eq!(f.page(0).unwrap()[0], 1); // cached
+        let (_t, c, f) = cached_file(1, 0);
         let fw = f.clone();
         let writer = thread::spawn(move || fw.write_at(&[7u8; 64], 0).unwrap());
         let mut buf = [0u8; 64];
@@ -176,10 +183,7 @@ fn optimistic_read_vs_write() {
 #[test]
 fn pinned_read_vs_write() {
     model(3, || {
-        let t = TempFile::new(1);
-        let c = cache();
-        let f = open(&c, &t);
-        assert_eq!(f.page(0).unwrap()[0], 1); // cached
+        let (_t, c, f) = cached_file(1, 0);
         let fw = f.clone();
         let writer = thread::spawn(move || fw.write_at(&[7u8; 64], 0).unwrap());
         {
@@ -203,10 +207,7 @@ fn pinned_read_vs_write() {
 #[test]
 fn truncate_vs_lookup() {
     model(2, || {
-        let t = TempFile::new(2);
-        let c = cache();
-        let f = open(&c, &t);
-        assert_eq!(f.page(1).unwrap()[0], 2); // cached
+        let (_t, c, f) = cached_file(2, 1);
         let f2 = f.clone();
         // The old bytes (pinned before the truncate), zeros (a miss after
         // it: the page is past the end now), or past-the-end.
@@ -232,10 +233,7 @@ fn truncate_vs_lookup() {
 #[test]
 fn dirty_tag_sync_vs_write() {
     model(3, || {
-        let t = TempFile::new(1);
-        let c = cache();
-        let f = open(&c, &t);
-        assert_eq!(f.page(0).unwrap()[0], 1);
+        let (t, c, f) = cached_file(1, 0);
         let fw = f.clone();
         let writer = thread::spawn(move || fw.write_at(&[5u8; 8], 0).unwrap());
         f.sync().unwrap();
@@ -254,10 +252,7 @@ fn dirty_tag_sync_vs_write() {
 #[test]
 fn dirty_tag_vs_growth() {
     model(2, || {
-        let t = TempFile::new(1);
-        let c = cache();
-        let f = open(&c, &t);
-        assert_eq!(f.page(0).unwrap()[0], 1);
+        let (t, c, f) = cached_file(1, 0);
         let fw = f.clone();
         let writer = thread::spawn(move || fw.write_at(&[5u8; 8], 0).unwrap());
         f.write_at(&[6u8; 8], 64 * PS as u64).unwrap();
