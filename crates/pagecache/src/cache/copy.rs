@@ -175,7 +175,7 @@ pub(crate) unsafe fn atomic_zero(w: &Witness, dst: *mut u8, n: usize) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

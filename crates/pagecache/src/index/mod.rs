@@ -192,7 +192,7 @@ impl NodeArena {
     }
 
     /// Nodes in use (tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub fn in_use(&self) -> usize {
         // Relaxed: a statistic.
         (self.next.load(Ordering::Relaxed) as usize - 1) - self.free.lock().len()
@@ -624,7 +624,7 @@ fn walk(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -410,7 +410,7 @@ impl BackendFile for FaultyFile {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

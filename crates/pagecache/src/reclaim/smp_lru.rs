@@ -104,7 +104,7 @@ impl ReplacementPolicy for SmpLru {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::reclaim::test_table as table;

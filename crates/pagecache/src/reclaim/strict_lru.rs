@@ -163,7 +163,7 @@ impl ReplacementPolicy for StrictLru {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::reclaim::test_table as table;

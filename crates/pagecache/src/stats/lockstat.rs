@@ -273,7 +273,7 @@ pub fn format(profiles: &[LockProfile]) -> String {
     s
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

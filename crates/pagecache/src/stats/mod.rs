@@ -224,7 +224,7 @@ impl std::fmt::Display for Stats {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
