@@ -146,6 +146,12 @@ impl PageCache {
                 "create and truncate need write access",
             )));
         }
+        if !opts.read && !opts.write {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "neither read nor write access asked for",
+            )));
+        }
         let fd = self.inner.backend.open(path, opts).map_err(ctx)?;
         let shared = self.inner.attach(path, fd, opts.write).map_err(ctx)?;
         let file = File {
@@ -164,6 +170,21 @@ impl PageCache {
     /// evictable; `OutOfMemory` when no file page can be evicted for it.
     pub fn anon(&self, len: u64) -> io::Result<crate::anon::AnonRegion> {
         crate::anon::AnonRegion::new(self.inner.clone(), len)
+    }
+
+    /// Drops the cached pages of files opened by `path` that have no open
+    /// handle left, dirty or not, without writing them back, and forgets
+    /// their pending write-back errors; closes their descriptors. Such
+    /// files exist when the last handle's write-back failed (the cache
+    /// keeps their dirty pages rather than lose them): use this for a
+    /// temporary file or one deleted since. Returns how many files were
+    /// forgotten. See also [`File::discard`].
+    pub fn forget(&self, path: impl AsRef<Path>) -> usize {
+        self.inner
+            .idle_files(path.as_ref())
+            .iter()
+            .filter(|fs| self.inner.discard(fs))
+            .count()
     }
 
     /// Lock profile per lock class, sorted by total wait (cargo feature
@@ -368,6 +389,9 @@ impl File {
         let frame = self.inner().get_page_latched(&self.shared, index, false)?;
         Ok(PageMut {
             latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),
+            // With the latch held: the page's end of file as the holder
+            // found it (bytes past it must read as zero when released).
+            eof: self.len(),
             file: self,
             index,
         })
@@ -417,6 +441,23 @@ impl File {
         let res = self.inner().flush(&self.shared, false);
         drop(self);
         res
+    }
+
+    /// Closes this handle without writing anything back. If it was the
+    /// file's last handle, every cached page of the file is dropped, dirty
+    /// or not, any write-back error pending for it is forgotten, and its
+    /// descriptors are closed: for temporary files, and files deleted or
+    /// about to be. Returns whether that happened; if other handles of the
+    /// file are open, they keep its pages and this returns false.
+    pub fn discard(self) -> bool {
+        let (cache, shared) = (self.cache.clone(), self.shared.clone());
+        // Relaxed: we hold a handle. Count a stand-in for ours, so that
+        // dropping `self` is never the last handle's drop (which would
+        // write back); then drop the stand-in.
+        shared.handles.fetch_add(1, Ordering::Relaxed);
+        drop(self);
+        // AcqRel: as `File::drop`.
+        shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 && cache.discard(&shared)
     }
 
     /// Number of this file's pages that are dirty (a snapshot; tests).
@@ -504,6 +545,8 @@ pub struct PageMut<'a> {
     latch: FrameLatch<'a>,
     file: &'a File,
     index: u64,
+    /// The file's length when the latch was taken.
+    eof: u64,
 }
 
 impl PageMut<'_> {
@@ -528,9 +571,12 @@ impl DerefMut for PageMut<'_> {
 
 impl Drop for PageMut<'_> {
     fn drop(&mut self) {
-        // Bytes past end of file must stay zero. The latch (dropped after
-        // this) then ends the write: version even, DIRTY, unlatch, tag.
-        let len = self.file.len();
+        // Bytes past end of file must stay zero, including bytes written
+        // past the end the holder found if another thread grew the file
+        // meanwhile (they were past the end when written). The latch
+        // (dropped after this) then ends the write: version even, DIRTY,
+        // unlatch, tag.
+        let len = self.file.len().min(self.eof);
         let ps = self.file.cache.page_size as u64;
         let start = self.index * ps;
         if len < start + ps {

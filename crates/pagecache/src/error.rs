@@ -1,14 +1,46 @@
-//! The error type behind every error the cache returns: the OS error (or
-//! the cache's own) with the file, page and operation it came from.
+//! The errors the cache returns, and how to get at the OS error inside.
+//!
+//! Every error is an `std::io::Error` whose kind is the kind users match on
+//! (`NotFound`, `InvalidInput`, `PermissionDenied`, `UnexpectedEof`,
+//! `OutOfMemory`, `StorageFull`, `FileTooLarge`, ...) and whose message
+//! names the file, the page and the operation. An error that came from the
+//! OS keeps its error number: [`os_error`] returns it, however deep the
+//! context around it (an `io::Error` built with context has no
+//! `raw_os_error()` of its own).
+//!
+//! ```
+//! use pagecache::{Config, OpenOptions, PageCache};
+//! # let dir = std::env::temp_dir().join(format!("pagecache-doc-err-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! let cache = PageCache::new(Config::default()).unwrap();
+//! let e = cache.open(dir.join("missing")).unwrap_err();
+//! assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+//! assert_eq!(pagecache::os_error(&e), Some(libc::ENOENT));
+//! assert!(e.to_string().contains("missing"));
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
 
 use std::io;
 
-/// An error with the file, page and operation it came from; the OS error is
-/// kept as the source and its kind is the error's kind.
+/// The inner error of every error the cache wraps with context: a message
+/// (which file, page, operation) around the error that caused it, whose
+/// kind the outer `io::Error` carries.
 #[derive(Debug)]
 pub struct PageError {
     msg: String,
     source: io::Error,
+}
+
+impl PageError {
+    /// What was being done: the file, the page, the operation.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+
+    /// The error that caused it.
+    pub fn cause(&self) -> &io::Error {
+        &self.source
+    }
 }
 
 impl std::fmt::Display for PageError {
@@ -23,6 +55,18 @@ impl std::error::Error for PageError {
     }
 }
 
+/// The OS error number (`errno`) behind an error the cache returned, if an
+/// OS call caused it: `ENOSPC`, `EIO`, `EFBIG`, `ENOENT`, ... `None` for the
+/// cache's own errors (a bad argument, every frame pinned, a page past the
+/// end of the file).
+pub fn os_error(e: &io::Error) -> Option<i32> {
+    if let Some(n) = e.raw_os_error() {
+        return Some(n);
+    }
+    let inner = e.get_ref()?.downcast_ref::<PageError>()?;
+    os_error(&inner.source)
+}
+
 /// Wraps `e` with `msg` (which file, page, operation), keeping its kind.
 pub(crate) fn context(e: io::Error, msg: impl Into<String>) -> io::Error {
     io::Error::new(
@@ -32,4 +76,38 @@ pub(crate) fn context(e: io::Error, msg: impl Into<String>) -> io::Error {
             source: e,
         },
     )
+}
+
+/// A copy of `e` for a second reader (an error eviction met goes to the
+/// file's next sync and to the thread that needed the frame): the same
+/// kind, OS error number and messages.
+pub(crate) fn clone_error(e: &io::Error) -> io::Error {
+    if let Some(n) = e.raw_os_error() {
+        return io::Error::from_raw_os_error(n);
+    }
+    match e.get_ref().and_then(|i| i.downcast_ref::<PageError>()) {
+        Some(pe) => context(clone_error(&pe.source), pe.msg.clone()),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_error_is_found_through_context_and_clones_keep_it() {
+        let e = context(
+            context(io::Error::from_raw_os_error(libc::ENOSPC), "inner"),
+            "outer",
+        );
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(e.raw_os_error(), None);
+        assert_eq!(os_error(&e), Some(libc::ENOSPC));
+        let c = clone_error(&e);
+        assert_eq!(os_error(&c), Some(libc::ENOSPC));
+        assert_eq!(c.to_string(), e.to_string());
+        let own = io::Error::new(io::ErrorKind::OutOfMemory, "all pinned");
+        assert_eq!(os_error(&context(own, "x")), None);
+    }
 }

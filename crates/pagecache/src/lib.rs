@@ -65,6 +65,14 @@
 //!   opens, as a database buffer pool does. Changes made to a file behind its
 //!   back (another process, `std::fs`) are not seen for pages already cached,
 //!   and may be overwritten by write-back.
+//! * **Errors.** Every error is an `io::Error` with the file, page and
+//!   operation in its message and the kind users match on; [`os_error`]
+//!   gives the OS error number behind it (`ENOSPC`, `EIO`, `EFBIG`, ...).
+//!   A write-back error met by eviction is reported once, to the file's
+//!   next `sync` or `close` (and to the thread that needed the frame, if
+//!   no frame could be had: a full disk is not "out of memory").
+//!   [`File::discard`] and [`PageCache::forget`] drop a file's pages
+//!   without writing them back.
 //! * **Durability.** `write_at` and `PageMut` only dirty pages. `sync` writes
 //!   every dirty page, persists the length and calls `fdatasync`; if a write
 //!   fails the pages stay dirty and a later `sync` retries them. Dropping the
@@ -88,6 +96,7 @@ mod index;
 mod io;
 
 pub use api::*;
+pub use error::{os_error, PageError};
 pub use stats::lockstat;
 
 /// Internals for the project's own tests, benchmarks, loom models and lab.

@@ -324,16 +324,16 @@ impl<T> RwLock<T> {
         return self.inner.read_recursive();
     }
 
-    /// [`RwLock::read_recursive`] without waiting.
+    /// [`RwLock::write`] without waiting.
     #[inline]
-    pub(crate) fn try_read_recursive(&self) -> Option<ReadGuard<'_, T>> {
+    pub(crate) fn try_write(&self) -> Option<WriteGuard<'_, T>> {
         #[cfg(feature = "lockstat")]
         return self
             .inner
-            .try_read_recursive()
-            .map(|g| profiled(self.classes.0 .0, || Some(g), || unreachable!()));
+            .try_write()
+            .map(|g| profiled(self.classes.1 .0, || Some(g), || unreachable!()));
         #[cfg(not(feature = "lockstat"))]
-        return self.inner.try_read_recursive();
+        return self.inner.try_write();
     }
 
     #[inline]
@@ -377,12 +377,12 @@ impl<T> RwLock<T> {
         self.inner.read().unwrap()
     }
 
-    pub(crate) fn try_read_recursive(&self) -> Option<ReadGuard<'_, T>> {
-        self.inner.try_read().ok()
-    }
-
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         self.inner.write().unwrap()
+    }
+
+    pub(crate) fn try_write(&self) -> Option<WriteGuard<'_, T>> {
+        self.inner.try_write().ok()
     }
 }
 

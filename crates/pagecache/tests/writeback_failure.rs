@@ -53,7 +53,11 @@ fn eviction_write_back_failure_keeps_the_page_and_the_next_sync_reports_it() {
     // dirty pages, fails, and must neither drop them nor deadlock.
     let mut buf = [0u8; 16];
     let e = g.read_at(&mut buf, 40 * PS as u64).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}");
+    // Not "out of memory": the write-back error itself, with its errno, so
+    // a caller can tell a full or failing disk from a cache too small.
+    assert_eq!(pagecache::os_error(&e), Some(libc::EIO), "{e}");
+    assert_ne!(e.kind(), ErrorKind::OutOfMemory, "{e}");
+    assert!(e.to_string().contains("writing back"), "{e}");
     assert_eq!(f.dirty_pages(), 8, "no dirty page dropped");
     faults.clear();
     // The next sync writes them and reports the eviction's failure.

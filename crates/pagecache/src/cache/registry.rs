@@ -14,17 +14,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// What the size lock guards.
-#[derive(Debug, Default)]
-pub(crate) struct SizeState {
-    /// (S) a shrink whose `ftruncate` failed: it must be retried before the
-    /// file grows again, or stale bytes past the old end would reappear.
-    pub(crate) pending_truncate: Option<u64>,
-}
-
 /// Proof that the caller holds a file's size lock shared (write-back's
 /// precondition: `set_len` cannot run under it).
-pub(crate) type SizeShared<'a> = ReadGuard<'a, SizeState>;
+pub(crate) type SizeShared<'a> = ReadGuard<'a, ()>;
 
 /// State shared by every handle of one file (same device and inode).
 #[derive(Debug)]
@@ -40,10 +32,12 @@ pub(crate) struct FileShared {
     /// (A) logical length in bytes; grows by `fetch_max` per written page,
     /// shrinks only under the size lock held exclusively.
     pub(crate) len: AtomicU64,
+    /// (C) the largest length the file may have (the filesystem's limit).
+    pub(crate) max_len: u64,
     /// The size lock (S): shared by `write_at`, write-back and `sync`
     /// (recursively: never queued behind a waiting `set_len`); exclusive
-    /// for `set_len` and a truncate retry.
-    pub(crate) size: RwLock<SizeState>,
+    /// for `set_len`, which never waits for a page while it holds it.
+    pub(crate) size: RwLock<()>,
     /// (C) descriptor used for reads.
     pub(crate) read_fd: Arc<dyn BackendFile>,
     /// (O) descriptor used for writes, set once by the first writable
@@ -97,11 +91,8 @@ impl Inner {
             ident,
             tree: Tree::default(),
             len: AtomicU64::new(len),
-            size: RwLock::with_classes(
-                SizeState::default(),
-                LockClass::SizeLock,
-                LockClass::SizeLock,
-            ),
+            max_len: fd.max_len(),
+            size: RwLock::with_classes((), LockClass::SizeLock, LockClass::SizeLock),
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),
@@ -113,22 +104,73 @@ impl Inner {
     }
 
     /// The last handle of `fs` went away: write its dirty pages back, then
-    /// drop its pages and forget it. If write-back fails the file stays
-    /// registered with its dirty pages (no dirty data is dropped), so a later
-    /// open of the same file and `sync` can retry.
-    /// Context: may sleep (write-back I/O); takes the registry lock exclusively after the flush; no pin or latch of the file held.
+    /// drop its pages and forget it (its descriptors close with the last
+    /// `Arc`). If write-back fails the file stays registered with its dirty
+    /// pages (no dirty data is dropped): a later open of the same file and
+    /// `sync` retries, eviction may write them back (and then releases the
+    /// file, see [`Inner::release_idle`]), or `PageCache::forget` drops them.
+    /// Context: may sleep (write-back I/O); takes the registry lock
+    /// exclusively after the flush; no pin or latch of the file held.
     pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let res = self.flush(fs, false);
-        let mut reg = self.registry.write();
+        if res.is_ok() {
+            let reg = self.registry.write();
+            self.unregister_idle(reg, fs, false);
+        }
+        res
+    }
+
+    /// Drops every cached page of `fs`, dirty or not, without writing any
+    /// back, and forgets the file and its pending write-back error, if no
+    /// handle of it is open. Returns whether it did. Context: no sleep;
+    /// takes the registry lock exclusively, then the tree lock.
+    pub(crate) fn discard(&self, fs: &Arc<FileShared>) -> bool {
+        let reg = self.registry.write();
+        self.unregister_idle(reg, fs, true)
+    }
+
+    /// Called by eviction after it wrote back or evicted a page of a file
+    /// with no open handle: if nothing dirty is left, the file is released
+    /// (its clean pages dropped, its descriptors closed). Context: no
+    /// sleep; only *tries* the registry lock (the caller may hold a size
+    /// lock, which is below it).
+    pub(crate) fn release_idle(&self, fs: &Arc<FileShared>) {
+        if let Some(reg) = self.registry.try_write() {
+            self.unregister_idle(reg, fs, false);
+        }
+    }
+
+    /// The files registered under `path` (the path they were first opened
+    /// by) with no open handle. Context: takes the registry lock shared.
+    pub(crate) fn idle_files(&self, path: &Path) -> Vec<Arc<FileShared>> {
+        self.registry
+            .read()
+            .by_id
+            .values()
+            // Relaxed: a hint, re-checked under the lock by `discard`.
+            .filter(|fs| fs.path == path && fs.handles.load(Ordering::Relaxed) == 0)
+            .cloned()
+            .collect()
+    }
+
+    /// With the registry lock held: if `fs` has no handle (and, unless
+    /// `discard`, no dirty page), removes it from the registry, then drops
+    /// its pages. Returns whether it did.
+    fn unregister_idle(
+        &self,
+        mut reg: crate::sync::WriteGuard<'_, Registry>,
+        fs: &Arc<FileShared>,
+        discard: bool,
+    ) -> bool {
         // Relaxed: read under the registry lock, which orders it against the
         // only 0 -> 1 transition (`attach`).
-        if fs.handles.load(Ordering::Relaxed) != 0 || res.is_err() {
-            return res; // reopened meanwhile, or dirty pages must stay
+        if fs.handles.load(Ordering::Relaxed) != 0 {
+            return false; // reopened meanwhile
         }
-        // Pages may have been dirtied after our flush only through a handle,
-        // and there is none: the check below is for write-back races.
-        if self.has_dirty(fs) {
-            return res;
+        // With no handle, pages can be dirtied only by nobody: the check is
+        // for write-back races (a failed eviction write-back re-dirties).
+        if !discard && self.has_dirty(fs) {
+            return false;
         }
         // Only our own entry: a racing open may have registered a new file
         // for the same inode after an earlier detach removed ours.
@@ -139,10 +181,14 @@ impl Inner {
         {
             reg.by_inode.remove(&fs.ident);
         }
-        reg.by_id.remove(&fs.id);
+        let was = reg.by_id.remove(&fs.id).is_some();
         drop(reg);
+        if discard {
+            fs.wb_error.lock().take();
+        }
+        // Orphaning clears DIRTY: with `discard` that is the point.
         self.remove_pages_from(fs, 0);
-        res
+        was
     }
 
     /// Whether any cached page of `fs` is dirty. Context: no sleep; takes

@@ -229,13 +229,11 @@ impl Inner {
                     ),
                 )
             })?;
-        let mut size = fs.size.read_recursive();
         // Acquire: see `fill`.
-        if size.pending_truncate.is_some() && end > fs.len.load(Ordering::Acquire) {
-            drop(size);
-            self.retry_truncate(fs)?;
-            size = fs.size.read_recursive();
+        if end > fs.len.load(Ordering::Acquire) {
+            self.check_len(fs, end, "write")?;
         }
+        let size = fs.size.read_recursive();
         let ps = self.page_size;
         let mut done = 0;
         while done < buf.len() {

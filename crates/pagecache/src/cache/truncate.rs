@@ -1,47 +1,59 @@
 //! Protocol 5.6: truncate (`set_len` shorter), and `set_len` in general.
 //!
 //! ```text
-//!  truncater (size lock exclusive)           readers / pin holders
+//!  truncater                                 readers / pin holders / writers
+//!  0. size lock exclusive. If the new last   pins of other pages, writes and
+//!     page's tail must be zeroed, take its   syncs of other pages are never
+//!     latch *without waiting* (pinned, not   kept waiting: the truncater
+//!     latched, drained); if it is busy,      never waits for a page while it
+//!     drop the size lock, wait for that      holds the size lock exclusively
+//!     page alone to be idle, and retry 0
 //!  1. store the new length (Release): no     a lookup that pins before 3 keeps
 //!     write-back after this writes past it   valid bytes until it releases;
-//!  2. tree lock: clear every slot past the   one after sees REMOVED (5.1 step
-//!     new end and orphan() its frame         3) or an empty slot: a miss past
-//!     (REMOVED, DIRTY cleared, the cache's   EOF reads zeros
+//!  2. ftruncate; on failure store the old    one after sees REMOVED (5.1 step
+//!     length back and stop: nothing else     3) or an empty slot: a miss past
+//!     has changed, so a later call can       EOF reads zeros
+//!     succeed
+//!  3. tree lock: clear every slot past the
+//!     new end and orphan() its frame
+//!     (REMOVED, DIRTY cleared, the cache's
 //!     reference dropped, one RMW); frames
 //!     nobody pinned are freed now, pinned
 //!     ones by their last release
-//!  3. drop the tree lock; zero the tail of
-//!     the new last page under its latch
-//!  4. ftruncate; on failure remember the
-//!     length, retried before the file grows
+//!  4. zero the tail of the new last page
+//!     under the latch taken in 0; unlatch
 //! ```
 //!
-//! Waiting for pinned pages is wrong (their holders may wait for us): they
-//! are marked and freed by their last release. No write-back can race:
-//! write-back holds the size lock shared.
+//! Waiting for pinned pages past the end is wrong (their holders may wait
+//! for us): they are marked and freed by their last release. No write-back
+//! can race: write-back holds the size lock shared. Waiting for the new
+//! last page is right (the truncate touches it), but not with the size lock
+//! held exclusively: a thread pinning that page may be about to write or
+//! sync another page, which takes the size lock shared.
+//!
+//! Growing (`new_len >= len`) is `ftruncate` first, then the length: a
+//! failure changes nothing. Bytes past the end of the old last page are
+//! zero already (every path that writes a page keeps them so).
 
-use super::{FileShared, FrameLatch, Inner};
+use super::{FileShared, FrameLatch, Inner, PinMiss};
 use crate::error::context;
 use crate::frame::state::Released;
+use crate::frame::FrameNo;
 use crate::sync::Ordering;
 use std::io;
 
-impl Inner {
-    /// Retries a shrink whose `ftruncate` failed. Context: may sleep (I/O,
-    /// the size lock exclusive); no lock held.
-    pub(crate) fn retry_truncate(&self, fs: &FileShared) -> io::Result<()> {
-        let mut size = fs.size.write();
-        if let Some(t) = size.pending_truncate {
-            let w = fs.write_fd.get().ok_or_else(|| {
-                io::Error::new(io::ErrorKind::PermissionDenied, "no writable descriptor")
-            })?;
-            w.set_len(t)
-                .map_err(|e| context(e, format!("{}: truncating to {t}", fs.path.display())))?;
-            size.pending_truncate = None;
-        }
-        Ok(())
-    }
+/// The new last page's latch, or why there is none.
+enum Tail<'a> {
+    /// Latched and drained: zero it after the shrink.
+    Latched(FrameLatch<'a>),
+    /// Not cached: nothing to zero.
+    Absent,
+    /// Pinned by others, latched or being freed: wait for it with no lock
+    /// held, then retry.
+    Busy,
+}
 
+impl Inner {
     /// Removes every page at index >= `first` (orphaning pinned ones).
     /// Context: no sleep; takes the tree lock; callers hold the size lock
     /// exclusively or the file has no handle left.
@@ -62,66 +74,140 @@ impl Inner {
         }
     }
 
-    /// `File::set_len`. Context: may sleep (I/O, latch waits); takes the
-    /// size lock exclusively; the caller holds no pin or latch of the new
-    /// last page and no `PageMut` of this file (docs/locking.md).
+    /// `File::set_len`. Context: may sleep (I/O; waits for the new last
+    /// page to be idle, with no lock held); takes the size lock
+    /// exclusively, never waiting for a page under it. The caller holds no
+    /// pin of the new last page and no `PageMut` of this file.
     pub(crate) fn set_len(&self, fs: &FileShared, new_len: u64) -> io::Result<()> {
-        if new_len > i64::MAX as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: length {new_len} too large", fs.path.display()),
-            ));
-        }
+        self.check_len(fs, new_len, "set_len")?;
         let w = fs.write_fd.get().cloned().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!("{}: set_len through a read-only handle", fs.path.display()),
             )
         })?;
-        let mut size = fs.size.write();
-        // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
-        let old = fs.len.load(Ordering::Acquire);
-        if let Some(t) = size.pending_truncate {
-            w.set_len(t)
-                .map_err(|e| context(e, format!("{}: truncating to {t}", fs.path.display())))?;
-            size.pending_truncate = None;
-        }
-        if new_len >= old {
-            w.set_len(new_len).map_err(|e| {
-                context(e, format!("{}: extending to {new_len}", fs.path.display()))
-            })?;
-            // Release: readers that see the new length see the extension
-            // (the file bytes are zero; no cached page covers them).
+        let ps = self.page_size as u64;
+        loop {
+            let size = fs.size.write();
+            // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
+            let old = fs.len.load(Ordering::Acquire);
+            if new_len >= old {
+                w.set_len(new_len).map_err(|e| {
+                    context(e, format!("{}: extending to {new_len}", fs.path.display()))
+                })?;
+                // Release: readers that see the new length see the extension
+                // (the file bytes are zero; no cached page covers them).
+                fs.len.store(new_len, Ordering::Release);
+                return Ok(());
+            }
+            // 0. The new last page's latch, if its tail needs zeroing.
+            let last = new_len / ps;
+            let tail = if new_len % ps != 0 {
+                self.try_latch_now(fs, last)
+            } else {
+                Tail::Absent
+            };
+            if let Tail::Busy = tail {
+                drop(size);
+                self.wait_idle(fs, last)?;
+                continue;
+            }
+            // 1. The length first, so no write-back after this point writes
+            // past the new end (write-backs read the length under their pin).
+            // Release: pairs with the Acquire loads of write-back and `fill`.
             fs.len.store(new_len, Ordering::Release);
+            // 2.
+            if let Err(e) = w.set_len(new_len) {
+                // Release: as above; nothing else changed.
+                fs.len.store(old, Ordering::Release);
+                return Err(context(
+                    e,
+                    format!("{}: truncating to {new_len}", fs.path.display()),
+                ));
+            }
+            // 3.
+            self.remove_pages_from(fs, new_len.div_ceil(ps));
+            // 4.
+            if let Tail::Latched(latch) = tail {
+                let off = (new_len % ps) as usize;
+                // SAFETY: latched, drained, version odd: exclusive; the
+                // range ends at the end of the frame.
+                unsafe { latch.zero(off, self.page_size - off) };
+            }
+            drop(size);
             return Ok(());
         }
-        // Shrink: the length first, so no write-back after this point writes
-        // past the new end (write-backs read the length under their pin).
-        // Release: pairs with the Acquire loads of write-back and `fill`.
-        fs.len.store(new_len, Ordering::Release);
-        let ps = self.page_size as u64;
-        let first_gone = new_len.div_ceil(ps);
-        self.remove_pages_from(fs, first_gone);
-        // Zero the tail of the new last page if it is cached.
-        if new_len % ps != 0 {
-            let last = new_len / ps;
-            while let Some(f) = self.find_get(fs, last)? {
-                if !self.latch_pinned(f, fs.id, last) {
-                    continue;
-                }
-                let latch = FrameLatch::new(self, f, None);
-                let tail = (new_len % ps) as usize;
-                // SAFETY: latched, drained, version odd: exclusive; the range
-                // ends at the end of the frame.
-                unsafe { latch.zero(tail, self.page_size - tail) };
-                break;
+    }
+
+    /// Step 0 without waiting: page `index` pinned, latched and drained now,
+    /// or absent, or busy. Context: no sleep; called under the size lock
+    /// held exclusively.
+    fn try_latch_now(&self, fs: &FileShared, index: u64) -> Tail<'_> {
+        let Some(f) = fs.tree.lookup(&self.nodes, index) else {
+            return Tail::Absent;
+        };
+        let f: FrameNo = match self.pin_as(f, fs.id, index) {
+            Ok(f) => f,
+            // Recycled: another page's frame now; the slot is stale.
+            Err(PinMiss::Stale) if fs.tree.lookup(&self.nodes, index).is_none() => {
+                return Tail::Absent
+            }
+            Err(_) => return Tail::Busy,
+        };
+        let d = self.desc(f);
+        if !d.try_latch() {
+            self.release(f);
+            return Tail::Busy;
+        }
+        let s = d.snapshot();
+        if s.is_removed() || s.refs() > s.latch_base() {
+            d.unlatch();
+            self.release(f);
+            return if s.is_removed() {
+                Tail::Absent
+            } else {
+                Tail::Busy
+            };
+        }
+        Tail::Latched(FrameLatch::new(self, f, None))
+    }
+
+    /// Waits, holding no lock, until page `index` of `fs` is neither
+    /// latched nor pinned by others (or gone). Context: may sleep; waits
+    /// for this one page only.
+    fn wait_idle(&self, fs: &FileShared, index: u64) -> io::Result<()> {
+        while let Some(f) = self.find_get(fs, index)? {
+            if self.latch_pinned(f, fs.id, index) {
+                // Latched and drained: idle. Let go; the caller retries.
+                self.desc(f).unlatch();
+                self.release(f);
+                return Ok(());
             }
         }
-        if let Err(e) = w.set_len(new_len) {
-            size.pending_truncate = Some(new_len);
+        Ok(())
+    }
+
+    /// Rejects a length the file cannot have: past `i64::MAX` or the
+    /// filesystem's largest file (`EFBIG`, as the kernel's write and
+    /// truncate do). Context: any.
+    pub(crate) fn check_len(&self, fs: &FileShared, len: u64, what: &str) -> io::Result<()> {
+        if len > i64::MAX as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: {what} to length {len}: not a file length",
+                    fs.path.display()
+                ),
+            ));
+        }
+        if len > fs.max_len {
             return Err(context(
-                e,
-                format!("{}: truncating to {new_len}", fs.path.display()),
+                io::Error::from_raw_os_error(libc::EFBIG),
+                format!(
+                    "{}: {what} to length {len}: past the largest file this filesystem holds ({} bytes)",
+                    fs.path.display(),
+                    fs.max_len
+                ),
             ));
         }
         Ok(())

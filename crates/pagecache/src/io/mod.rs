@@ -103,6 +103,12 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn grow_to(&self, len: u64) -> io::Result<()>;
     /// `fdatasync`.
     fn sync_data(&self) -> io::Result<()>;
+    /// The largest length this file may have (the filesystem's maximum
+    /// file size); lengths past it are refused with `EFBIG` before any page
+    /// is dirtied. The default knows no limit below `i64::MAX`.
+    fn max_len(&self) -> u64 {
+        i64::MAX as u64
+    }
 }
 
 /// Reads a whole page at `offset`: loops over short reads, retries EINTR,
@@ -160,6 +166,70 @@ pub struct PosixBackend;
 #[derive(Debug)]
 pub struct PosixFile {
     file: fs::File,
+    max_len: u64,
+}
+
+/// The largest file the filesystem holding `dir` allows (its `s_maxbytes`),
+/// found once per device: `fallocate` checks it before anything else
+/// (`EFBIG`), so punching one byte of a hole at `len - 1` in an unnamed
+/// temporary file (`O_TMPFILE`, no data to harm) tells whether `len` is
+/// allowed; a binary search finds the limit in 63 calls. `i64::MAX` where
+/// the probe cannot run (no `O_TMPFILE` there, directory not writable).
+fn fs_max_len(dir: &Path, dev: u64) -> u64 {
+    use std::collections::HashMap;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    static KNOWN: crate::sync::unmodelled::Mutex<Option<HashMap<u64, u64>>> =
+        crate::sync::unmodelled::Mutex::new(None);
+    if let Some(&m) = KNOWN.lock().as_ref().and_then(|k| k.get(&dev)) {
+        return m;
+    }
+    let Ok(cdir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return i64::MAX as u64;
+    };
+    // SAFETY: a valid NUL-terminated path; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            cdir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return i64::MAX as u64;
+    }
+    // SAFETY: `fd` is a descriptor we just opened and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let allowed = |len: u64| {
+        // SAFETY: a syscall on our own unnamed file.
+        let r = unsafe {
+            libc::fallocate(
+                fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (len - 1) as libc::off_t,
+                1,
+            )
+        };
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EFBIG)
+    };
+    // Largest allowed length in [1, i64::MAX].
+    let (mut lo, mut hi) = (1u64, i64::MAX as u64);
+    if !allowed(lo) {
+        return i64::MAX as u64; // no answer: do not guess
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if allowed(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    KNOWN
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(dev, lo);
+    lo
 }
 
 impl Backend for PosixBackend {
@@ -171,13 +241,20 @@ impl Backend for PosixBackend {
             .create_new(opts.create_new)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)?;
-        if file.metadata()?.is_dir() {
+        let meta = file.metadata()?;
+        if meta.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "is a directory",
             ));
         }
-        Ok(Arc::new(PosixFile { file }))
+        let max_len = if meta.is_file() {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            fs_max_len(dir.unwrap_or(Path::new(".")), meta.dev())
+        } else {
+            i64::MAX as u64
+        };
+        Ok(Arc::new(PosixFile { file, max_len }))
     }
 }
 
@@ -247,6 +324,10 @@ impl BackendFile for PosixFile {
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+
+    fn max_len(&self) -> u64 {
+        self.max_len
+    }
 }
 
 /// Shared switches of a [`FaultyBackend`]; tests keep an `Arc` to flip them
@@ -267,6 +348,8 @@ pub struct Faults {
     enospc_past: AtomicU64,
     syncs: AtomicU64,
     fail_sync_errno: AtomicU64,
+    /// `ftruncate` fails with this errno (0 = never) until cleared.
+    fail_set_len_errno: AtomicU64,
 }
 
 impl Faults {
@@ -299,8 +382,14 @@ impl Faults {
     pub fn fail_syncs(&self, errno: i32) {
         self.fail_sync_errno.store(errno as u64, Ordering::SeqCst);
     }
+    /// `ftruncate` (`set_len`) fails with `errno` until cleared (0 = off).
+    pub fn fail_set_len(&self, errno: i32) {
+        self.fail_set_len_errno
+            .store(errno as u64, Ordering::SeqCst);
+    }
     /// Turns every fault off.
     pub fn clear(&self) {
+        self.fail_set_len_errno.store(0, Ordering::SeqCst);
         self.fail_read_nth.store(0, Ordering::SeqCst);
         self.fail_write_from.store(0, Ordering::SeqCst);
         self.short_read_max.store(0, Ordering::SeqCst);
@@ -392,11 +481,19 @@ impl BackendFile for FaultyFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        let errno = self.faults.fail_set_len_errno.load(Ordering::SeqCst);
+        if errno != 0 {
+            return Err(io::Error::from_raw_os_error(errno as i32));
+        }
         self.inner.set_len(len)
     }
 
     fn grow_to(&self, len: u64) -> io::Result<()> {
         self.inner.grow_to(len)
+    }
+
+    fn max_len(&self) -> u64 {
+        self.inner.max_len()
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -22,6 +22,7 @@
 //! the policy (`not_evicted`), so a racy policy only costs a retry.
 
 use crate::cache::Inner;
+use crate::error::{clone_error, context};
 use crate::frame::alloc::FrameAllocator;
 use crate::frame::state::{PinKind, Released};
 use crate::frame::FrameNo;
@@ -51,6 +52,10 @@ impl Inner {
         let mut empty_rounds = 0;
         let mut waits = 0;
         let mut rechecks = 0;
+        // The last write-back of a dirty victim that failed: what the
+        // caller needs to hear (a full disk, say) if no frame can be had,
+        // rather than "out of memory".
+        let mut wb_failed: Option<io::Error> = None;
         loop {
             // A concurrent free may have refilled the pool.
             if let Some(f) = self.alloc.alloc() {
@@ -95,6 +100,12 @@ impl Inner {
                     empty_rounds = 0;
                     continue;
                 }
+                if let Some(e) = wb_failed {
+                    return Err(context(
+                        e,
+                        "no frame free: every evictable page is dirty and writing it back failed",
+                    ));
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
                     format!(
@@ -116,7 +127,7 @@ impl Inner {
             scanned += examined;
             let mut got = None;
             for &f in &cands {
-                match self.try_evict(f) {
+                match self.try_evict(f, &mut wb_failed) {
                     // The rest of the batch refills the allocator.
                     Some(f) => {
                         self.policy.removed(&self.frames, f);
@@ -155,9 +166,10 @@ impl Inner {
 
     /// Protocol 5.2 from the evictor's side. Returns the frame, owned by the
     /// caller, if the page could be evicted.
-    /// Context: may sleep (write-back I/O); takes the size lock (tried
-    /// only), the registry lock shared and the tree lock.
-    fn try_evict(&self, f: FrameNo) -> Option<FrameNo> {
+    /// A failed write-back of a dirty victim is left in `wb_failed`.
+    /// Context: may sleep (write-back I/O, the victim file's size lock
+    /// shared); takes the registry lock shared and the tree lock.
+    fn try_evict(&self, f: FrameNo, wb_failed: &mut Option<io::Error>) -> Option<FrameNo> {
         let d = self.desc(f);
         let s = d.try_pin(PinKind::Evict).ok()?;
         if s.is_removed() || !s.is_uptodate() || s.is_unevictable() {
@@ -168,13 +180,17 @@ impl Inner {
             return self.drop_evict_pin(f);
         };
         if s.is_dirty() {
-            // Write back first; the size lock (shared, never waited for
-            // here) keeps `set_len` from running under the write.
-            let Some(size) = fs.size.try_read_recursive() else {
-                return self.drop_evict_pin(f);
-            };
+            // Write back first, under the size lock shared (keeps `set_len`
+            // from running under the write). Waiting for it is safe: its
+            // exclusive holder (`set_len`) waits for no page and allocates
+            // no frame while it holds it, and a shared holder (this thread,
+            // in `write_at`) re-enters recursively.
+            let size = fs.size.read_recursive();
             if let Err(e) = self.writeback_run(&fs, &size, &[(index, f)]) {
-                *fs.wb_error.lock() = Some(e);
+                // For the file's next sync or close, and for our caller if
+                // no frame can be had at all.
+                *fs.wb_error.lock() = Some(clone_error(&e));
+                *wb_failed = Some(e);
                 return self.drop_evict_pin(f);
             }
         }
@@ -194,6 +210,12 @@ impl Inner {
         );
         d.reset();
         self.count(Counter::Evictions);
+        // Relaxed: a hint; `release_idle` re-checks under the registry lock.
+        if fs.handles.load(Ordering::Relaxed) == 0 {
+            // A file whose last close failed to write back: now that its
+            // pages are going clean, release it and its descriptors.
+            self.release_idle(&fs);
+        }
         Some(f)
     }
 

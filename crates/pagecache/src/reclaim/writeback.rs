@@ -127,7 +127,8 @@ impl Inner {
 
     /// Writes every dirty page of `fs` back; with `durable`, also persists
     /// the length and calls `fdatasync`. Reports a write-back error recorded
-    /// by eviction since the last call, even if the retry succeeded.
+    /// by eviction since the last call, even if the retry succeeded, and
+    /// only once.
     /// Context: may sleep (I/O, latch waits with no pins held); takes the
     /// size lock shared (exclusive-free: `read_recursive`), the tree lock
     /// briefly; the caller holds no `PageMut` of this file.
@@ -173,35 +174,46 @@ impl Inner {
                 }
             }
         }
-        if let Some(e) = first_err {
-            return Err(e);
+        let res = match first_err {
+            Some(e) => Err(e),
+            None => self.persist(fs, size, durable),
+        };
+        // An error eviction met is reported once, to this sync or close,
+        // whatever else happens (the kernel's errseq rule): taken now, it is
+        // spent. If this call fails for its own reasons, that error is
+        // returned and stands for both.
+        let recorded = fs.wb_error.lock().take();
+        match (res, recorded) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(e)) => Err(context(e, "earlier write-back failed during eviction")),
+            (Ok(()), None) => Ok(()),
         }
+    }
+
+    /// The end of a flush whose page writes succeeded: with `durable`,
+    /// persists the length (never shrinking the file) and calls
+    /// `fdatasync`. Context: may sleep (I/O); releases `size` before the
+    /// `fdatasync`.
+    fn persist(&self, fs: &FileShared, size: SizeShared<'_>, durable: bool) -> io::Result<()> {
+        if !durable {
+            return Ok(());
+        }
+        let Some(w) = fs.write_fd.get() else {
+            return Ok(());
+        };
         // Acquire: pairs with the writers' AcqRel `fetch_max`.
         let len = fs.len.load(Ordering::Acquire);
-        if durable && size.pending_truncate.is_none() {
-            if let Some(w) = fs.write_fd.get() {
-                // Never shrinks the file: a concurrent eviction may have
-                // written past `len` already (see `grow_to`).
-                w.grow_to(len).map_err(|e| {
-                    context(e, format!("{}: persisting length {len}", fs.path.display()))
-                })?;
-            }
-        }
+        // Never shrinks the file: a concurrent eviction may have written
+        // past `len` already (see `grow_to`).
+        w.grow_to(len)
+            .map_err(|e| context(e, format!("{}: persisting length {len}", fs.path.display())))?;
         drop(size);
-        if durable {
-            if let Some(w) = fs.write_fd.get() {
-                w.sync_data().map_err(|e| {
-                    context(
-                        e,
-                        format!("{}: fdatasync (length {len})", fs.path.display()),
-                    )
-                })?;
-            }
-        }
-        if let Some(e) = fs.wb_error.lock().take() {
-            return Err(context(e, "earlier write-back failed during eviction"));
-        }
-        Ok(())
+        w.sync_data().map_err(|e| {
+            context(
+                e,
+                format!("{}: fdatasync (length {len})", fs.path.display()),
+            )
+        })
     }
 
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
