@@ -113,10 +113,11 @@ impl Inner {
     /// exclusively after the flush; no pin or latch of the file held.
     pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let res = self.flush(fs, false);
-        if res.is_ok() {
-            let reg = self.registry.write();
-            self.unregister_idle(reg, fs, false);
-        }
+        // Even if the flush failed: only a file with dirty pages stays (the
+        // error may have been an earlier one, reported now, with every page
+        // written).
+        let reg = self.registry.write();
+        self.unregister_idle(reg, fs, false);
         res
     }
 

@@ -93,9 +93,17 @@ impl Inner {
                 // old states (loom finds this: a frame freed by another
                 // thread's release still looked pinned). Before claiming
                 // that every frame is busy, look again with RMW reads,
-                // which see the latest state; rescan if one is evictable.
-                if rechecks < 2 && self.any_evictable_now() {
-                    rechecks += 1;
+                // which see the latest state; rescan if one is evictable,
+                // and wait (yielding) while pages are only held by a
+                // write-back in flight.
+                let (evictable, in_flight) = self.outlook_now();
+                if (evictable && rechecks < 2) || (in_flight && waits < 10_000) {
+                    if evictable {
+                        rechecks += 1;
+                    } else {
+                        waits += 1;
+                        crate::sync::yield_now();
+                    }
                     scanned = 0;
                     empty_rounds = 0;
                     continue;
@@ -156,12 +164,20 @@ impl Inner {
         }
     }
 
-    /// Whether some frame is evictable right now, judged by the latest
-    /// value of each state word (`FrameDesc::snapshot_latest`). Context:
-    /// no sleep; the `OutOfMemory` path only.
+    /// Whether some frame is evictable right now, and whether some page is
+    /// held only by a write-back in flight (it is released when the write
+    /// ends: worth waiting for, not a reason to give up), judged by the
+    /// latest value of each state word (`FrameDesc::snapshot_latest`).
+    /// Context: no sleep; the `OutOfMemory` path only.
     #[cold]
-    fn any_evictable_now(&self) -> bool {
-        (0..self.frames.len() as FrameNo).any(|f| self.desc(f).snapshot_latest().is_evictable())
+    fn outlook_now(&self) -> (bool, bool) {
+        let (mut evictable, mut in_flight) = (false, false);
+        for f in 0..self.frames.len() as FrameNo {
+            let s = self.desc(f).snapshot_latest();
+            evictable |= s.is_evictable();
+            in_flight |= s.is_under_writeback();
+        }
+        (evictable, in_flight)
     }
 
     /// Protocol 5.2 from the evictor's side. Returns the frame, owned by the

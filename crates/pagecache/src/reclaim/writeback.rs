@@ -133,7 +133,10 @@ impl Inner {
     /// size lock shared (exclusive-free: `read_recursive`), the tree lock
     /// briefly; the caller holds no `PageMut` of this file.
     pub(crate) fn flush(&self, fs: &FileShared, durable: bool) -> io::Result<()> {
-        const RUN: usize = 64;
+        // Pages per write: up to 64, but never more than a quarter of the
+        // cache, so a sync's pins cannot starve other threads of frames (a
+        // tiny cache found it: 8 threads and a syncer over 16 frames).
+        let run_max = 64.min(self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
         // Shared for the whole sync: excludes only `set_len`. Writers and
         // eviction's write-back run concurrently.
@@ -146,8 +149,8 @@ impl Inner {
                 // Gather a run of consecutive dirty pages, pinned. Never wait
                 // for a latch while holding pins (the latch holder may be
                 // waiting, through a pending writer, for one of them).
-                let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(RUN);
-                while i < dirty.len() && run.len() < RUN {
+                let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(run_max);
+                while i < dirty.len() && run.len() < run_max {
                     let (index, f) = dirty[i];
                     if run.last().is_some_and(|&(li, _)| index != li + 1) {
                         break;
