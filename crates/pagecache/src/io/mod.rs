@@ -169,6 +169,21 @@ pub struct PosixFile {
     max_len: u64,
 }
 
+/// Whether `file` lives on procfs or sysfs, whose files report a size of
+/// 0 (or 4096) whatever they hold.
+fn is_pseudo_fs(file: &fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    // SAFETY: `statfs` is plain old data; fstatfs fills it or fails.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: our own descriptor and a valid out pointer.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+}
+
 /// The largest file the filesystem holding `dir` allows (its `s_maxbytes`),
 /// found once per device: `fallocate` checks it before anything else
 /// (`EFBIG`), so punching one byte of a hole at `len - 1` in an unnamed
@@ -239,21 +254,27 @@ impl Backend for PosixBackend {
             .write(opts.write)
             .create(opts.create)
             .create_new(opts.create_new)
-            .custom_flags(libc::O_CLOEXEC)
+            // Non-blocking so that opening a FIFO cannot hang; it is
+            // refused below, and regular files ignore the flag.
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)?;
         let meta = file.metadata()?;
+        let refuse = |why: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, why.to_string()));
         if meta.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "is a directory",
-            ));
+            return refuse("is a directory");
         }
-        let max_len = if meta.is_file() {
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-            fs_max_len(dir.unwrap_or(Path::new(".")), meta.dev())
-        } else {
-            i64::MAX as u64
-        };
+        if !meta.is_file() {
+            return refuse(
+                "not a regular file (a device, FIFO or socket): the cache serves regular files",
+            );
+        }
+        if is_pseudo_fs(&file) {
+            return refuse(
+                "a procfs or sysfs file: its size is not its content, so it cannot be cached",
+            );
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let max_len = fs_max_len(dir.unwrap_or(Path::new(".")), meta.dev());
         Ok(Arc::new(PosixFile { file, max_len }))
     }
 }
