@@ -52,7 +52,10 @@ mod arena {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                // (Miri supports only private anonymous mappings.)
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
                 -1,
                 0,
             )
@@ -64,10 +67,13 @@ mod arena {
                 format!("mapping {what} ({len} bytes): {e}"),
             ));
         }
-        // SAFETY: `p` is the mapping just made, of `len` bytes.
-        // MADV_HUGEPAGE is advice; failure (no THP support) is harmless.
-        unsafe {
-            libc::madvise(p, len, libc::MADV_HUGEPAGE);
+        // MADV_HUGEPAGE is advice; failure (no THP support) is harmless
+        // (and Miri has no madvise).
+        if !cfg!(miri) {
+            // SAFETY: `p` is the mapping just made, of `len` bytes.
+            unsafe {
+                libc::madvise(p, len, libc::MADV_HUGEPAGE);
+            }
         }
         // SAFETY: mmap succeeded, so `p` is non-null.
         Ok(unsafe { NonNull::new_unchecked(p.cast()) })

@@ -1,0 +1,534 @@
+//! The randomized model check's harness: an operation stream against the
+//! cache and an in-memory model of the file, with faults injected. Shared
+//! by `tests/model_check.rs` (random streams) and the fuzz target
+//! (`crates/pagecache/fuzz`, streams decoded from the fuzzer's bytes), so
+//! both check the same things. Operations draw their choices from a
+//! [`Choose`].
+#![allow(dead_code)] // each user takes a part
+
+use pagecache::{
+    os_error, Config, Faults, FaultyBackend, File, OpenOptions, PageCache, PosixBackend,
+};
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const PS: usize = 4096;
+/// Largest file the generator makes, in pages.
+pub const MAX_PAGES: u64 = 48;
+
+/// Where an operation stream's choices come from.
+pub trait Choose {
+    /// The next 64 random bits.
+    fn next(&mut self) -> u64;
+    /// A number below `n` (0 if `n` is 0).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    /// True `percent` times in a hundred.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    /// `n` bytes: runs of one value with a counter, so a misplaced page
+    /// shows.
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let b = self.next() as u8;
+        (0..n).map(|i| b.wrapping_add((i / 512) as u8)).collect()
+    }
+}
+
+/// xorshift64*: small, fast, reproducible.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+}
+
+impl Choose for Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The seed, the operation count and the last operations, for failures.
+pub struct Log {
+    what: String,
+    seed: u64,
+    pub ops: u64,
+    last: VecDeque<String>,
+}
+
+impl Log {
+    pub fn new(what: &str, seed: u64) -> Log {
+        Log {
+            what: what.to_string(),
+            seed,
+            ops: 0,
+            last: VecDeque::new(),
+        }
+    }
+    pub fn op(&mut self, s: String) {
+        self.ops += 1;
+        if self.last.len() == 24 {
+            self.last.pop_front();
+        }
+        self.last.push_back(s);
+    }
+    #[track_caller]
+    pub fn fail(&self, msg: String) -> ! {
+        let mut s = format!(
+            "model check `{}` failed: {msg}\n  seed {} (replay: MODEL_CHECK_SEED={}), after {} operations; the last ones:\n",
+            self.what, self.seed, self.seed, self.ops
+        );
+        for o in &self.last {
+            s += &format!("    {o}\n");
+        }
+        panic!("{s}");
+    }
+    #[track_caller]
+    pub fn check(&self, ok: bool, msg: impl FnOnce() -> String) {
+        if !ok {
+            self.fail(msg());
+        }
+    }
+}
+
+/// Which faults are switched on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    ReadError,
+    WriteError,
+    Enospc,
+    ShortReads,
+    TruncateError,
+}
+
+pub struct Harness {
+    path: PathBuf,
+    faults: Arc<Faults>,
+    cache: Option<PageCache>,
+    handles: Vec<File>,
+    model: Vec<u8>,
+    fault: Fault,
+    /// The errnos a write fault may have left for the next sync or close
+    /// to report (eviction records what it failed to write).
+    pending: Vec<i32>,
+    frames: usize,
+    pub log: Log,
+}
+
+pub fn new_cache(frames: usize, faults: &Arc<Faults>) -> PageCache {
+    PageCache::with_backend(
+        Config {
+            capacity: frames * PS,
+            ..Config::default()
+        },
+        FaultyBackend::new(PosixBackend, faults.clone()),
+    )
+    .unwrap()
+}
+
+pub fn open(c: &PageCache, p: &Path) -> File {
+    c.open_with(p, OpenOptions::new().read(true).write(true))
+        .unwrap()
+}
+
+impl Harness {
+    pub fn new(dir: &Path, what: &str, seed: u64, frames: usize, nhandles: usize) -> Harness {
+        let path = dir.join(format!("{what}-{seed}"));
+        std::fs::write(&path, b"").unwrap();
+        let faults = Faults::new();
+        let cache = new_cache(frames, &faults);
+        let handles = (0..nhandles).map(|_| open(&cache, &path)).collect();
+        Harness {
+            path,
+            faults,
+            cache: Some(cache),
+            handles,
+            model: Vec::new(),
+            fault: Fault::None,
+            pending: Vec::new(),
+            frames,
+            log: Log::new(what, seed),
+        }
+    }
+
+    fn cache(&self) -> &PageCache {
+        self.cache.as_ref().unwrap()
+    }
+
+    fn set_fault(&mut self, f: Fault) {
+        self.faults.clear();
+        self.fault = f;
+        match f {
+            Fault::None => {}
+            Fault::ReadError => self.faults.fail_nth_read(1, libc::EIO),
+            Fault::WriteError => {
+                self.pending.push(libc::EIO);
+                self.faults.fail_writes_from(1, libc::EIO)
+            }
+            Fault::Enospc => {
+                self.pending.push(libc::ENOSPC);
+                self.faults.enospc_past(1)
+            }
+            Fault::ShortReads => self.faults.short_reads(1000),
+            Fault::TruncateError => self.faults.fail_set_len(libc::EIO),
+        }
+    }
+
+    /// A sync or close returned: a pending write-back error is spent
+    /// (reported now, or there was none). Returns whether `res` is that
+    /// report (an error that is acceptable with every fault off).
+    fn reported(&mut self, res: &std::io::Result<()>) -> bool {
+        let was = std::mem::take(&mut self.pending);
+        // Whatever was recorded is spent now; a write fault still on may
+        // record more.
+        match self.fault {
+            Fault::WriteError => self.pending.push(libc::EIO),
+            Fault::Enospc => self.pending.push(libc::ENOSPC),
+            _ => {}
+        }
+        match res {
+            Err(e) => {
+                os_error(e).is_some_and(|n| was.contains(&n)) && e.to_string().contains("eviction")
+            }
+            Ok(()) => false,
+        }
+    }
+
+    /// An error is acceptable only while a fault that explains it is on.
+    #[track_caller]
+    fn allowed(&self, e: &std::io::Error, op: &str) {
+        let errno = os_error(e);
+        let ok = match self.fault {
+            Fault::ReadError => errno == Some(libc::EIO),
+            Fault::WriteError => errno == Some(libc::EIO),
+            Fault::Enospc => errno == Some(libc::ENOSPC),
+            Fault::TruncateError => errno == Some(libc::EIO),
+            Fault::None | Fault::ShortReads => false,
+        };
+        self.log.check(ok, || {
+            format!(
+                "{op} failed with no fault to explain it ({:?}): {e}",
+                self.fault
+            )
+        });
+    }
+
+    fn expect(&self, off: u64, n: usize) -> Vec<u8> {
+        let len = self.model.len() as u64;
+        if off >= len {
+            return Vec::new();
+        }
+        let end = (off + n as u64).min(len) as usize;
+        self.model[off as usize..end].to_vec()
+    }
+
+    /// The model's page `i`, zero past the end.
+    fn model_page(&self, i: u64) -> Vec<u8> {
+        let mut p = self.expect(i * PS as u64, PS);
+        p.resize(PS, 0);
+        p
+    }
+
+    fn handle(&mut self, rng: &mut impl Choose) -> File {
+        let k = rng.below(self.handles.len() as u64) as usize;
+        self.handles[k].clone()
+    }
+
+    fn check_disk(&self, when: &str) {
+        let disk = std::fs::read(&self.path).unwrap();
+        if disk != self.model {
+            let at = disk.iter().zip(&self.model).position(|(a, b)| a != b);
+            self.log.fail(format!(
+                "after {when}: disk ({} bytes) differs from the model ({} bytes), first difference at {at:?}",
+                disk.len(),
+                self.model.len()
+            ));
+        }
+    }
+
+    pub fn step(&mut self, rng: &mut impl Choose) {
+        // Faults come and go.
+        if self.fault == Fault::None && rng.chance(3) {
+            let f = [
+                Fault::ReadError,
+                Fault::WriteError,
+                Fault::Enospc,
+                Fault::ShortReads,
+                Fault::TruncateError,
+            ][rng.below(5) as usize];
+            self.log.op(format!("fault on: {f:?}"));
+            self.set_fault(f);
+        } else if self.fault != Fault::None && rng.chance(15) {
+            self.log.op(format!("fault off: {:?}", self.fault));
+            self.set_fault(Fault::None);
+        }
+        let f = self.handle(rng);
+        let len = self.model.len() as u64;
+        let span = (len + 2 * PS as u64).min(MAX_PAGES * PS as u64);
+        match rng.below(100) {
+            0..=24 => {
+                let off = rng.below(span);
+                let n = if rng.chance(50) {
+                    rng.below(100)
+                } else {
+                    rng.below(3 * PS as u64)
+                } as usize;
+                self.log.op(format!("read_at({off}, {n})"));
+                let mut buf = vec![0xEEu8; n];
+                match f.read_at(&mut buf, off) {
+                    Ok(got) => {
+                        let want = self.expect(off, n);
+                        self.log.check(got == want.len(), || {
+                            format!("read_at returned {got}, want {}", want.len())
+                        });
+                        if buf[..got] != want[..] {
+                            self.log
+                                .fail(format!("read_at({off}, {n}) returned wrong bytes"));
+                        }
+                    }
+                    Err(e) => self.allowed(&e, "read_at"),
+                }
+            }
+            25..=49 => {
+                let off = rng.below(span.min(MAX_PAGES * PS as u64 - 3 * PS as u64));
+                let n = 1 + if rng.chance(50) {
+                    rng.below(64)
+                } else {
+                    rng.below(3 * PS as u64)
+                } as usize;
+                let data = rng.bytes(n);
+                self.log
+                    .op(format!("write_at({off}, {n} bytes {:#x}..)", data[0]));
+                match f.write_at(&data, off) {
+                    Ok(()) => self.apply_write(off, &data),
+                    Err(e) => {
+                        self.allowed(&e, "write_at");
+                        self.after_failed_write(&f, off, &data);
+                    }
+                }
+            }
+            50..=57 => {
+                let new = if rng.chance(50) {
+                    rng.below(len + 1)
+                } else {
+                    rng.below(MAX_PAGES * PS as u64)
+                };
+                self.log.op(format!("set_len({new})"));
+                match f.set_len(new) {
+                    Ok(()) => self.model.resize(new as usize, 0),
+                    Err(e) => {
+                        self.allowed(&e, "set_len");
+                        self.log.check(f.len() == len, || {
+                            "a failed set_len changed the length".into()
+                        });
+                    }
+                }
+            }
+            58..=61 => {
+                self.log.op("sync".into());
+                let res = f.sync();
+                let report = self.reported(&res);
+                match res {
+                    Ok(()) => {
+                        self.log
+                            .check(f.dirty_pages() == 0 || self.handles.len() > 1, || {
+                                "dirty pages after a sync".into()
+                            });
+                        self.check_disk("sync");
+                    }
+                    // An earlier eviction's error, reported once; every page
+                    // was written all the same.
+                    Err(_) if report => self.check_disk("sync reporting an earlier error"),
+                    Err(e) => self.allowed(&e, "sync"),
+                }
+            }
+            62..=73 => {
+                let pages = len.div_ceil(PS as u64);
+                let i = rng.below(pages + 1);
+                self.log.op(format!("page({i})"));
+                match f.page(i) {
+                    Ok(p) => {
+                        if p[..] != self.model_page(i)[..] {
+                            self.log.fail(format!("page({i}) has wrong bytes"));
+                        }
+                    }
+                    Err(e) if i >= pages => {
+                        self.log.check(e.kind() == ErrorKind::UnexpectedEof, || {
+                            format!("page past the end: {e}")
+                        })
+                    }
+                    Err(e) => self.allowed(&e, "page"),
+                }
+            }
+            74..=81 => {
+                let pages = len.div_ceil(PS as u64);
+                if pages == 0 {
+                    return;
+                }
+                let i = rng.below(pages);
+                let edits: Vec<(usize, u8)> = (0..1 + rng.below(8))
+                    .map(|_| (rng.below(PS as u64) as usize, rng.next() as u8))
+                    .collect();
+                self.log.op(format!("page_mut({i}), {} edits", edits.len()));
+                match f.page_mut(i) {
+                    Ok(mut p) => {
+                        for &(o, b) in &edits {
+                            p[o] = b;
+                        }
+                        drop(p);
+                        // Bytes past the end read as zero.
+                        for &(o, b) in &edits {
+                            let pos = i as usize * PS + o;
+                            if pos < self.model.len() {
+                                self.model[pos] = b;
+                            }
+                        }
+                    }
+                    Err(e) => self.allowed(&e, "page_mut"),
+                }
+            }
+            82..=89 => {
+                let pages = len.div_ceil(PS as u64);
+                let start = rng.below(pages + 1);
+                // Pins hold frames: at most half the cache.
+                let max = 1 + rng.below(self.frames as u64 / 2) as usize;
+                self.log.op(format!("pages({start}, {max})"));
+                let mut out = Vec::new();
+                match f.pages(start, &mut out, max) {
+                    Ok(n) => {
+                        let want = (pages.saturating_sub(start) as usize).min(max);
+                        self.log
+                            .check(n == want, || format!("pages returned {n}, want {want}"));
+                        for (k, p) in out.iter().enumerate() {
+                            if p[..] != self.model_page(start + k as u64)[..] {
+                                self.log
+                                    .fail(format!("pages: page {} wrong", start + k as u64));
+                            }
+                        }
+                    }
+                    Err(e) => self.allowed(&e, "pages"),
+                }
+            }
+            90..=95 => {
+                let k = rng.below(self.handles.len() as u64) as usize;
+                self.log.op(format!("close handle {k} and reopen"));
+                let h = self.handles.swap_remove(k);
+                drop(f);
+                let res = h.close();
+                let report = self.reported(&res);
+                match res {
+                    Ok(()) => {
+                        if self.handles.is_empty() {
+                            self.check_disk("close of the last handle");
+                        }
+                    }
+                    Err(_) if report => {}
+                    Err(e) => self.allowed(&e, "close"),
+                }
+                let reopened = open(self.cache(), &self.path);
+                self.log
+                    .check(reopened.len() == self.model.len() as u64, || {
+                        format!(
+                            "reopened length {} != model {}",
+                            reopened.len(),
+                            self.model.len()
+                        )
+                    });
+                self.handles.push(reopened);
+            }
+            _ => {
+                // Drop the whole cache: only with write-back working (a
+                // dropped cache cannot keep what it failed to write).
+                self.log.op("drop the cache and reopen".into());
+                drop(f);
+                self.set_fault(Fault::None);
+                let n = self.handles.len();
+                for h in std::mem::take(&mut self.handles) {
+                    let res = h.close();
+                    if !self.reported(&res) {
+                        if let Err(e) = res {
+                            self.log.fail(format!("close with no fault: {e}"));
+                        }
+                    }
+                }
+                self.cache().validate();
+                self.cache = None;
+                self.check_disk("dropping the cache");
+                let c = new_cache(self.frames, &self.faults);
+                self.handles = (0..n).map(|_| open(&c, &self.path)).collect();
+                self.cache = Some(c);
+            }
+        }
+    }
+
+    fn apply_write(&mut self, off: u64, data: &[u8]) {
+        let end = off as usize + data.len();
+        if self.model.len() < end {
+            self.model.resize(end, 0);
+        }
+        self.model[off as usize..end].copy_from_slice(data);
+    }
+
+    /// A failed multi-page `write_at` wrote a prefix of its pages, each
+    /// page whole: read what the cache has (with the fault off) and check.
+    fn after_failed_write(&mut self, f: &File, off: u64, data: &[u8]) {
+        let fault = self.fault;
+        self.faults.clear();
+        let old = self.model.clone();
+        let mut pos = 0usize;
+        let mut written = true;
+        while pos < data.len() {
+            let at = off + pos as u64;
+            let n = (PS - (at % PS as u64) as usize).min(data.len() - pos);
+            let mut now = vec![0u8; n];
+            let got = f.read_at(&mut now, at).unwrap();
+            now.truncate(got);
+            let is_new = got == n && now[..] == data[pos..pos + n];
+            let mut was = self.expect(at, n);
+            was.truncate(got);
+            let is_old = now == was;
+            if written && is_new {
+                self.apply_write(at, &data[pos..pos + n]);
+            } else {
+                written = false;
+                self.log.check(is_old, || {
+                    format!(
+                        "failed write_at: page at {at} is neither old nor new (or not a prefix)"
+                    )
+                });
+            }
+            pos += n;
+        }
+        let _ = old;
+        self.set_fault(fault);
+    }
+
+    pub fn finish(mut self) {
+        self.set_fault(Fault::None);
+        for h in std::mem::take(&mut self.handles) {
+            let res = h.close();
+            if !self.reported(&res) {
+                if let Err(e) = res {
+                    self.log.fail(format!("final close: {e}"));
+                }
+            }
+        }
+        self.check_disk("the final close");
+        self.cache().validate();
+    }
+}
