@@ -50,7 +50,8 @@ pub(crate) fn retry_point() {
     loom::thread::yield_now();
 }
 
-/// Stands for one frame's bytes in loom's eyes (nothing without loom).
+/// Stands for one frame's bytes (or one file's contents on disk) in loom's
+/// eyes (nothing without loom).
 ///
 /// Frame bytes are raw memory that loom does not see, so by itself loom
 /// would (a) never run a reader's copy in the middle of a writer's, since
@@ -66,6 +67,10 @@ pub(crate) fn retry_point() {
 /// both orders of the two. (RMWs, not a load and a yield: a loom thread
 /// that yields is not run again until the others block or yield, which
 /// hides exactly the interleavings the witness is for.)
+///
+/// Each open file has one too (`FileShared::disk`), touched before every
+/// read, write and length change of the file, so that loom runs, say, a
+/// read of the file both before and after a concurrent truncate.
 #[derive(Debug, Default)]
 pub(crate) struct Witness {
     #[cfg(loom)]

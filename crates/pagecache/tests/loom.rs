@@ -227,6 +227,32 @@ fn truncate_vs_lookup() {
     });
 }
 
+/// 5.6 truncate vs a miss of the new last page: `set_len` cuts page 0 to
+/// 100 bytes while another thread reads page 0 into the cache. Whatever the
+/// order, the bytes past 100 read as zero afterwards (a fill that began
+/// with the old length must not leave them behind), also after regrowth.
+#[test]
+fn truncate_vs_miss_of_the_new_last_page() {
+    model(2, || {
+        let t = TempFile::new(2);
+        let c = cache();
+        let f = open(&c, &t);
+        let f2 = f.clone();
+        let reader = thread::spawn(move || {
+            let p = f2.page(0).unwrap();
+            assert!(p[..100].iter().all(|&b| b == 1), "page 0's bytes");
+        });
+        f.set_len(100).unwrap();
+        reader.join().unwrap();
+        f.set_len(PS as u64).unwrap();
+        let p = f.page(0).unwrap();
+        assert!(p[..100].iter().all(|&b| b == 1));
+        assert!(p[100..].iter().all(|&b| b == 0), "stale bytes past the cut");
+        drop(p);
+        c.validate();
+    });
+}
+
 /// Dirty tags, sync against concurrent dirtying: a `write_at` and a `sync`
 /// race. In every interleaving a dirty page is tagged in its index
 /// (`validate`), and the next sync writes it to disk.

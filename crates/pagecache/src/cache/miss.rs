@@ -140,6 +140,7 @@ impl Inner {
         // published (not UPTODATE, refs = cache + inserter, drained);
         // optimistic readers see !UPTODATE and back off.
         let buf = unsafe { self.frames.bytes_mut(fill.frame) };
+        fs.disk.touch();
         read_full(&*fs.read_fd, buf, offset)
     }
 

@@ -8,7 +8,7 @@
 use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
-use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, RwLock};
+use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, RwLock, Witness};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -48,6 +48,10 @@ pub(crate) struct FileShared {
     pub(crate) handles: AtomicUsize,
     /// (M) write-back error from eviction, reported by the next `sync`.
     pub(crate) wb_error: Mutex<Option<io::Error>>,
+    /// The file's contents on disk as loom sees them: every read, write
+    /// and length change of the file touches it first (nothing without
+    /// loom; see `sync::Witness`).
+    pub(crate) disk: Witness,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -97,6 +101,7 @@ impl Inner {
             write_fd,
             handles: AtomicUsize::new(1),
             wb_error: Mutex::with_class(None, LockClass::Other),
+            disk: Witness::default(),
         });
         reg.by_inode.insert(ident, fs.clone());
         reg.by_id.insert(id, fs.clone());

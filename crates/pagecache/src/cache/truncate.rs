@@ -2,27 +2,33 @@
 //!
 //! ```text
 //!  truncater                                 readers / pin holders / writers
-//!  0. size lock exclusive. If the new last   pins of other pages, writes and
-//!     page's tail must be zeroed, take its   syncs of other pages are never
-//!     latch *without waiting* (pinned, not   kept waiting: the truncater
-//!     latched, drained); if it is busy,      never waits for a page while it
-//!     drop the size lock, wait for that      holds the size lock exclusively
-//!     page alone to be idle, and retry 0
-//!  1. store the new length (Release): no     a lookup that pins before 3 keeps
-//!     write-back after this writes past it   valid bytes until it releases;
-//!  2. ftruncate; on failure store the old    one after sees REMOVED (5.1 step
-//!     length back and stop: nothing else     3) or an empty slot: a miss past
-//!     has changed, so a later call can       EOF reads zeros
-//!     succeed
-//!  3. tree lock: clear every slot past the
-//!     new end and orphan() its frame
-//!     (REMOVED, DIRTY cleared, the cache's
-//!     reference dropped, one RMW); frames
-//!     nobody pinned are freed now, pinned
+//!  0. size lock exclusive (writers and       pins, writes and syncs of other
+//!     write-back wait from here on)          pages are never kept waiting:
+//!  1. ftruncate; on failure stop: nothing    the truncater never waits for a
+//!     has changed, a later call can succeed  page with the size lock held
+//!  2. tree lock. If the new last page's
+//!     tail must be zeroed, take its latch
+//!     *without waiting* (pinned, latched,
+//!     drained); if it is busy, drop both
+//!     locks, wait for that page alone to be
+//!     idle, and start again at 0
+//!  3. store the new length (Release), still  a miss that inserts a page after
+//!     under the tree lock; drop it           3 sees the new length and
+//!                                            zero-fills past it; one that
+//!                                            inserted before was found in 2
+//!  4. tree lock: clear every slot past the   a lookup that pins before 4 keeps
+//!     new end and orphan() its frame         valid bytes until it releases;
+//!     (REMOVED, DIRTY cleared, the cache's   one after sees REMOVED (5.1 step
+//!     reference dropped, one RMW); frames    3) or an empty slot: a miss past
+//!     nobody pinned are freed now, pinned    EOF reads zeros
 //!     ones by their last release
-//!  4. zero the tail of the new last page
-//!     under the latch taken in 0; unlatch
+//!  5. zero the tail of the new last page
+//!     under the latch taken in 2; unlatch
 //! ```
+//!
+//! Between 1 and 3 a reader may see zeros read from disk in the range
+//! being cut (its pages are removed in 4). No write-back can run (it holds
+//! the size lock shared), so none re-extends the file past the new end.
 //!
 //! Waiting for pinned pages past the end is wrong (their holders may wait
 //! for us): they are marked and freed by their last release. No write-back
@@ -92,6 +98,7 @@ impl Inner {
             // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
             let old = fs.len.load(Ordering::Acquire);
             if new_len >= old {
+                fs.disk.touch();
                 w.set_len(new_len).map_err(|e| {
                     context(e, format!("{}: extending to {new_len}", fs.path.display()))
                 })?;
@@ -100,48 +107,56 @@ impl Inner {
                 fs.len.store(new_len, Ordering::Release);
                 return Ok(());
             }
-            // 0. The new last page's latch, if its tail needs zeroing.
+            // 1. ftruncate first: if it fails, nothing has changed. Until
+            // the length is stored, readers may see zeros read from disk
+            // in the range being cut (pages there are removed in 4);
+            // writers and write-back wait for the size lock.
+            fs.disk.touch();
+            w.set_len(new_len).map_err(|e| {
+                context(e, format!("{}: truncating to {new_len}", fs.path.display()))
+            })?;
             let last = new_len / ps;
-            let tail = if new_len % ps != 0 {
-                self.try_latch_now(fs, last)
-            } else {
-                Tail::Absent
-            };
-            if let Tail::Busy = tail {
-                drop(size);
-                self.wait_idle(fs, last)?;
-                continue;
-            }
-            // 1. The length first, so no write-back after this point writes
-            // past the new end (write-backs read the length under their pin).
-            // Release: pairs with the Acquire loads of write-back and `fill`.
-            fs.len.store(new_len, Ordering::Release);
-            // 2.
-            if let Err(e) = w.set_len(new_len) {
-                // Release: as above; nothing else changed.
-                fs.len.store(old, Ordering::Release);
-                return Err(context(
-                    e,
-                    format!("{}: truncating to {new_len}", fs.path.display()),
-                ));
-            }
-            // 3.
-            self.remove_pages_from(fs, new_len.div_ceil(ps));
-            // 4.
-            if let Tail::Latched(latch) = tail {
-                let off = (new_len % ps) as usize;
-                // SAFETY: latched, drained, version odd: exclusive; the
-                // range ends at the end of the frame.
-                unsafe { latch.zero(off, self.page_size - off) };
+            {
+                // 2-3 under the tree lock: a miss that inserts the new last
+                // page after it sees the new length (and zero-fills past
+                // it); one that inserted before is found here.
+                let g = fs.tree.lock();
+                let tail = if new_len % ps != 0 {
+                    self.try_latch_now(fs, last)
+                } else {
+                    Tail::Absent
+                };
+                if let Tail::Busy = tail {
+                    drop(g);
+                    drop(size);
+                    self.wait_idle(fs, last)?;
+                    continue; // `ftruncate` again: writes may have landed
+                }
+                // 3. The length: no write-back after this point writes past
+                // the new end (write-backs read the length under their pin).
+                // Release: pairs with the Acquire loads of write-back and
+                // `fill`.
+                fs.len.store(new_len, Ordering::Release);
+                drop(g);
+                // 4.
+                self.remove_pages_from(fs, new_len.div_ceil(ps));
+                // 5.
+                if let Tail::Latched(latch) = tail {
+                    let off = (new_len % ps) as usize;
+                    // SAFETY: latched, drained, version odd: exclusive; the
+                    // range ends at the end of the frame.
+                    unsafe { latch.zero(off, self.page_size - off) };
+                }
             }
             drop(size);
             return Ok(());
         }
     }
 
-    /// Step 0 without waiting: page `index` pinned, latched and drained now,
+    /// Step 2 without waiting: page `index` pinned, latched and drained now,
     /// or absent, or busy. Context: no sleep; called under the size lock
-    /// held exclusively.
+    /// held exclusively and the tree lock (pins, latch attempts and a
+    /// release that frees take only leaf locks).
     fn try_latch_now(&self, fs: &FileShared, index: u64) -> Tail<'_> {
         let Some(f) = fs.tree.lookup(&self.nodes, index) else {
             return Tail::Absent;

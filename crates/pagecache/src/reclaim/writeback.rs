@@ -73,6 +73,7 @@ impl Inner {
             _ if slices.is_empty() => Ok(()),
             Some(w) => {
                 self.count(Counter::Writes);
+                fs.disk.touch();
                 write_full(&**w, &slices, first << self.shift)
             }
             None => Err(io::Error::new(
@@ -208,6 +209,7 @@ impl Inner {
         let len = fs.len.load(Ordering::Acquire);
         // Never shrinks the file: a concurrent eviction may have written
         // past `len` already (see `grow_to`).
+        fs.disk.touch();
         w.grow_to(len)
             .map_err(|e| context(e, format!("{}: persisting length {len}", fs.path.display())))?;
         drop(size);
