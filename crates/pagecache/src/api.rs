@@ -46,6 +46,12 @@ pub struct Config {
     /// Page pins and releases: per-page state bits (default), or a baseline
     /// global page mutex / hashed page-lock array around each.
     pub page_locks: PageLockKind,
+    /// Read and write pages with direct I/O (`O_DIRECT`), so the kernel's
+    /// page cache holds no second copy of them (default: on). Files on
+    /// filesystems that refuse it (tmpfs, some FUSE and network
+    /// filesystems) fall back to buffered I/O on their own;
+    /// [`File::direct_io`] and [`Stats::direct_files`] tell which.
+    pub direct_io: bool,
 }
 
 impl Default for Config {
@@ -56,6 +62,7 @@ impl Default for Config {
             pool: PoolKind::PerCpu,
             policy: PolicyKind::S3Fifo,
             page_locks: PageLockKind::Bits,
+            direct_io: true,
         }
     }
 }
@@ -107,6 +114,8 @@ impl Config {
 #[derive(Debug, Clone)]
 pub struct PageCache {
     inner: Arc<Inner>,
+    /// (C) `Config::direct_io`.
+    direct_io: bool,
 }
 
 impl PageCache {
@@ -128,6 +137,7 @@ impl PageCache {
                 config.page_locks,
                 Arc::new(backend),
             )?),
+            direct_io: config.direct_io,
         })
     }
 
@@ -152,7 +162,9 @@ impl PageCache {
                 "neither read nor write access asked for",
             )));
         }
-        let fd = self.inner.backend.open(path, opts).map_err(ctx)?;
+        let mut opts = *opts;
+        opts.direct = self.direct_io;
+        let fd = self.inner.backend.open(path, &opts).map_err(ctx)?;
         let shared = self.inner.attach(path, fd, opts.write).map_err(ctx)?;
         let file = File {
             cache: self.inner.clone(),
@@ -312,6 +324,13 @@ impl File {
             ));
         }
         Ok(())
+    }
+
+    /// Whether this file's pages are read and written with direct I/O
+    /// (`O_DIRECT`, no second copy in the kernel's page cache) rather than
+    /// buffered: `Config::direct_io`, unless the filesystem refused it.
+    pub fn direct_io(&self) -> bool {
+        self.shared.read_fd.is_direct()
     }
 
     /// The path this file was first opened by.

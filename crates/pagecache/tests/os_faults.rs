@@ -58,6 +58,11 @@ fn a_full_tmpfs_is_storage_full_nothing_is_lost_and_sync_recovers() {
     let f = c
         .open_with(&p, OpenOptions::new().read(true).write(true).create(true))
         .unwrap();
+    // tmpfs takes O_DIRECT since Linux 6.6 and refuses it before; either
+    // way the file is counted once, as what it got.
+    let st = c.stats();
+    assert_eq!(st.direct_files + st.buffered_files, 1);
+    assert_eq!(st.direct_files == 1, f.direct_io());
     let data: Vec<u8> = (0..(200u64 << 10)).map(pattern).collect();
     f.write_at(&data, 0).unwrap(); // only dirties pages: fits in the cache
     let e = f.sync().unwrap_err();
@@ -92,6 +97,8 @@ mod fuse {
         pub fail_read_page: AtomicU64,
         /// Writes fail with EIO.
         pub fail_writes: AtomicBool,
+        /// Refuse `O_DIRECT` with EINVAL: 1 at open, 2 at each transfer.
+        pub refuse_direct: std::sync::atomic::AtomicU8,
     }
 
     pub struct Fs {
@@ -212,6 +219,13 @@ mod fuse {
         }
     }
 
+    /// A read or write (`fuse_read_in`/`fuse_write_in`: the open flags at
+    /// offset 32) through an `O_DIRECT` descriptor, while refusing those.
+    fn refused(fs: &Fs, arg: &[u8]) -> bool {
+        fs.faults.refuse_direct.load(Ordering::SeqCst) == 2
+            && u32_at(arg, 32) as i32 & libc::O_DIRECT != 0
+    }
+
     fn handle(fs: &Fs, opcode: u32, node: u64, arg: &[u8]) -> Option<(i32, Vec<u8>)> {
         let ok = |b: Vec<u8>| Some((0, b));
         let size = || fs.data.lock().unwrap().len() as u64;
@@ -255,6 +269,11 @@ mod fuse {
                 ok(b)
             }
             14 => {
+                if fs.faults.refuse_direct.load(Ordering::SeqCst) == 1
+                    && u32_at(arg, 0) as i32 & libc::O_DIRECT != 0
+                {
+                    return Some((libc::EINVAL, Vec::new()));
+                }
                 // OPEN: direct I/O, so every read and write reaches us.
                 let mut b = vec![0u8; 16];
                 b[8..12].copy_from_slice(&1u32.to_le_bytes()); // FOPEN_DIRECT_IO
@@ -262,6 +281,9 @@ mod fuse {
             }
             15 => {
                 // READ
+                if refused(fs, arg) {
+                    return Some((libc::EINVAL, Vec::new()));
+                }
                 let (off, n) = (u64_at(arg, 8), u32_at(arg, 16) as u64);
                 let bad = fs.faults.fail_read_page.load(Ordering::SeqCst);
                 if bad != u64::MAX && off / PS <= bad && bad <= (off + n.max(1) - 1) / PS {
@@ -274,6 +296,9 @@ mod fuse {
             }
             16 => {
                 // WRITE
+                if refused(fs, arg) {
+                    return Some((libc::EINVAL, Vec::new()));
+                }
                 if fs.faults.fail_writes.load(Ordering::SeqCst) {
                     return Some((libc::EIO, Vec::new()));
                 }
@@ -316,6 +341,7 @@ fn eio_from_a_fuse_filesystem_reaches_the_caller_and_nothing_is_lost() {
         faults: fuse::Faults {
             fail_read_page: u64::MAX.into(),
             fail_writes: false.into(),
+            refuse_direct: 0.into(),
         },
     });
     let Some(mount) = fuse::mount(&d.0, fs.clone()) else {
@@ -359,4 +385,42 @@ fn eio_from_a_fuse_filesystem_reaches_the_caller_and_nothing_is_lost() {
         c.validate();
     }
     drop(mount);
+}
+
+#[test]
+fn a_filesystem_refusing_direct_io_gets_buffered_io_at_open_or_at_the_first_transfer() {
+    use std::sync::atomic::Ordering;
+    for mode in [1u8, 2] {
+        let d = TempDir::new("fuse-direct");
+        let fs = std::sync::Arc::new(fuse::Fs {
+            data: std::sync::Mutex::new((0..8 * PS as u64).map(pattern).collect()),
+            faults: fuse::Faults {
+                fail_read_page: u64::MAX.into(),
+                fail_writes: false.into(),
+                refuse_direct: mode.into(),
+            },
+        });
+        let Some(mount) = fuse::mount(&d.0, fs.clone()) else {
+            return;
+        };
+        {
+            let c = cache(16);
+            let f = c.open(d.path("data")).unwrap();
+            // Refused at open: buffered from the start. Refused at the
+            // first transfer: the read falls back and the file stays
+            // buffered.
+            assert_eq!(f.direct_io(), mode == 2, "mode {mode}");
+            assert_eq!(f.page(2).unwrap()[9], pattern(2 * PS as u64 + 9));
+            assert!(!f.direct_io(), "mode {mode}: buffered now");
+            f.write_at(&[3u8; PS], 4 * PS as u64).unwrap();
+            f.sync().unwrap();
+            assert!(fs.data.lock().unwrap()[4 * PS..5 * PS]
+                .iter()
+                .all(|&b| b == 3));
+            assert_eq!(c.stats().buffered_files + c.stats().direct_files, 1);
+            assert_eq!(fs.faults.refuse_direct.load(Ordering::SeqCst), mode);
+            f.close().unwrap();
+        }
+        drop(mount);
+    }
 }

@@ -8,6 +8,7 @@
 use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
+use crate::stats::Counter;
 use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, RwLock, Witness};
 use std::collections::HashMap;
 use std::io;
@@ -102,6 +103,11 @@ impl Inner {
             handles: AtomicUsize::new(1),
             wb_error: Mutex::with_class(None, LockClass::Other),
             disk: Witness::default(),
+        });
+        self.count(if fs.read_fd.is_direct() {
+            Counter::DirectFiles
+        } else {
+            Counter::BufferedFiles
         });
         reg.by_inode.insert(ident, fs.clone());
         reg.by_id.insert(id, fs.clone());

@@ -10,7 +10,7 @@
 //! failures for tests: fail the Nth read or write with a chosen errno, make
 //! reads short, report ENOSPC past a size.
 
-use crate::sync::unmodelled::{AtomicU64, Ordering};
+use crate::sync::unmodelled::{AtomicBool, AtomicU64, Ordering};
 use std::fs;
 use std::io::{self, IoSlice};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -26,6 +26,9 @@ pub struct OpenOptions {
     pub(crate) create: bool,
     pub(crate) create_new: bool,
     pub(crate) truncate: bool,
+    /// Ask for direct I/O (`O_DIRECT`); set by the cache from
+    /// `Config::direct_io`.
+    pub(crate) direct: bool,
 }
 
 impl Default for OpenOptions {
@@ -43,6 +46,7 @@ impl OpenOptions {
             create: false,
             create_new: false,
             truncate: false,
+            direct: false,
         }
     }
     /// Open for reading.
@@ -74,6 +78,11 @@ impl OpenOptions {
     /// Whether writes are allowed.
     pub fn is_write(&self) -> bool {
         self.write
+    }
+    /// Whether direct I/O (`O_DIRECT`) is asked for: set by the cache from
+    /// `Config::direct_io`; a backend that cannot do it ignores it.
+    pub fn is_direct(&self) -> bool {
+        self.direct
     }
 }
 
@@ -108,6 +117,11 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     /// is dirtied. The default knows no limit below `i64::MAX`.
     fn max_len(&self) -> u64 {
         i64::MAX as u64
+    }
+    /// Whether page reads and writes bypass the kernel's page cache
+    /// (`O_DIRECT`) right now. The default: no.
+    fn is_direct(&self) -> bool {
+        false
     }
 }
 
@@ -162,11 +176,50 @@ pub fn write_full(f: &dyn BackendFile, bufs: &[&[u8]], offset: u64) -> io::Resul
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PosixBackend;
 
-/// A file opened by [`PosixBackend`].
+/// Alignment of offsets, lengths and buffers that `O_DIRECT` gets (the
+/// largest logical block size of common devices; frames are page-aligned
+/// and whole pages, so page I/O always qualifies).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A file opened by [`PosixBackend`]: a buffered descriptor, and with
+/// direct I/O a second, `O_DIRECT` one for aligned page reads and writes,
+/// so the kernel's cache holds no second copy of the pages. Unaligned I/O
+/// (the partial last page of a file, a short read at its end) goes through
+/// the buffered one; if the filesystem refuses an `O_DIRECT` transfer
+/// (`EINVAL`) the file falls back to buffered I/O for good.
 #[derive(Debug)]
 pub struct PosixFile {
     file: fs::File,
+    direct: Option<fs::File>,
+    /// (A) false once the filesystem refused a direct transfer.
+    direct_ok: AtomicBool,
     max_len: u64,
+}
+
+fn aligned(x: usize) -> bool {
+    x % DIRECT_ALIGN == 0
+}
+
+impl PosixFile {
+    /// The `O_DIRECT` descriptor, if direct I/O is on.
+    fn direct(&self) -> Option<&fs::File> {
+        // Relaxed: a one-way switch; a stale `true` costs one EINVAL.
+        self.direct
+            .as_ref()
+            .filter(|_| self.direct_ok.load(Ordering::Relaxed))
+    }
+
+    /// A direct transfer failed: `EINVAL` means the filesystem refuses
+    /// `O_DIRECT` here; switch to buffered I/O for good. Returns whether to
+    /// retry buffered.
+    fn refused(&self, e: &io::Error) -> bool {
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            // Relaxed: see `direct`.
+            self.direct_ok.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
 }
 
 /// Whether `file` lives on procfs or sysfs, whose files report a size of
@@ -275,7 +328,30 @@ impl Backend for PosixBackend {
         }
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         let max_len = fs_max_len(dir.unwrap_or(Path::new(".")), meta.dev());
-        Ok(Arc::new(PosixFile { file, max_len }))
+        // The same file again with O_DIRECT; filesystems that refuse it at
+        // open (tmpfs: EINVAL) get buffered I/O. Checked to be the same
+        // inode (the path could have been replaced in between).
+        let direct = opts
+            .direct
+            .then(|| {
+                fs::OpenOptions::new()
+                    .read(true)
+                    .write(opts.write)
+                    .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_DIRECT)
+                    .open(path)
+                    .ok()
+            })
+            .flatten()
+            .filter(|d| {
+                d.metadata()
+                    .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+            });
+        Ok(Arc::new(PosixFile {
+            file,
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
+            max_len,
+        }))
     }
 }
 
@@ -286,31 +362,41 @@ impl BackendFile for PosixFile {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if let Some(d) = self.direct() {
+            if aligned(offset as usize) && aligned(buf.len()) && aligned(buf.as_ptr() as usize) {
+                match FileExt::read_at(d, buf, offset) {
+                    Err(e) if self.refused(&e) => {}
+                    r => return r,
+                }
+            }
+        }
         FileExt::read_at(&self.file, buf, offset)
     }
 
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
-        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
-        // guarantees it); `cnt` entries are valid for reads for the call.
-        let n = unsafe {
-            libc::pwritev(
-                self.file.as_raw_fd(),
-                bufs.as_ptr().cast(),
-                cnt as libc::c_int,
-                offset as libc::off_t,
-            )
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
+        // The aligned whole pages at the front go direct; the rest (a
+        // partial last page) buffered, by the caller's next call.
+        if let Some(d) = self.direct() {
+            let k = bufs
+                .iter()
+                .take_while(|b| aligned(b.len()) && aligned(b.as_ptr() as usize))
+                .count();
+            if k > 0 && aligned(offset as usize) {
+                match pwritev(d, &bufs[..k], offset) {
+                    Err(e) if self.refused(&e) => {}
+                    r => return r,
+                }
+            }
         }
+        pwritev(&self.file, bufs, offset)
     }
 
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct().is_some()
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -318,37 +404,64 @@ impl BackendFile for PosixFile {
     }
 
     fn grow_to(&self, len: u64) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        if len == 0 {
-            return Ok(());
-        }
-        // fallocate mode 0 on the last byte: extends the size to `len` if it
-        // is shorter and never shrinks it (unlike ftruncate).
-        // SAFETY: plain syscall on our own descriptor.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, (len - 1) as libc::off_t, 1) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-            // Filesystems without fallocate: check, then extend. This can
-            // race with a concurrent extending write; such filesystems are
-            // documented as unsupported for concurrent sync + eviction.
-            if self.len()? < len {
-                return self.file.set_len(len);
-            }
-            return Ok(());
-        }
-        Err(e)
+        grow_to(&self.file, len)
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        // One inode: flushes what either descriptor wrote.
         self.file.sync_data()
     }
 
     fn max_len(&self) -> u64 {
         self.max_len
     }
+}
+
+/// One `pwritev` of `bufs` at `offset` on `file`.
+fn pwritev(file: &fs::File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
+    // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
+    // guarantees it); `cnt` entries are valid for reads for the call.
+    let n = unsafe {
+        libc::pwritev(
+            file.as_raw_fd(),
+            bufs.as_ptr().cast(),
+            cnt as libc::c_int,
+            offset as libc::off_t,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Makes `file` at least `len` bytes long without ever shrinking it.
+fn grow_to(file: &fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    // fallocate mode 0 on the last byte: extends the size to `len` if it
+    // is shorter and never shrinks it (unlike ftruncate).
+    // SAFETY: plain syscall on our own descriptor.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, (len - 1) as libc::off_t, 1) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        // Filesystems without fallocate: check, then extend. This can
+        // race with a concurrent extending write; such filesystems are
+        // documented as unsupported for concurrent sync + eviction.
+        if file.metadata()?.len() < len {
+            return file.set_len(len);
+        }
+        return Ok(());
+    }
+    Err(e)
 }
 
 /// Shared switches of a [`FaultyBackend`]; tests keep an `Arc` to flip them
@@ -515,6 +628,10 @@ impl BackendFile for FaultyFile {
 
     fn max_len(&self) -> u64 {
         self.inner.max_len()
+    }
+
+    fn is_direct(&self) -> bool {
+        self.inner.is_direct()
     }
 
     fn sync_data(&self) -> io::Result<()> {

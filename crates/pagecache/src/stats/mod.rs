@@ -46,9 +46,14 @@ pub enum Counter {
     WriteErrors,
     /// Anonymous pages faulted in (zero-filled on first touch).
     AnonFaults,
+    /// Files registered with direct I/O (`O_DIRECT`).
+    DirectFiles,
+    /// Files registered with buffered I/O (direct I/O off, or refused by
+    /// the filesystem).
+    BufferedFiles,
 }
 
-const NCOUNTERS: usize = 12;
+const NCOUNTERS: usize = 14;
 
 type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
 
@@ -168,6 +173,8 @@ impl Counters {
             read_errors: self.sum(ReadErrors),
             write_errors: self.sum(WriteErrors),
             anon_faults: self.sum(AnonFaults),
+            direct_files: self.sum(DirectFiles),
+            buffered_files: self.sum(BufferedFiles),
         }
     }
 }
@@ -199,6 +206,12 @@ pub struct Stats {
     pub write_errors: u64,
     /// Anonymous pages faulted in.
     pub anon_faults: u64,
+    /// Files opened with direct I/O (`O_DIRECT`: no second copy in the
+    /// kernel's page cache).
+    pub direct_files: u64,
+    /// Files opened with buffered I/O (direct I/O off in `Config`, or
+    /// refused by the filesystem, e.g. tmpfs).
+    pub buffered_files: u64,
 }
 
 impl std::fmt::Display for Stats {
@@ -207,7 +220,8 @@ impl std::fmt::Display for Stats {
             f,
             "hits {} misses {} reads {} writes {} writebacks {} evictions {} \
              lookup_retries {} optimistic_reads {} optimistic_fallbacks {} \
-             read_errors {} write_errors {} anon_faults {}",
+             read_errors {} write_errors {} anon_faults {} direct_files {} \
+             buffered_files {}",
             self.hits,
             self.misses,
             self.reads,
@@ -219,7 +233,9 @@ impl std::fmt::Display for Stats {
             self.optimistic_fallbacks,
             self.read_errors,
             self.write_errors,
-            self.anon_faults
+            self.anon_faults,
+            self.direct_files,
+            self.buffered_files
         )
     }
 }
