@@ -41,10 +41,13 @@ impl Inner {
         self.reclaim()
     }
 
-    /// Evicts one page and returns its frame. `OutOfMemory` once two full    /// sweeps of the clock found nothing evictable (every frame pinned,
-    /// latched, or dirty with failing write-back).
-    /// Context: may sleep (write-back of dirty victims); no tree lock, no
-    /// latch of a cached page, no policy or pool lock held.
+    /// Evicts one page and returns its frame. Fails once two full passes
+    /// of the policy found nothing evictable, no other reclaimer holds
+    /// candidates and no write-back is in flight: with the write-back error
+    /// that kept the last dirty victim, if any, else `OutOfMemory` (every
+    /// frame pinned, latched or unevictable). Context: may sleep (write-back
+    /// of dirty victims); no tree lock, no latch of a cached page, no policy
+    /// or pool lock held.
     fn reclaim(&self) -> io::Result<FrameNo> {
         const WANT: usize = 16; // evicted per round: a batch per policy lock
         let mut cands = Vec::with_capacity(WANT);
