@@ -14,11 +14,10 @@ use crate::sync::Witness;
 const W: usize = std::mem::size_of::<u64>();
 
 /// Copies `dst.len()` bytes from `src` into `dst`; `w` is the frame's
-/// witness (see `crate::sync::Witness`).
+/// witness (see `crate::sync::Witness`). Context: any, no sleep, no lock.
 ///
 /// # Safety
 /// `src .. src + dst.len()` must lie inside one live frame of the arena.
-/// Context: any, no sleep, no lock.
 #[inline]
 pub(crate) unsafe fn atomic_load_copy(w: &Witness, dst: &mut [u8], src: *const u8) {
     // Under loom: two halves, each marked on the witness (`crate::sync`),
@@ -89,12 +88,11 @@ unsafe fn load_copy(dst: &mut [u8], src: *const u8) {
     }
 }
 
-/// Copies `src` to `dst`.
+/// Copies `src` to `dst`. Context: no sleep.
 ///
 /// # Safety
 /// `dst .. dst + src.len()` must lie inside one frame the caller owns
 /// exclusively (latched and drained, or unpublished) with its version odd.
-/// Context: no sleep; the caller owns the frame's bytes (latch or unpublished frame).
 #[inline]
 pub(crate) unsafe fn atomic_store_copy(w: &Witness, dst: *mut u8, src: &[u8]) {
     if cfg!(loom) {
@@ -144,9 +142,10 @@ unsafe fn store_copy(dst: *mut u8, src: &[u8]) {
 
 /// Zeroes `n` bytes at `dst` (a writer of the frame: `w` is touched first).
 ///
+/// Context: no sleep.
+///
 /// # Safety
 /// As for [`atomic_store_copy`].
-/// Context: as [`atomic_store_copy`].
 pub(crate) unsafe fn atomic_zero(w: &Witness, dst: *mut u8, n: usize) {
     w.touch();
     let mut i = 0;
