@@ -59,16 +59,7 @@ fn a_full_disk_during_eviction_is_reported_as_a_full_disk() {
 #[test]
 fn each_write_back_error_is_reported_once() {
     let d = TempDir::new("ae");
-    let p = d.path("f");
-    let q = d.path("g");
-    make_file(&p, 8 * PS as u64);
-    make_file(&q, 64 * PS as u64);
-    let (c, faults) = faulty(8);
-    let f = c.open(&p).unwrap();
-    let g = c.open(&q).unwrap();
-    for i in 0..8u64 {
-        f.write_at(&[9u8; 16], i * PS as u64).unwrap();
-    }
+    let DirtyCache { faults, f, g, .. } = dirty_cache(&d);
     faults.fail_writes_from(1, libc::EIO);
     let mut buf = [0u8; 16];
     assert!(g.read_at(&mut buf, 40 * PS as u64).is_err()); // eviction failed

@@ -38,16 +38,13 @@ use std::io::ErrorKind;
 #[test]
 fn eviction_write_back_failure_keeps_the_page_and_the_next_sync_reports_it() {
     let d = TempDir::new("wbf");
-    let p = d.path("f");
-    let q = d.path("g");
-    make_file(&p, 8 * PS as u64);
-    make_file(&q, 64 * PS as u64);
-    let (c, faults) = faulty(8);
-    let f = c.open(&p).unwrap();
-    let g = c.open(&q).unwrap();
-    for i in 0..8u64 {
-        f.write_at(&[9u8; 16], i * PS as u64).unwrap();
-    }
+    let DirtyCache {
+        faults,
+        f,
+        g,
+        f_path: p,
+        ..
+    } = dirty_cache(&d);
     faults.fail_writes_from(1, libc::EIO);
     // Reading another file needs frames: eviction tries to write back the
     // dirty pages, fails, and must neither drop them nor deadlock.

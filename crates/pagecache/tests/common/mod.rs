@@ -52,6 +52,37 @@ pub fn cache(frames: usize) -> PageCache {
     .unwrap()
 }
 
+/// Eviction under failing write-back: an 8-frame cache over the
+/// fault-injecting backend, file `f` (8 pages, every one dirty: 16 bytes of
+/// 9 at each page's start) and file `g` (64 pages, clean) open in `d`.
+pub struct DirtyCache {
+    pub cache: PageCache,
+    pub faults: std::sync::Arc<pagecache::Faults>,
+    pub f: pagecache::File,
+    pub g: pagecache::File,
+    pub f_path: PathBuf,
+}
+
+pub fn dirty_cache(d: &TempDir) -> DirtyCache {
+    let f_path = d.path("f");
+    let q = d.path("g");
+    make_file(&f_path, 8 * PS as u64);
+    make_file(&q, 64 * PS as u64);
+    let (cache, faults) = faulty(8);
+    let f = cache.open(&f_path).unwrap();
+    let g = cache.open(&q).unwrap();
+    for i in 0..8u64 {
+        f.write_at(&[9u8; 16], i * PS as u64).unwrap();
+    }
+    DirtyCache {
+        cache,
+        faults,
+        f,
+        g,
+        f_path,
+    }
+}
+
 /// A cache of `frames` 4 KiB frames over the fault-injecting backend, and
 /// the switches of its faults.
 pub fn faulty(frames: usize) -> (PageCache, std::sync::Arc<pagecache::Faults>) {
