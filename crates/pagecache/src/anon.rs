@@ -207,12 +207,7 @@ impl AnonRegion {
     /// Context: may sleep (latch waits, eviction of file pages for a frame); no pin of this page held.
     fn get(&self, index: u64) -> io::Result<FrameNo> {
         let slot = &self.slots[index as usize];
-        let mut first = true;
         loop {
-            if !first {
-                crate::sync::retry_point();
-            }
-            first = false;
             // 1. Acquire: pairs with the Release CAS of step 3.
             let e = slot.load(Ordering::Acquire);
             if e != 0 {
@@ -239,6 +234,7 @@ impl AnonRegion {
                         ))
                     }
                 }
+                crate::sync::retry_point();
                 continue;
             }
             // 2. fault: a frame, zeroed outside every lock
@@ -248,7 +244,8 @@ impl AnonRegion {
                 .map_err(|e| context(e, format!("anonymous region: page {index}")))?;
             let d = self.cache.desc(f);
             // SAFETY: we own `f` (allocated, refcount 0, unpublished); the
-            // range is the whole frame. Atomic stores: see module docs.
+            // range is the whole frame. `atomic_zero`, not a plain memset: a
+            // stale optimistic reader may still be copying (`cache::copy`).
             unsafe {
                 crate::cache::atomic_zero(
                     d.witness(),

@@ -56,9 +56,11 @@
 //!   or `set_len`s over) a page while it still holds a `PageRef` of that page
 //!   waits for itself forever; so does a thread that pins a page again while
 //!   it already pins it and another thread waits to write it (recursive read
-//!   locking with writer preference). Likewise `sync` or `set_len` while the
-//!   same thread holds a [`PageMut`] of that file, or `write_at` while it
-//!   holds a `PageMut` and another thread runs `set_len`. Take several pins
+//!   locking with writer preference). Likewise `sync` while the same thread
+//!   holds a [`PageMut`] of a dirty page of that file, and `set_len` to a
+//!   length whose last page it pins or holds as a `PageMut`. Other threads'
+//!   `set_len` never keeps a pin holder from writing or syncing other
+//!   pages (it waits for no page under the size lock). Take several pins
 //!   or `PageMut`s of one file in ascending page order (as
 //!   [`File::pages`] does). `docs/locking.md` lists every rule.
 //! * **Coherence.** The cache assumes it is the only writer of the files it
@@ -77,8 +79,9 @@
 //!   every dirty page, persists the length and calls `fdatasync`; if a write
 //!   fails the pages stay dirty and a later `sync` retries them. Dropping the
 //!   last handle writes back (best effort; [`File::close`] reports errors);
-//!   if that fails the pages stay cached, and reopening the file and calling
-//!   `sync` retries.
+//!   if that fails the pages stay cached: reopening the file and calling
+//!   `sync` retries, eviction writes them back when it can (then the file is
+//!   released), and [`PageCache::forget`] drops them.
 
 #![warn(missing_docs)]
 

@@ -11,7 +11,8 @@
 //!     a dirty one back first)
 //!  2. tree lock; re-check the slot            see LATCHED at 5.1 step 2:
 //!     (authoritative). Taken: free our        park on the page's latch
-//!     frame, unlock, back to 5.1. Empty:      (wait_unlatched_as)
+//!     frame, drop the lock, back to 5.1.      (wait_unlatched_as)
+//!     Empty:
 //!     assign identity (version odd/even)
 //!     and state {refs = cache + inserter,
 //!     LATCHED}, store the slot (Release);

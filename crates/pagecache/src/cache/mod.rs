@@ -372,7 +372,7 @@ impl Drop for FrameLatch<'_> {
         // 5.5 step 5: version even.
         d.end_change();
         match self.dirty {
-            // 6: DIRTY + unlock (Release) + wake; tag if newly dirty.
+            // 6: DIRTY + unlatch (Release) + wake; tag if newly dirty.
             Some((fs, index)) => {
                 let old = d.unlatch_dirty();
                 if !old.is_dirty() && !old.is_removed() {

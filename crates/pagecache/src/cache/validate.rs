@@ -20,14 +20,10 @@ impl Inner {
                 in_index[f as usize] = true;
                 assert_eq!(d.identity(), (fs.id, index), "frame {f} identity");
                 assert!(
-                    s.refs() >= 1,
-                    "cached frame {f} without the cache's reference"
+                    s.is_idle(),
+                    "cached frame {f} not idle (the cache's reference, unlatched, \
+                     not removed, up to date): {s:?}"
                 );
-                assert!(
-                    !s.is_latched() && !s.is_removed(),
-                    "idle frame {f} latched or removed: {s:?}"
-                );
-                assert!(s.is_uptodate(), "cached frame {f} not up to date");
                 if s.is_dirty() {
                     assert!(
                         tagged,

@@ -50,8 +50,8 @@
 //!      leaf first, then each ancestor        DIRTY on the page (RMW)
 //! ```
 //!
-//! D2 and S1 are AcqRel RMWs on the tag word; D1 (the `unlock`/`update`
-//! that sets DIRTY, Release) is sequenced before D2 in the dirtier, and S2
+//! D2 and S1 are AcqRel RMWs on the tag word; D1 (`unlatch_dirty`, or a
+//! failed write-back's `end_writeback`, Release) is sequenced before D2 in the dirtier, and S2
 //! after S1 in the syncer. If D2 precedes S1 on a tag word, S1 reads from D2
 //! (synchronizes-with), so D1 happens-before S2, and S2, an RMW on the same
 //! state word, sees DIRTY: this sync writes the page. If S1 precedes D2, the bit stays set and the
