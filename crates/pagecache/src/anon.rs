@@ -49,7 +49,7 @@
 //! The loom model `anon_first_touch_vs_free` (`tests/loom.rs`) runs this
 //! code: two racing touchers (one writing) and a free.
 
-use crate::cache::{FrameLatch, FramePin, Inner, PinMiss};
+use crate::cache::{FrameLatch, FramePin, Handle, PinMiss};
 use crate::error::context;
 use crate::frame::state::{PinFail, Released, State};
 use crate::frame::FrameNo;
@@ -87,7 +87,7 @@ static NEXT_REGION: IdCounter = IdCounter::new(1);
 /// ```
 #[derive(Debug)]
 pub struct AnonRegion {
-    cache: Arc<Inner>,
+    cache: Arc<Handle>,
     /// (C) owner id of this region's frames.
     id: u64,
     /// (C) length in bytes.
@@ -97,7 +97,7 @@ pub struct AnonRegion {
 }
 
 impl AnonRegion {
-    pub(crate) fn new(cache: Arc<Inner>, len: u64) -> io::Result<AnonRegion> {
+    pub(crate) fn new(cache: Arc<Handle>, len: u64) -> io::Result<AnonRegion> {
         let ps = cache.page_size as u64;
         let pages = len.div_ceil(ps);
         if pages > cache.frames.len() as u64 {

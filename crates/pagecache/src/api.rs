@@ -2,8 +2,10 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
-use crate::cache::{FileShared, FrameLatch, FramePin, Inner};
+use crate::cache::{FileShared, FrameLatch, FramePin, Handle, Inner, Readahead};
 pub use crate::frame::alloc::PoolKind;
+use crate::io::engine::Engine;
+pub use crate::io::IoEngine;
 pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
@@ -52,6 +54,18 @@ pub struct Config {
     /// filesystems) fall back to buffered I/O on their own;
     /// [`File::direct_io`] and [`Stats::direct_files`] tell which.
     pub direct_io: bool,
+    /// The asynchronous I/O engine for batched misses, readahead and
+    /// prefetch: io_uring where the kernel allows it, else a pool of I/O
+    /// threads (default [`IoEngine::Auto`]; the environment variable
+    /// `PAGECACHE_IO_ENGINE=uring|threads` overrides `Auto`).
+    pub io_engine: IoEngine,
+    /// The most I/O threads the thread-pool engine starts (started on
+    /// demand; each is one more read in flight).
+    pub io_threads: usize,
+    /// The largest readahead window in bytes (rounded down to whole pages;
+    /// 0 turns readahead off). A sequential reader's window starts small
+    /// and doubles up to this.
+    pub readahead_max: usize,
 }
 
 impl Default for Config {
@@ -63,6 +77,9 @@ impl Default for Config {
             policy: PolicyKind::S3Fifo,
             page_locks: PageLockKind::Bits,
             direct_io: true,
+            io_engine: IoEngine::Auto,
+            io_threads: 16,
+            readahead_max: 1 << 20,
         }
     }
 }
@@ -113,7 +130,7 @@ impl Config {
 /// ```
 #[derive(Debug, Clone)]
 pub struct PageCache {
-    inner: Arc<Inner>,
+    inner: Arc<Handle>,
     /// (C) `Config::direct_io`.
     direct_io: bool,
 }
@@ -127,16 +144,10 @@ impl PageCache {
     /// A cache whose file I/O goes through `backend` (tests use
     /// [`FaultyBackend`]).
     pub fn with_backend(config: Config, backend: impl Backend) -> io::Result<PageCache> {
-        let n = config.frames()?;
+        config.frames()?;
+        let engine = Engine::new(config.io_engine, config.io_threads)?;
         Ok(PageCache {
-            inner: Arc::new(Inner::new(
-                n,
-                config.page_size,
-                config.pool,
-                config.policy,
-                config.page_locks,
-                Arc::new(backend),
-            )?),
+            inner: Handle::new(Inner::new(&config, Arc::new(backend), engine)?),
             direct_io: config.direct_io,
         })
     }
@@ -170,6 +181,7 @@ impl PageCache {
             cache: self.inner.clone(),
             shared,
             writable: opts.write,
+            ra: Readahead::default(),
         };
         if opts.truncate {
             file.set_len(0)?;
@@ -221,6 +233,12 @@ impl PageCache {
         self.inner.frames.len()
     }
 
+    /// The I/O engine in use: [`IoEngine::Uring`] or
+    /// [`IoEngine::Threads`] (what `Auto` resolved to).
+    pub fn io_engine(&self) -> IoEngine {
+        self.inner.engine.kind()
+    }
+
     /// Frames currently free (a snapshot).
     pub fn free_frames(&self) -> usize {
         self.inner.free_frames()
@@ -259,9 +277,12 @@ impl PageCache {
 /// ```
 #[derive(Debug)]
 pub struct File {
-    cache: Arc<Inner>,
+    cache: Arc<Handle>,
     shared: Arc<FileShared>,
     writable: bool,
+    /// This handle's sequential-read detection (each handle, and each
+    /// clone, has its own, as each `open` of a file has in the kernel).
+    ra: Readahead,
 }
 
 impl Clone for File {
@@ -272,6 +293,7 @@ impl Clone for File {
             cache: self.cache.clone(),
             shared: self.shared.clone(),
             writable: self.writable,
+            ra: Readahead::default(),
         }
     }
 }
@@ -360,7 +382,8 @@ impl File {
     /// Each page is read atomically (never torn by a concurrent write).
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner().read_at(&self.shared, buf, offset)
+        self.inner()
+            .read_at(&self.shared, Some(&self.ra), buf, offset)
     }
 
     /// Reads exactly `buf.len()` bytes at `offset` or fails with
@@ -436,6 +459,19 @@ impl File {
                 })
             })?;
         Ok(out.len())
+    }
+
+    /// Starts reading the pages of `len` bytes from `offset` that are not
+    /// cached, and returns without waiting: the reads run in the I/O engine,
+    /// many at once, and a later `read_at` or `page` of those pages finds
+    /// them cached (or waits for the read in flight). Bytes past end of
+    /// file are ignored. An error of such a read is not reported here: the
+    /// page is dropped, and a later read of it reads it again and reports
+    /// what happens then. A hint: it starts fewer reads when the cache is
+    /// short of frames (at most a quarter of them in one call).
+    pub fn prefetch(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner().prefetch(&self.shared, offset, len);
+        Ok(())
     }
 
     /// Sets the length. Shrinking drops cached pages past the end (pinned

@@ -26,7 +26,7 @@ pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Atomic
 /// and `parking_lot`'s mutex, the same with and without `--cfg loom`.
 pub(crate) mod unmodelled {
     pub(crate) use parking_lot::Mutex;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 }
 
 /// Gives up the CPU: `std::thread::yield_now`, or a loom scheduling point.

@@ -1,6 +1,7 @@
 //! Anonymous regions: zero-filled on first touch, same budget as file pages.
 mod common;
 use common::*;
+use pagecache::{Config, PageCache};
 use std::io::ErrorKind;
 
 #[test]
@@ -84,7 +85,13 @@ fn anonymous_pages_filling_the_budget_give_out_of_memory_and_the_cache_recovers(
     let d = TempDir::new("anon");
     let p = d.path("f");
     make_file(&p, 32 * PS as u64);
-    let c = cache(16);
+    // No readahead: exactly one file page cached.
+    let c = PageCache::new(Config {
+        capacity: 16 * PS,
+        readahead_max: 0,
+        ..Config::default()
+    })
+    .unwrap();
     let f = c.open(&p).unwrap();
     let mut b = [0u8; 4];
     f.read_at(&mut b, 0).unwrap(); // one file page cached, evictable

@@ -18,6 +18,8 @@ fn baseline_cache(
         policy,
         page_locks: locks,
         pool,
+        // Replacement order is checked page by page: no readahead.
+        readahead_max: 0,
         ..Config::default()
     })
     .unwrap()

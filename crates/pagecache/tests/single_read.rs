@@ -14,6 +14,8 @@ fn concurrent_misses_on_one_page_read_it_once() {
         let c = PageCache::with_backend(
             Config {
                 capacity: 64 * PS,
+                // One page read, nothing ahead of it.
+                readahead_max: 0,
                 ..Config::default()
             },
             FaultyBackend::new(PosixBackend, faults.clone()),

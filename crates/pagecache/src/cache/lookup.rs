@@ -38,8 +38,9 @@
 //! # Gang lookup
 //!
 //! `pages(start, max)` walks to a leaf once and pins consecutive slots of it,
-//! each with steps 2-3 above; a miss or a busy page at `i` takes the full
-//! path for `i` (which may read it, 5.3) and the walk resumes after it.
+//! each with steps 2-3 above; a busy page at `i` takes the full path for
+//! `i`, a miss reads the run of missing pages from `i` with one I/O
+//! (`batch.rs`), and the walk resumes after them.
 
 use super::{FileShared, Inner};
 use crate::frame::state::{PinFail, PinKind, State};
@@ -201,9 +202,22 @@ impl Inner {
                 }
             }
             if i < end && !(advanced && i & 63 == 0) {
-                // A miss or contention at `i`: the full path (may read).
-                out(i, self.get_page(fs, i)?);
-                i += 1;
+                // A miss or contention at `i`: the full path, and on a miss
+                // the missing pages from `i` on read in one run (batch.rs).
+                if let Some(f) = self.find_get(fs, i)? {
+                    self.count(Counter::Hits);
+                    out(i, f);
+                    i += 1;
+                    continue;
+                }
+                let run = self.insert_run(fs, i, end)?;
+                if run.len() == 0 {
+                    continue; // appeared meanwhile: look it up again
+                }
+                for f in self.read_run(fs, run, || {})? {
+                    out(i, f);
+                    i += 1;
+                }
             }
         }
         Ok(())

@@ -84,40 +84,58 @@ impl Inner {
             if let Some(f) = self.find_get(fs, index)? {
                 return Ok(Got::Hit(f));
             }
-            // 1. a frame, with no lock held
-            let f = self
-                .alloc_frame()
-                .map_err(|e| context(e, format!("{}: page {index}", fs.path.display())))?;
-            let d = self.desc(f);
-            // 2. insert under the tree lock, re-checking the slot
-            let mut g = fs.tree.lock();
-            if g.get(&self.nodes, index).is_some() {
-                drop(g);
-                self.alloc.free(f);
-                continue; // theirs: pin it or wait on its latch
+            if let Some(f) = self.try_insert(fs, index, true)? {
+                return Ok(Got::Inserted(f));
             }
-            d.assign(fs.id, index, State::INSERTED_LATCHED);
-            match g.insert(&self.nodes, index, f) {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => unreachable!("slot checked empty under the lock"),
-                Err(e) => {
-                    drop(g);
-                    // Not inserted, but published: a lookup holding a stale
-                    // slot for this frame's previous use as the same page
-                    // may have found it and be waiting on its latch. Undo
-                    // as `abandon` does: orphan, unlatch (wakes them: they
-                    // retry), release (the last reference frees it).
-                    let _ = d.orphan();
-                    d.unlatch();
-                    self.release(f);
-                    return Err(context(e, format!("{}: page {index}", fs.path.display())));
-                }
-            }
-            drop(g);
-            self.policy.inserted(&self.frames, f);
-            self.count(Counter::Misses);
-            return Ok(Got::Inserted(f));
+            // theirs: pin it or wait on its latch
         }
+    }
+
+    /// 5.3 steps 1-2 once: a frame, then the page inserted latched if its
+    /// slot is still empty (`None` if another thread's page is there now).
+    /// Never waits for a latch, so callers may hold latches of lower pages
+    /// (batched misses, readahead). Context: may sleep (eviction's
+    /// write-back); takes the tree lock; the caller holds no tree lock.
+    /// `patient` as for [`Inner::alloc_frame_as`].
+    pub(crate) fn try_insert(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        patient: bool,
+    ) -> io::Result<Option<FrameNo>> {
+        // 1. a frame, with no lock held
+        let f = self
+            .alloc_frame_as(patient)
+            .map_err(|e| context(e, format!("{}: page {index}", fs.path.display())))?;
+        let d = self.desc(f);
+        // 2. insert under the tree lock, re-checking the slot
+        let mut g = fs.tree.lock();
+        if g.get(&self.nodes, index).is_some() {
+            drop(g);
+            self.alloc.free(f);
+            return Ok(None);
+        }
+        d.assign(fs.id, index, State::INSERTED_LATCHED);
+        match g.insert(&self.nodes, index, f) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => unreachable!("slot checked empty under the lock"),
+            Err(e) => {
+                drop(g);
+                // Not inserted, but published: a lookup holding a stale
+                // slot for this frame's previous use as the same page
+                // may have found it and be waiting on its latch. Undo
+                // as `abandon` does: orphan, unlatch (wakes them: they
+                // retry), release (the last reference frees it).
+                let _ = d.orphan();
+                d.unlatch();
+                self.release(f);
+                return Err(context(e, format!("{}: page {index}", fs.path.display())));
+            }
+        }
+        drop(g);
+        self.policy.inserted(&self.frames, f);
+        self.count(Counter::Misses);
+        Ok(Some(f))
     }
 
     /// 5.3 step 3 begins: snapshots the length the fill zero-fills past.
@@ -200,7 +218,7 @@ impl Inner {
     /// Takes a latched page that never became valid out of the index,
     /// unlatches it (waking waiters, who retry) and drops the caller's pin.
     /// Context: no sleep; takes the tree lock.
-    fn abandon(&self, fs: &FileShared, index: u64, f: FrameNo) {
+    pub(crate) fn abandon(&self, fs: &FileShared, index: u64, f: FrameNo) {
         let d = self.desc(f);
         let mut g = fs.tree.lock();
         let orphaned = if g.remove(&self.nodes, index, f) {

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `lookup.rs` | 5.1 lookup (speculative pin) vs 5.2 removal (freeze); gang lookup |
 //! | `miss.rs` | 5.3 miss: insert the page latched, then complete the fill with a result |
+//! | `batch.rs` | 5.3, asynchronous form: misses in runs, readahead, prefetch |
 //! | `rw.rs` | 5.4 optimistic read vs 5.5 write under the latch; `read_at`, `write_at` |
 //! | `truncate.rs` | 5.6 truncate (`set_len`) |
 //! | `registry.rs` | the file registry: one shared state per (device, inode) |
@@ -42,18 +43,21 @@
 //! latch). "Latch" is the per-page `LATCHED` bit; "page mutex" means the
 //! baselines' global or hashed mutexes.
 
-use crate::frame::alloc::{FrameAllocator, Pool, PoolKind};
+use crate::frame::alloc::{FrameAllocator, Pool};
 use crate::frame::state::{FrameDesc, Released};
 use crate::frame::{FrameNo, FrameTable};
 use crate::index::NodeArena;
+use crate::io::engine::Engine;
 use crate::io::Backend;
-use crate::reclaim::{Policy, PolicyKind};
+use crate::reclaim::Policy;
 use crate::stats::{Counter, Counters};
 use crate::sync::{AtomicU64, AtomicUsize, LockClass, RwLock};
 use crossbeam_utils::CachePadded;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+mod batch;
+pub(crate) use batch::Readahead;
 mod copy;
 pub(crate) use copy::{atomic_load_copy, atomic_store_copy, atomic_zero};
 mod lookup;
@@ -64,6 +68,7 @@ pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
 mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
+// (Handle is defined below.)
 mod rw;
 mod truncate;
 mod validate;
@@ -107,18 +112,71 @@ pub(crate) struct Inner {
     pub(crate) page_size: usize,
     /// (C) log2 of `page_size`.
     pub(crate) shift: u32,
+    /// (C) the asynchronous I/O engine (its own locks, leaves of the order).
+    pub(crate) engine: Engine,
+    /// (A) pages latched by asynchronous reads (readahead, prefetch) in
+    /// flight: bounded to half the cache; reclaim waits for them rather
+    /// than report `OutOfMemory`; `validate` waits for none.
+    pub(crate) async_pages: CachePadded<crate::sync::unmodelled::AtomicUsize>,
+    /// (A) pages of runs (`batch.rs`) inserted and not yet completed, read
+    /// synchronously or not: reclaim waits for them rather than report
+    /// `OutOfMemory`, since they end by themselves.
+    pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
+    /// (C) the largest readahead window, in pages (0: no readahead).
+    pub(crate) readahead_max: u64,
+    /// (C) this cache, for completions that outlive the call that
+    /// submitted them (set once at creation).
+    pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
+}
+
+/// What every user-facing handle (`PageCache`, `File`, `AnonRegion`) holds:
+/// the cache, plus the duty to stop its I/O engine when the last of them
+/// drops. Completions of reads in flight hold the `Inner` alone, so the
+/// engine never drops the cache on one of its own threads.
+#[derive(Debug)]
+pub(crate) struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Handle {
+    pub(crate) fn new(inner: Inner) -> Arc<Handle> {
+        let inner = Arc::new(inner);
+        let _ = inner.me.set(Arc::downgrade(&inner));
+        Arc::new(Handle { inner })
+    }
+}
+
+impl std::ops::Deref for Handle {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // Every read in flight completes (its frame is written by the
+        // kernel until then); the threads and the ring go away.
+        self.inner.engine.shutdown();
+    }
 }
 
 impl Inner {
-    /// A cache of `nframes` frames. Context: any.
+    /// A cache as `config` says, over `backend`, doing asynchronous I/O
+    /// with `engine`. Context: any.
     pub(crate) fn new(
-        nframes: usize,
-        page_size: usize,
-        pool: PoolKind,
-        policy: PolicyKind,
-        page_locks: PageLockKind,
+        config: &crate::Config,
         backend: Arc<dyn Backend>,
+        engine: Engine,
     ) -> io::Result<Inner> {
+        let nframes = config.frames()?;
+        let (page_size, pool, policy, page_locks) = (
+            config.page_size,
+            config.pool,
+            config.policy,
+            config.page_locks,
+        );
+        let readahead_max = (config.readahead_max / page_size) as u64;
         page_locks.check()?;
         let frames = FrameTable::new(nframes, page_size)?;
         let shift = page_size.trailing_zeros();
@@ -156,6 +214,11 @@ impl Inner {
             reclaiming: CachePadded::new(AtomicUsize::new(0)),
             page_size,
             shift,
+            engine,
+            async_pages: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
+            filling: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
+            readahead_max,
+            me: std::sync::OnceLock::new(),
         })
     }
 

@@ -33,12 +33,14 @@
 //! optimistic reader could overlap it is between the reader's step 3 and its
 //! validation, and its result is then discarded.)
 
+use super::batch::Readahead;
 use super::miss::Got;
 use super::{atomic_load_copy, FileShared, FrameLatch, Inner};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
 use crate::sync::Ordering;
 use std::io;
+use std::sync::Arc;
 
 /// Per-page copies of at least this many bytes use a pin instead of the
 /// optimistic path (see `read_at`).
@@ -158,10 +160,16 @@ impl Inner {
         Optimistic::Fallback
     }
 
-    /// Context: may sleep (a miss's read, latch waits on pages of 1 KiB copies or busy pages); no latch or tree lock held; the caller pins only lower pages of this file.
+    /// `File::read_at`. Misses are read in batches (every missing page of
+    /// the request from the first miss on, in runs, see `batch.rs`); with
+    /// `ra`, the handle's readahead state, a sequential reader's window is
+    /// read ahead asynchronously. Context: may sleep (a miss's read, latch
+    /// waits on pages of 1 KiB copies or busy pages); no latch or tree lock
+    /// held; the caller pins only lower pages of this file.
     pub(crate) fn read_at(
         &self,
-        fs: &FileShared,
+        fs: &Arc<FileShared>,
+        ra: Option<&Readahead>,
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
@@ -174,8 +182,15 @@ impl Inner {
         let end = len.min(offset.saturating_add(buf.len() as u64));
         let total = (end - offset) as usize;
         let ps = self.page_size;
+        let last_page = (end - 1) >> self.shift;
+        if let Some(ra) = ra {
+            if ra.crosses(offset >> self.shift, last_page) {
+                self.readahead_marker(fs, ra, offset >> self.shift, last_page);
+            }
+        }
         let mut done = 0;
         let mut optimistic = 0;
+        let mut missed = false;
         while done < total {
             let pos = offset + done as u64;
             let index = pos >> self.shift;
@@ -192,17 +207,49 @@ impl Inner {
             };
             if tried == Optimistic::Copied {
                 optimistic += 1;
-            } else {
-                if tried == Optimistic::Fallback {
-                    self.count(Counter::OptimisticFallbacks);
-                }
-                let f = self.get_page(fs, index)?;
+                done += n;
+                continue;
+            }
+            if tried == Optimistic::Fallback {
+                self.count(Counter::OptimisticFallbacks);
+            }
+            if let Some(f) = self.find_get(fs, index)? {
+                self.count(Counter::Hits);
                 // SAFETY: pinned, so the bytes do not change.
                 let src = unsafe { self.frames.bytes(f) };
                 dst.copy_from_slice(&src[off..off + n]);
                 self.release(f);
+                done += n;
+                continue;
             }
-            done += n;
+            // A miss: this page and the missing ones after it, up to the
+            // request's end, in one run; the first miss of the call also
+            // decides readahead.
+            let ra_end = match ra {
+                Some(ra) if !missed => self.readahead_miss(ra, index, last_page),
+                _ => last_page + 1,
+            };
+            missed = true;
+            let run = self.insert_run(fs, index, last_page + 1)?;
+            if run.len() == 0 {
+                continue; // another thread's page appeared: look it up
+            }
+            let frames = self.read_run(fs, run, || {
+                if ra_end > last_page + 1 {
+                    let n = self.read_async(fs, last_page + 1, ra_end);
+                    self.counters.add(Counter::ReadaheadPages, n);
+                }
+            })?;
+            for f in frames {
+                let pos = offset + done as u64;
+                let off = (pos & (ps as u64 - 1)) as usize;
+                let n = (ps - off).min(total - done);
+                // SAFETY: pinned, so the bytes do not change.
+                let src = unsafe { self.frames.bytes(f) };
+                buf[done..done + n].copy_from_slice(&src[off..off + n]);
+                self.release(f);
+                done += n;
+            }
         }
         if optimistic > 0 {
             // Counted as hits by the snapshot (one add on the hot path).

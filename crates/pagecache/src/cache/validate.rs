@@ -5,10 +5,24 @@ use crate::frame::alloc::FrameAllocator;
 use crate::frame::FrameNo;
 
 impl Inner {
+    /// Waits until no asynchronous read (readahead, prefetch) is in
+    /// flight. Context: sleeps; tests only.
+    pub(crate) fn wait_async_reads(&self) {
+        // Acquire: pairs with the completions' Release decrement.
+        while self
+            .async_pages
+            .load(crate::sync::unmodelled::Ordering::Acquire)
+            > 0
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
     /// Checks cache-wide invariants (tests). Call with no operation running.
     /// Context: tests only, with no operation running and no pin held;
     /// takes the registry lock, then each tree lock in turn.
     pub(crate) fn validate(&self) {
+        self.wait_async_reads();
         let reg = self.registry.read();
         let mut in_index = vec![false; self.frames.len()];
         for fs in reg.by_id.values() {

@@ -12,10 +12,27 @@
 
 use crate::sync::unmodelled::{AtomicBool, AtomicU64, Ordering};
 use std::fs;
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
+
+pub(crate) mod engine;
+pub use engine::IoEngine;
+
+/// How an asynchronous engine should do one transfer of a file
+/// ([`BackendFile::io_plan`]).
+#[derive(Debug)]
+pub enum IoPlan {
+    /// Submit it to the kernel on this descriptor (valid while the file is).
+    Fd(RawFd),
+    /// Call [`BackendFile::read_vectored_at`] / [`BackendFile::write_at`]
+    /// on an I/O thread.
+    Call,
+    /// Fail it at once with this error.
+    Fail(io::Error),
+}
 
 /// How to open a file. Mirrors `std::fs::OpenOptions` (no append: the cache
 /// writes at explicit offsets).
@@ -100,6 +117,21 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn identity(&self) -> io::Result<(u64, u64)>;
     /// One positioned read (`pread`); may be short, 0 at end of file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// One positioned scattered read (`preadv`); may be short, 0 at end of
+    /// file. The default reads into the first non-empty buffer only.
+    fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+        match bufs.iter_mut().find(|b| !b.is_empty()) {
+            Some(b) => self.read_at(b, offset),
+            None => Ok(0),
+        }
+    }
+    /// How an asynchronous engine should do a read (`write`: false) or
+    /// write of `len` bytes at `offset`; `aligned` says whether offset,
+    /// lengths and buffers suit direct I/O. The default: [`IoPlan::Call`].
+    fn io_plan(&self, write: bool, offset: u64, len: usize, aligned: bool) -> IoPlan {
+        let _ = (write, offset, len, aligned);
+        IoPlan::Call
+    }
     /// One positioned gathered write (`pwritev`); may be short.
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize>;
     /// Length of the file on disk.
@@ -133,6 +165,30 @@ pub fn read_full(f: &dyn BackendFile, buf: &mut [u8], offset: u64) -> io::Result
         match f.read_at(&mut buf[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Reads into all of `bufs` from `offset`: loops over short reads,
+/// retries EINTR, stops at end of file. Returns the bytes read.
+pub fn read_vectored_full(
+    f: &dyn BackendFile,
+    bufs: &mut [IoSliceMut<'_>],
+    offset: u64,
+) -> io::Result<usize> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0usize;
+    let mut bufs = bufs;
+    while done < total {
+        match f.read_vectored_at(bufs, offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                IoSliceMut::advance_slices(&mut bufs, n);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -179,7 +235,7 @@ pub struct PosixBackend;
 /// Alignment of offsets, lengths and buffers that `O_DIRECT` gets (the
 /// largest logical block size of common devices; frames are page-aligned
 /// and whole pages, so page I/O always qualifies).
-const DIRECT_ALIGN: usize = 4096;
+pub(crate) const DIRECT_ALIGN: usize = 4096;
 
 /// A file opened by [`PosixBackend`]: a buffered descriptor, and with
 /// direct I/O a second, `O_DIRECT` one for aligned page reads and writes,
@@ -326,6 +382,9 @@ impl Backend for PosixBackend {
                 "a procfs or sysfs file: its size is not its content, so it cannot be cached",
             );
         }
+        // A regular file: back to blocking mode (io_uring would otherwise
+        // fail reads with EAGAIN instead of waiting for the device).
+        clear_nonblock(&file)?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         let max_len = fs_max_len(dir.unwrap_or(Path::new(".")), meta.dev());
         // The same file again with O_DIRECT; filesystems that refuse it at
@@ -345,6 +404,7 @@ impl Backend for PosixBackend {
             .filter(|d| {
                 d.metadata()
                     .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+                    && clear_nonblock(d).is_ok()
             });
         Ok(Arc::new(PosixFile {
             file,
@@ -371,6 +431,32 @@ impl BackendFile for PosixFile {
             }
         }
         FileExt::read_at(&self.file, buf, offset)
+    }
+
+    fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+        if let Some(d) = self.direct() {
+            if aligned(offset as usize)
+                && bufs
+                    .iter()
+                    .all(|b| aligned(b.len()) && aligned(b.as_ptr() as usize))
+            {
+                match preadv(d, bufs, offset) {
+                    Err(e) if self.refused(&e) => {}
+                    r => return r,
+                }
+            }
+        }
+        preadv(&self.file, bufs, offset)
+    }
+
+    fn io_plan(&self, _write: bool, _offset: u64, _len: usize, aligned: bool) -> IoPlan {
+        match self.direct() {
+            Some(d) if aligned => IoPlan::Fd(d.as_raw_fd()),
+            // Unaligned I/O with direct I/O on: the blocking path splits
+            // it (whole pages direct, the rest buffered).
+            Some(_) => IoPlan::Call,
+            None => IoPlan::Fd(self.file.as_raw_fd()),
+        }
     }
 
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
@@ -417,9 +503,40 @@ impl BackendFile for PosixFile {
     }
 }
 
+/// Clears `O_NONBLOCK` (set at open so that a FIFO cannot hang it).
+fn clear_nonblock(file: &fs::File) -> io::Result<()> {
+    // SAFETY: fcntl on our own descriptor.
+    let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if fl < 0 || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One `preadv` into `bufs` at `offset` on `file`.
+fn preadv(file: &fs::File, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+    let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
+    // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std
+    // guarantees it); `cnt` entries are valid for writes for the call.
+    let n = unsafe {
+        libc::preadv(
+            file.as_raw_fd(),
+            bufs.as_mut_ptr().cast(),
+            cnt as libc::c_int,
+            offset as libc::off_t,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// One `pwritev` of `bufs` at `offset` on `file`.
 fn pwritev(file: &fs::File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
     let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
     // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
     // guarantees it); `cnt` entries are valid for reads for the call.
@@ -440,7 +557,6 @@ fn pwritev(file: &fs::File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usi
 
 /// Makes `file` at least `len` bytes long without ever shrinking it.
 fn grow_to(file: &fs::File, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     if len == 0 {
         return Ok(());
     }
@@ -564,6 +680,36 @@ struct FaultyFile {
     faults: Arc<Faults>,
 }
 
+impl FaultyFile {
+    /// Counts a read; the injected failure if it is the chosen one.
+    fn read_fault(&self) -> io::Result<()> {
+        let f = &self.faults;
+        let n = f.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == f.fail_read_nth.load(Ordering::SeqCst) {
+            let errno = f.fail_read_errno.load(Ordering::SeqCst) as i32;
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok(())
+    }
+
+    /// Counts a write of `len` bytes at `offset`; the injected failure if
+    /// writes are failing or it ends past the ENOSPC limit.
+    fn write_fault(&self, offset: u64, len: u64) -> io::Result<()> {
+        let f = &self.faults;
+        let n = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        let from = f.fail_write_from.load(Ordering::SeqCst);
+        if from != 0 && n >= from {
+            let errno = f.fail_write_errno.load(Ordering::SeqCst) as i32;
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let past = f.enospc_past.load(Ordering::SeqCst);
+        if past != 0 && offset + len > past {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
+}
+
 impl<B: Backend> Backend for FaultyBackend<B> {
     fn open(&self, path: &Path, opts: &OpenOptions) -> io::Result<Arc<dyn BackendFile>> {
         Ok(Arc::new(FaultyFile {
@@ -580,11 +726,7 @@ impl BackendFile for FaultyFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let f = &self.faults;
-        let n = f.reads.fetch_add(1, Ordering::SeqCst) + 1;
-        if n == f.fail_read_nth.load(Ordering::SeqCst) {
-            let errno = f.fail_read_errno.load(Ordering::SeqCst) as i32;
-            return Err(io::Error::from_raw_os_error(errno));
-        }
+        self.read_fault()?;
         let max = f.short_read_max.load(Ordering::SeqCst) as usize;
         let len = if max > 0 {
             buf.len().min(max)
@@ -594,19 +736,37 @@ impl BackendFile for FaultyFile {
         self.inner.read_at(&mut buf[..len], offset)
     }
 
+    fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+        self.read_fault()?;
+        let max = self.faults.short_read_max.load(Ordering::SeqCst) as usize;
+        if max > 0 {
+            // One short read into the first buffer.
+            let Some(b) = bufs.iter_mut().find(|b| !b.is_empty()) else {
+                return Ok(0);
+            };
+            let len = b.len().min(max);
+            return self.inner.read_at(&mut b[..len], offset);
+        }
+        self.inner.read_vectored_at(bufs, offset)
+    }
+
+    fn io_plan(&self, write: bool, offset: u64, len: usize, aligned: bool) -> IoPlan {
+        let fault = if write {
+            self.write_fault(offset, len as u64)
+        } else if self.faults.short_read_max.load(Ordering::SeqCst) > 0 {
+            return IoPlan::Call; // short reads are made by `read_vectored_at`
+        } else {
+            self.read_fault()
+        };
+        match fault {
+            Err(e) => IoPlan::Fail(e),
+            Ok(()) => self.inner.io_plan(write, offset, len, aligned),
+        }
+    }
+
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
-        let f = &self.faults;
-        let n = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
-        let from = f.fail_write_from.load(Ordering::SeqCst);
-        if from != 0 && n >= from {
-            let errno = f.fail_write_errno.load(Ordering::SeqCst) as i32;
-            return Err(io::Error::from_raw_os_error(errno));
-        }
-        let past = f.enospc_past.load(Ordering::SeqCst);
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        if past != 0 && offset + total > past {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
+        self.write_fault(offset, total)?;
         self.inner.write_at(bufs, offset)
     }
 

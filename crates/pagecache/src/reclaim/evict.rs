@@ -35,10 +35,18 @@ impl Inner {
     /// Context: may sleep (eviction's write-back); no tree lock, no latch
     /// of a cached page, no policy or pool lock held.
     pub(crate) fn alloc_frame(&self) -> io::Result<FrameNo> {
+        self.alloc_frame_as(true)
+    }
+
+    /// [`Inner::alloc_frame`]; `patient`: false for a caller that holds
+    /// latches of pages it is filling (a run being formed, `batch.rs`),
+    /// which must not wait for other runs' reads while its own cannot
+    /// start: it gets an error at once where a patient caller would wait.
+    pub(crate) fn alloc_frame_as(&self, patient: bool) -> io::Result<FrameNo> {
         if let Some(f) = self.alloc.alloc() {
             return Ok(f);
         }
-        self.reclaim()
+        self.reclaim(patient)
     }
 
     /// Evicts one page and returns its frame. Fails once two full passes
@@ -48,12 +56,12 @@ impl Inner {
     /// frame pinned, latched or unevictable). Context: may sleep (write-back
     /// of dirty victims); no tree lock, no latch of a cached page, no policy
     /// or pool lock held.
-    fn reclaim(&self) -> io::Result<FrameNo> {
+    fn reclaim(&self, patient: bool) -> io::Result<FrameNo> {
         const WANT: usize = 16; // evicted per round: a batch per policy lock
         let mut cands = Vec::with_capacity(WANT);
         let mut scanned = 0;
         let mut empty_rounds = 0;
-        let mut waits = 0;
+        let mut waits = if patient { 0 } else { 10_000 };
         let mut rechecks = 0;
         // The last write-back of a dirty victim that failed: what the
         // caller needs to hear (a full disk, say) if no frame can be had,
@@ -180,6 +188,11 @@ impl Inner {
             evictable |= s.is_evictable();
             in_flight |= s.is_under_writeback();
         }
+        // Relaxed: a hint; runs being read end by themselves.
+        in_flight |= self
+            .filling
+            .load(crate::sync::unmodelled::Ordering::Relaxed)
+            > 0;
         (evictable, in_flight)
     }
 

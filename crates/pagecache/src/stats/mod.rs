@@ -51,9 +51,15 @@ pub enum Counter {
     /// Files registered with buffered I/O (direct I/O off, or refused by
     /// the filesystem).
     BufferedFiles,
+    /// Reads submitted to the asynchronous engine (one per run of pages).
+    AsyncReads,
+    /// Pages read ahead of a sequential reader.
+    ReadaheadPages,
+    /// Pages whose read `File::prefetch` started.
+    PrefetchPages,
 }
 
-const NCOUNTERS: usize = 14;
+const NCOUNTERS: usize = 17;
 
 type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
 
@@ -175,6 +181,9 @@ impl Counters {
             anon_faults: self.sum(AnonFaults),
             direct_files: self.sum(DirectFiles),
             buffered_files: self.sum(BufferedFiles),
+            async_reads: self.sum(AsyncReads),
+            readahead_pages: self.sum(ReadaheadPages),
+            prefetch_pages: self.sum(PrefetchPages),
         }
     }
 }
@@ -212,6 +221,13 @@ pub struct Stats {
     /// Files opened with buffered I/O (direct I/O off in `Config`, or
     /// refused by the filesystem, e.g. tmpfs).
     pub buffered_files: u64,
+    /// Reads submitted to the asynchronous I/O engine, one per run of
+    /// consecutive pages (batched misses, readahead, prefetch).
+    pub async_reads: u64,
+    /// Pages read ahead of sequential readers.
+    pub readahead_pages: u64,
+    /// Pages whose read [`crate::File::prefetch`] started.
+    pub prefetch_pages: u64,
 }
 
 impl std::fmt::Display for Stats {
@@ -221,7 +237,7 @@ impl std::fmt::Display for Stats {
             "hits {} misses {} reads {} writes {} writebacks {} evictions {} \
              lookup_retries {} optimistic_reads {} optimistic_fallbacks {} \
              read_errors {} write_errors {} anon_faults {} direct_files {} \
-             buffered_files {}",
+             buffered_files {} async_reads {} readahead_pages {} prefetch_pages {}",
             self.hits,
             self.misses,
             self.reads,
@@ -235,7 +251,10 @@ impl std::fmt::Display for Stats {
             self.write_errors,
             self.anon_faults,
             self.direct_files,
-            self.buffered_files
+            self.buffered_files,
+            self.async_reads,
+            self.readahead_pages,
+            self.prefetch_pages
         )
     }
 }

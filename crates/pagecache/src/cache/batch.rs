@@ -1,0 +1,387 @@
+//! Protocol 5.3, asynchronous form: misses in batches, readahead and
+//! prefetch. A run of consecutive missing pages is inserted latched by one
+//! thread, read by one I/O of the engine, and completed — on the inserting
+//! thread when it waits (a `read_at` spanning several missing pages), or on
+//! the engine's thread when nobody does (readahead, `File::prefetch`).
+//!
+//! ```text
+//!  submitter (no lock held on entry)        completer (any thread)
+//!  1. for each page i of the run, in
+//!     ascending order: stop at the first
+//!     page present (never wait for a
+//!     latch here); else 5.3 steps 1-2
+//!     (try_insert): the page is in the
+//!     index LATCHED, refs = cache + fill,
+//!     not UPTODATE; begin_fill snapshots
+//!     the length
+//!  2. one vectored read of the frames
+//!     (submit; the fills' latches and pins
+//!     travel with the op)                   3. the read's result n: page k
+//!                                              gets min(ps, n - k*ps) bytes;
+//!                                              complete_fill zeroes the rest
+//!                                              and past the snapshot length
+//!                                           4. Ok: unlatch_uptodate (Release)
+//!                                              + wake; drop the fill's pin
+//!                                              (or hand it to the waiting
+//!                                              submitter)
+//!                                              Err: every page of the run is
+//!                                              abandoned (removed, unlatched,
+//!                                              pin dropped): waiters retry,
+//!                                              miss, and read again
+//! ```
+//!
+//! Ordering and races, beyond those of the synchronous 5.3 (`miss.rs`):
+//! - Lookups of a page of the run see LATCHED at 5.1 step 2 and park on
+//!   that page's latch until step 4, whichever thread runs it; the unlatch
+//!   (Release) publishes the bytes to their Acquire pin. Optimistic readers
+//!   see !UPTODATE and back off.
+//! - Truncate (5.6) may remove pages of a run while the read is in flight:
+//!   it orphans them (REMOVED, out of the index); step 4 then unlatches a
+//!   removed page and the fill's release frees it. A page inserted after the
+//!   truncate stored the new length snapshots that length in step 1 and is
+//!   zero past it. So readahead never brings back bytes a truncate cut.
+//! - Eviction never picks a page of a run (pinned by its fill), and the
+//!   engine finishes every op before the cache's memory goes away.
+//! - Deadlock: step 1 waits for no latch, so a submitter holding its run's
+//!   latches blocks nobody's progress but waiters on those very pages, and
+//!   the completer takes only the tree lock (on error).
+
+use super::miss::Fill;
+use super::{FileShared, Inner};
+use crate::error::context;
+use crate::frame::FrameNo;
+use crate::io::engine::{Dir, Oneshot, Op};
+use crate::stats::Counter;
+use crate::sync::unmodelled::{AtomicU64, Mutex, Ordering};
+use std::io;
+use std::sync::Arc;
+
+/// Largest single read of a run, in bytes: a readahead window is split
+/// into several reads of this size, all in flight at once.
+const RUN_BYTES: u64 = 128 << 10;
+
+/// One thread's run of latched pages being filled.
+#[derive(Debug)]
+pub(crate) struct Run {
+    fills: Vec<Fill>,
+}
+
+impl Run {
+    pub(crate) fn len(&self) -> usize {
+        self.fills.len()
+    }
+    /// The frames, in page order.
+    pub(crate) fn frames(&self) -> impl Iterator<Item = FrameNo> + '_ {
+        self.fills.iter().map(|f| f.frame)
+    }
+}
+
+/// Per-handle sequential detection, in the kernel's on-demand style: a
+/// window `[start, start + size)` that the last miss or marker read, and a
+/// marker page inside it whose first touch starts the next window.
+#[derive(Debug)]
+pub(crate) struct Readahead {
+    /// (A) the marker page, `u64::MAX` if none: the one field the hit path
+    /// reads (a load per `read_at`, written only when a window starts).
+    marker: AtomicU64,
+    /// (M) the window and the page after the last miss.
+    window: Mutex<Window>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    start: u64,
+    size: u64,
+    /// The page after the last request that missed.
+    next: u64,
+}
+
+impl Default for Readahead {
+    fn default() -> Self {
+        Readahead {
+            marker: AtomicU64::new(u64::MAX),
+            window: Mutex::new(Window::default()),
+        }
+    }
+}
+
+impl Readahead {
+    /// Whether pages `first..=last` cover the marker (a hint: re-checked
+    /// under the window's mutex). Context: any, no sleep.
+    #[inline]
+    pub(crate) fn crosses(&self, first: u64, last: u64) -> bool {
+        // Relaxed: a hint.
+        let m = self.marker.load(Ordering::Relaxed);
+        first <= m && m <= last
+    }
+}
+
+impl Inner {
+    /// The largest run of pages one thread latches at once: a quarter of
+    /// the cache (so a tiny cache cannot be pinned into `OutOfMemory` by a
+    /// few readers), at most 256.
+    fn run_max(&self) -> u64 {
+        (self.frames.len() as u64 / 4).clamp(1, 256)
+    }
+
+    /// Step 1: inserts latched the missing pages `first..end` in order,
+    /// stopping at the first one present, at `run_max`, or when no frame
+    /// can be had (if some were inserted). Context: may sleep (eviction);
+    /// waits for no latch; no tree lock held.
+    pub(crate) fn insert_run(&self, fs: &FileShared, first: u64, end: u64) -> io::Result<Run> {
+        let end = end.min(first.saturating_add(self.run_max()));
+        let mut fills = Vec::new();
+        for index in first..end {
+            if fs.tree.lookup(&self.nodes, index).is_some() {
+                break;
+            }
+            // Impatient once we hold fills: see `alloc_frame_as`.
+            match self.try_insert(fs, index, fills.is_empty()) {
+                Ok(Some(f)) => {
+                    // Relaxed: a hint for reclaim.
+                    self.filling.fetch_add(1, Ordering::Relaxed);
+                    fills.push(self.begin_fill(fs, index, f))
+                }
+                Ok(None) => break,
+                Err(_) if !fills.is_empty() => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Run { fills })
+    }
+
+    /// Step 2's op for `run` (non-empty): one vectored read of its frames
+    /// from the file; `done` completes it. Context: any.
+    fn run_op(&self, fs: &FileShared, run: &Run, done: crate::io::engine::Done) -> Op {
+        let first = run.fills[0].index;
+        let iov = run
+            .fills
+            .iter()
+            .map(|fl| libc::iovec {
+                iov_base: self.frames.ptr(fl.frame).cast(),
+                iov_len: self.page_size,
+            })
+            .collect();
+        self.counters.add(Counter::Reads, run.len() as u64);
+        self.count(Counter::AsyncReads);
+        fs.disk.touch();
+        Op {
+            file: fs.read_fd.clone(),
+            dir: Dir::Read,
+            iov,
+            offset: first << self.shift,
+            done,
+        }
+    }
+
+    /// Steps 3-4 with the run's result. `keep`: the pages stay pinned for
+    /// the caller (who releases them); else the fills' pins are dropped.
+    /// On error every page is abandoned and the error returned. Context:
+    /// no sleep; takes the tree lock on error.
+    pub(crate) fn complete_run(
+        &self,
+        fs: &FileShared,
+        run: Run,
+        res: io::Result<usize>,
+        keep: bool,
+    ) -> io::Result<()> {
+        let ps = self.page_size;
+        // Relaxed: a hint for reclaim.
+        self.filling.fetch_sub(run.len(), Ordering::Relaxed);
+        match res {
+            Ok(n) => {
+                for (k, fill) in run.fills.into_iter().enumerate() {
+                    let got = n.saturating_sub(k * ps).min(ps);
+                    let f = fill.frame;
+                    self.complete_fill(fs, fill, Ok(got))?;
+                    self.desc(f).unlatch_uptodate();
+                    if !keep {
+                        self.release(f);
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let first = run.fills[0].index;
+                let n = run.len();
+                for fill in run.fills {
+                    self.count(Counter::ReadErrors);
+                    self.abandon(fs, fill.index, fill.frame);
+                }
+                Err(context(
+                    e,
+                    format!(
+                        "{}: reading pages {first}..{}",
+                        fs.path.display(),
+                        first + n as u64
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// A batched miss: reads the pages of `run` (non-empty) with one I/O,
+    /// runs `meanwhile` once the read is started (readahead submits then),
+    /// and waits. Returns the frames, pinned and up to date, in page order
+    /// (the caller releases them). A run of one page is read on this
+    /// thread, with no hand-off. Context: may sleep (I/O); holds the run's
+    /// latches only.
+    pub(crate) fn read_run(
+        &self,
+        fs: &FileShared,
+        run: Run,
+        meanwhile: impl FnOnce(),
+    ) -> io::Result<Vec<FrameNo>> {
+        let frames: Vec<FrameNo> = run.frames().collect();
+        let res = if run.len() == 1 {
+            meanwhile();
+            self.read_fill(fs, &run.fills[0])
+        } else {
+            let w = Oneshot::new();
+            self.engine.submit(vec![self.run_op(fs, &run, w.done())]);
+            meanwhile();
+            w.wait()
+        };
+        self.complete_run(fs, run, res, true).map(|()| frames)
+    }
+
+    /// Starts reads of the missing pages `first..end` (clipped to end of
+    /// file) and returns without waiting: runs of consecutive missing pages,
+    /// each split into reads of at most `RUN_BYTES`, all submitted at once;
+    /// each completes on the engine's thread. Pages present are skipped.
+    /// Returns how many pages it started. Context: may sleep (eviction, the
+    /// submission mutex); no latch or tree lock held.
+    pub(crate) fn read_async(&self, fs: &Arc<FileShared>, first: u64, end: u64) -> u64 {
+        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return 0;
+        };
+        // Acquire: as `read_at`.
+        let npages = fs
+            .len
+            .load(Ordering::Acquire)
+            .div_ceil(self.page_size as u64);
+        // At most half the cache in asynchronous reads at once.
+        // Relaxed: a bound, not a protocol.
+        let busy = self.async_pages.load(Ordering::Relaxed) as u64;
+        let budget = (self.frames.len() as u64 / 2).saturating_sub(busy);
+        let end = end.min(npages).min(first.saturating_add(budget));
+        let per_op = (RUN_BYTES >> self.shift).max(1);
+        let mut ops = Vec::new();
+        let mut started = 0;
+        let mut i = first;
+        while i < end {
+            let run = match self.insert_run(fs, i, end.min(i + per_op)) {
+                Ok(run) => run,
+                Err(_) => break, // no frame to be had: a hint, give up
+            };
+            if run.len() == 0 {
+                i += 1; // present: skip it
+                continue;
+            }
+            let pages = run.len();
+            i += pages as u64;
+            started += pages as u64;
+            // Relaxed: see above; the completion's decrement follows the
+            // pages' unlatch.
+            self.async_pages.fetch_add(pages, Ordering::Relaxed);
+            let (inner, file) = (me.clone(), fs.clone());
+            let mut op = self.run_op(fs, &run, Box::new(|_| {}));
+            op.done = Box::new(move |res| {
+                // An error removes the pages; a later read of one retries
+                // it and reports what happens then.
+                let _ = inner.complete_run(&file, run, res, false);
+                inner.async_pages.fetch_sub(pages, Ordering::Release);
+            });
+            ops.push(op);
+            if ops.len() >= 32 {
+                self.engine.submit(std::mem::take(&mut ops));
+            }
+        }
+        self.engine.submit(ops);
+        started
+    }
+
+    /// `File::prefetch`: starts reads of the missing pages of the byte
+    /// range. Context: as [`Inner::read_async`].
+    pub(crate) fn prefetch(&self, fs: &Arc<FileShared>, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let first = offset >> self.shift;
+        let end = offset.saturating_add(len).div_ceil(self.page_size as u64);
+        let n = self.read_async(fs, first, end);
+        self.counters.add(Counter::PrefetchPages, n);
+    }
+
+    /// A `read_at` of pages `first..=last` touched the marker of `ra`:
+    /// start the next window, twice as large (up to the maximum), and put
+    /// the marker on its first page. Context: as [`Inner::read_async`].
+    #[cold]
+    pub(crate) fn readahead_marker(
+        &self,
+        fs: &Arc<FileShared>,
+        ra: &Readahead,
+        first: u64,
+        last: u64,
+    ) {
+        let (start, end) = {
+            let mut w = ra.window.lock();
+            // Relaxed: under the mutex, which orders the marker's writers.
+            let m = ra.marker.load(Ordering::Relaxed);
+            if !(first <= m && m <= last) {
+                return; // another reader of this handle got there first
+            }
+            let start = w.start + w.size;
+            let size = (w.size * 2).min(self.ra_max()).max(1);
+            *w = Window {
+                start,
+                size,
+                next: w.next,
+            };
+            ra.marker.store(start, Ordering::Relaxed);
+            (start, start + size)
+        };
+        let n = self.read_async(fs, start, end);
+        self.counters.add(Counter::ReadaheadPages, n);
+    }
+
+    /// Readahead's largest window in pages (0: off).
+    fn ra_max(&self) -> u64 {
+        self.readahead_max.min(self.frames.len() as u64 / 8)
+    }
+
+    /// A `read_at` of pages `first..=last` missed at `first`: decides the
+    /// window. Sequential (the miss is where the last missing request ended,
+    /// inside or just past the window, or at page 0): a window from `first`
+    /// of four times the request, then twice the last, up to the maximum;
+    /// the pages past the request are read asynchronously and the marker
+    /// goes on the first of them. Random: readahead stops. Returns the end
+    /// of the window (exclusive). Context: no sleep (a leaf mutex).
+    pub(crate) fn readahead_miss(&self, ra: &Readahead, first: u64, last: u64) -> u64 {
+        let max = self.ra_max();
+        let req = last - first + 1;
+        let mut w = ra.window.lock();
+        let sequential = max > 0
+            && (first == 0
+                || first == w.next
+                || (w.size > 0 && first >= w.start && first <= w.start + 2 * w.size));
+        w.next = last + 1;
+        if !sequential {
+            w.size = 0;
+            // Relaxed: under the mutex.
+            ra.marker.store(u64::MAX, Ordering::Relaxed);
+            return last + 1;
+        }
+        let size = if w.size == 0 { req * 4 } else { w.size * 2 }
+            .min(max)
+            .max(req);
+        w.start = first;
+        w.size = size;
+        let end = first + size;
+        ra.marker.store(
+            if last + 1 < end { last + 1 } else { u64::MAX },
+            Ordering::Relaxed,
+        );
+        end
+    }
+}

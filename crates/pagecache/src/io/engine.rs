@@ -1,0 +1,602 @@
+//! The asynchronous I/O engines: many reads and writes in flight from one
+//! thread, each finished by a completion that may run on another thread.
+//!
+//! - [`IoEngine::Uring`]: one io_uring per cache. Submitters push entries
+//!   under a mutex and enter the kernel once per batch; one reaper thread
+//!   waits for completions and runs them. Reads and writes are `READV` /
+//!   `WRITEV` of frames straight into the file (`O_DIRECT` where the file
+//!   has it).
+//! - [`IoEngine::Threads`]: the portable fallback, a pool of I/O threads
+//!   (started on demand, up to `Config::io_threads`) doing `preadv` /
+//!   `pwritev` through the backend.
+//!
+//! [`IoEngine::Auto`] takes io_uring where the kernel allows it (it may be
+//! disabled by the `io_uring_disabled` sysctl or refused by a seccomp
+//! profile) and the pool otherwise; the environment variable
+//! `PAGECACHE_IO_ENGINE` (`uring` or `threads`) overrides `Auto`, which is
+//! how CI runs the test suite on both.
+//!
+//! # Contract of an [`Op`]
+//!
+//! The op's buffers (frames) must stay valid, and nobody else may touch
+//! their bytes, until its `done` has run: the submitter holds the pages
+//! latched (reads) or pinned with write-back in flight (writes), and the
+//! engine drains every op before the cache's memory goes away
+//! ([`Engine::shutdown`], run when the last user handle of the cache drops).
+//! `done` runs exactly once, on the reaper, a pool thread, or the submitter
+//! (an op the backend refused at once).
+
+use super::{read_vectored_full, write_full, BackendFile};
+use crate::sync::unmodelled::Mutex;
+use std::io::{self, IoSliceMut};
+use std::sync::Arc;
+
+/// Which asynchronous I/O engine a cache uses (`Config::io_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoEngine {
+    /// io_uring where available, else the thread pool (default); the
+    /// environment variable `PAGECACHE_IO_ENGINE=uring|threads` overrides.
+    #[default]
+    Auto,
+    /// io_uring; creating a cache fails if the kernel refuses it.
+    Uring,
+    /// A pool of I/O threads doing `preadv` / `pwritev`.
+    Threads,
+}
+
+impl IoEngine {
+    /// The engine's name as the environment variable spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Threads => "threads",
+        }
+    }
+}
+
+/// Read into, or write from, an op's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // Write: write-back through the engine comes next
+pub(crate) enum Dir {
+    Read,
+    Write,
+}
+
+/// What to do when an op finishes: its result (bytes transferred, which
+/// is less than asked only at end of file for reads).
+pub(crate) type Done = Box<dyn FnOnce(io::Result<usize>) + Send>;
+
+/// One vectored transfer between frames and a file.
+pub(crate) struct Op {
+    pub(crate) file: Arc<dyn BackendFile>,
+    pub(crate) dir: Dir,
+    /// The buffers, in file order; see the module's contract.
+    pub(crate) iov: Vec<libc::iovec>,
+    pub(crate) offset: u64,
+    pub(crate) done: Done,
+}
+
+// SAFETY: an op is a set of raw buffers plus a `Send` closure; the buffers
+// belong to frames whose owner (the submitter's latch or write-back pin) is
+// handed to whichever thread runs `done` (the module's contract).
+unsafe impl Send for Op {}
+
+impl std::fmt::Debug for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Op")
+            .field("dir", &self.dir)
+            .field("buffers", &self.iov.len())
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl Op {
+    fn total(&self) -> usize {
+        self.iov.iter().map(|v| v.iov_len).sum()
+    }
+
+    /// Whether every buffer, its length, and the offset are aligned for
+    /// direct I/O.
+    #[cfg_attr(loom, allow(dead_code))]
+    fn aligned(&self) -> bool {
+        let a = super::DIRECT_ALIGN;
+        self.offset as usize % a == 0
+            && self
+                .iov
+                .iter()
+                .all(|v| v.iov_base as usize % a == 0 && v.iov_len % a == 0)
+    }
+
+    /// Transfers the bytes from `skip` on with blocking calls on this
+    /// thread. Returns the total done, `skip` included.
+    fn transfer_from(&self, skip: usize) -> io::Result<usize> {
+        let mut left = skip;
+        match self.dir {
+            Dir::Read => {
+                let mut bufs = Vec::with_capacity(self.iov.len());
+                for v in &self.iov {
+                    if left >= v.iov_len {
+                        left -= v.iov_len;
+                        continue;
+                    }
+                    // SAFETY: the module's contract: the buffer is valid and
+                    // ours until `done` runs.
+                    let b = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (v.iov_base as *mut u8).add(left),
+                            v.iov_len - left,
+                        )
+                    };
+                    bufs.push(IoSliceMut::new(b));
+                    left = 0;
+                }
+                Ok(skip + read_vectored_full(&*self.file, &mut bufs, self.offset + skip as u64)?)
+            }
+            Dir::Write => {
+                let mut bufs: Vec<&[u8]> = Vec::with_capacity(self.iov.len());
+                for v in &self.iov {
+                    if left >= v.iov_len {
+                        left -= v.iov_len;
+                        continue;
+                    }
+                    // SAFETY: as above; write-back only reads the frames.
+                    let b = unsafe {
+                        std::slice::from_raw_parts(
+                            (v.iov_base as *const u8).add(left),
+                            v.iov_len - left,
+                        )
+                    };
+                    bufs.push(b);
+                    left = 0;
+                }
+                write_full(&*self.file, &bufs, self.offset + skip as u64)?;
+                Ok(self.total())
+            }
+        }
+    }
+
+    /// Runs the op to the end on this thread and completes it.
+    pub(crate) fn run(self) {
+        let res = self.transfer_from(0);
+        (self.done)(res);
+    }
+
+    /// Completes an op the kernel finished with `res` (bytes, or `-errno`):
+    /// a short transfer that is not end of file, and errors that a blocking
+    /// retry may clear (a refused `O_DIRECT` transfer: the backend then
+    /// switches the file to buffered I/O), continue on this thread.
+    #[cfg_attr(loom, allow(dead_code))]
+    fn finish(self, res: i32) {
+        let res = if res < 0 {
+            match -res {
+                libc::EINVAL | libc::EAGAIN | libc::EINTR => self.transfer_from(0),
+                e => Err(io::Error::from_raw_os_error(e)),
+            }
+        } else {
+            let n = res as usize;
+            if n == self.total() || (n == 0 && self.dir == Dir::Read) {
+                Ok(n)
+            } else {
+                self.transfer_from(n)
+            }
+        };
+        (self.done)(res);
+    }
+}
+
+/// Completion of one op that a thread waits for.
+#[derive(Debug, Default)]
+pub(crate) struct Oneshot {
+    slot: Mutex<Option<io::Result<usize>>>,
+    ready: parking_lot::Condvar,
+}
+
+impl Oneshot {
+    pub(crate) fn new() -> Arc<Oneshot> {
+        Arc::new(Oneshot::default())
+    }
+    /// A `done` that hands the result to [`Oneshot::wait`].
+    pub(crate) fn done(self: &Arc<Self>) -> Done {
+        let me = self.clone();
+        Box::new(move |res| {
+            *me.slot.lock() = Some(res);
+            me.ready.notify_one();
+        })
+    }
+    /// Waits for the result. Context: sleeps.
+    pub(crate) fn wait(&self) -> io::Result<usize> {
+        let mut g = self.slot.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.ready.wait(&mut g);
+        }
+    }
+}
+
+/// A cache's engine.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    kind: IoEngine,
+    #[cfg(not(loom))]
+    uring: Option<uring::Uring>,
+    #[cfg(not(loom))]
+    pool: pool::Pool,
+}
+
+impl Engine {
+    /// Starts the engine `asked` resolves to (see [`IoEngine::Auto`]).
+    /// `threads` caps the thread pool. Context: may sleep (spawns the
+    /// reaper).
+    pub(crate) fn new(asked: IoEngine, threads: usize) -> io::Result<Engine> {
+        let asked = match asked {
+            IoEngine::Auto => match std::env::var("PAGECACHE_IO_ENGINE").as_deref() {
+                Ok("uring") => IoEngine::Uring,
+                Ok("threads") => IoEngine::Threads,
+                Ok("") | Ok("auto") | Err(_) => IoEngine::Auto,
+                Ok(other) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("PAGECACHE_IO_ENGINE={other}: expected uring, threads or auto"),
+                    ))
+                }
+            },
+            k => k,
+        };
+        #[cfg(loom)]
+        {
+            let _ = threads;
+            Ok(Engine { kind: asked })
+        }
+        #[cfg(not(loom))]
+        {
+            let pool = pool::Pool::new(threads.max(1));
+            let uring = match asked {
+                IoEngine::Threads => None,
+                IoEngine::Uring => Some(uring::Uring::new().map_err(|e| {
+                    crate::error::context(e, "starting the io_uring engine".to_string())
+                })?),
+                IoEngine::Auto => uring::Uring::new().ok(),
+            };
+            let kind = if uring.is_some() {
+                IoEngine::Uring
+            } else {
+                IoEngine::Threads
+            };
+            Ok(Engine { kind, uring, pool })
+        }
+    }
+
+    /// The engine in use: [`IoEngine::Uring`] or [`IoEngine::Threads`].
+    pub(crate) fn kind(&self) -> IoEngine {
+        self.kind
+    }
+
+    /// Starts every op; returns without waiting (an op the backend fails at
+    /// once completes on this thread). Context: no sleep beyond the
+    /// submission mutex; the caller may hold latches and pins (of the ops'
+    /// pages), no tree lock.
+    pub(crate) fn submit(&self, ops: Vec<Op>) {
+        #[cfg(loom)]
+        for op in ops {
+            op.run();
+        }
+        #[cfg(not(loom))]
+        {
+            let rest = match &self.uring {
+                Some(u) => u.submit(ops),
+                None => ops,
+            };
+            self.pool.submit(rest);
+        }
+    }
+
+    /// Waits for every op in flight, then stops the threads and closes the
+    /// ring. Later submissions run on the submitter. Context: sleeps; not
+    /// on an engine thread.
+    pub(crate) fn shutdown(&self) {
+        #[cfg(not(loom))]
+        {
+            if let Some(u) = &self.uring {
+                u.shutdown();
+            }
+            self.pool.shutdown();
+        }
+    }
+}
+
+#[cfg(not(loom))]
+mod pool {
+    //! The thread-pool engine (and io_uring's helper for ops the backend
+    //! wants done by blocking calls).
+
+    use super::Op;
+    use crate::sync::unmodelled::Mutex;
+    use parking_lot::Condvar;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+
+    #[derive(Debug, Default)]
+    struct Queue {
+        ops: VecDeque<Op>,
+        idle: usize,
+        stop: bool,
+    }
+
+    #[derive(Debug, Default)]
+    struct Shared {
+        q: Mutex<Queue>,
+        more: Condvar,
+    }
+
+    #[derive(Debug)]
+    pub(super) struct Pool {
+        shared: Arc<Shared>,
+        threads: Mutex<Vec<JoinHandle<()>>>,
+        max: usize,
+    }
+
+    impl Pool {
+        pub(super) fn new(max: usize) -> Pool {
+            Pool {
+                shared: Arc::default(),
+                threads: Mutex::new(Vec::new()),
+                max,
+            }
+        }
+
+        pub(super) fn submit(&self, ops: Vec<Op>) {
+            if ops.is_empty() {
+                return;
+            }
+            let mut q = self.shared.q.lock();
+            if q.stop {
+                drop(q);
+                ops.into_iter().for_each(Op::run);
+                return;
+            }
+            let n = ops.len();
+            q.ops.extend(ops);
+            let want = n.saturating_sub(q.idle);
+            drop(q);
+            if want > 0 {
+                let mut threads = self.threads.lock();
+                for _ in 0..want.min(self.max.saturating_sub(threads.len())) {
+                    let shared = self.shared.clone();
+                    match std::thread::Builder::new()
+                        .name("pagecache-io".into())
+                        .spawn(move || worker(&shared))
+                    {
+                        Ok(h) => threads.push(h),
+                        Err(_) => break,
+                    }
+                }
+                if threads.is_empty() {
+                    // No thread could be started: do the work here.
+                    drop(threads);
+                    let ops: Vec<Op> = self.shared.q.lock().ops.drain(..).collect();
+                    ops.into_iter().for_each(Op::run);
+                    return;
+                }
+            }
+            for _ in 0..n {
+                self.shared.more.notify_one();
+            }
+        }
+
+        pub(super) fn shutdown(&self) {
+            self.shared.q.lock().stop = true;
+            self.shared.more.notify_all();
+            for h in self.threads.lock().drain(..) {
+                let _ = h.join();
+            }
+        }
+    }
+
+    fn worker(shared: &Shared) {
+        let mut q = shared.q.lock();
+        loop {
+            if let Some(op) = q.ops.pop_front() {
+                drop(q);
+                op.run();
+                q = shared.q.lock();
+            } else if q.stop {
+                return; // the queue is drained
+            } else {
+                q.idle += 1;
+                shared.more.wait(&mut q);
+                q.idle -= 1;
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+mod uring {
+    //! The io_uring engine.
+
+    use super::{Dir, Op};
+    use crate::io::IoPlan;
+    use crate::sync::unmodelled::Mutex;
+    use io_uring::{opcode, squeue, types, IoUring};
+    use std::io;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+
+    /// Submission queue entries; the completion queue is four times as big
+    /// and the kernel keeps overflowing completions (`IORING_FEAT_NODROP`).
+    const ENTRIES: u32 = 256;
+    /// `user_data` of the no-op that tells the reaper to stop.
+    const STOP: u64 = u64::MAX;
+
+    struct Shared {
+        ring: IoUring,
+        /// Serialises pushes to the submission queue.
+        sq: Mutex<()>,
+        /// Ops submitted and not yet completed.
+        inflight: AtomicUsize,
+    }
+
+    impl std::fmt::Debug for Shared {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Shared")
+                .field("entries", &self.ring.params().sq_entries())
+                .field("inflight", &self.inflight)
+                .finish()
+        }
+    }
+
+    #[derive(Debug)]
+    pub(super) struct Uring {
+        shared: Arc<Shared>,
+        reaper: Mutex<Option<JoinHandle<()>>>,
+    }
+
+    impl Uring {
+        pub(super) fn new() -> io::Result<Uring> {
+            let ring = IoUring::builder()
+                .setup_cqsize(ENTRIES * 4)
+                .build(ENTRIES)?;
+            let shared = Arc::new(Shared {
+                ring,
+                sq: Mutex::new(()),
+                inflight: AtomicUsize::new(0),
+            });
+            let s = shared.clone();
+            let reaper = std::thread::Builder::new()
+                .name("pagecache-uring".into())
+                .spawn(move || reap(&s))?;
+            Ok(Uring {
+                shared,
+                reaper: Mutex::new(Some(reaper)),
+            })
+        }
+
+        /// Pushes every op the backend lets the ring do; returns the others
+        /// (for the thread pool). Ops failed at once complete here.
+        pub(super) fn submit(&self, ops: Vec<Op>) -> Vec<Op> {
+            let mut blocking = Vec::new();
+            let mut failed = Vec::new();
+            let s = &*self.shared;
+            let g = s.sq.lock();
+            if self.reaper.lock().is_none() {
+                return ops; // shut down: the pool runs them on this thread
+            }
+            for op in ops {
+                let fd =
+                    match op
+                        .file
+                        .io_plan(op.dir == Dir::Write, op.offset, op.total(), op.aligned())
+                    {
+                        IoPlan::Fd(fd) => fd,
+                        IoPlan::Call => {
+                            blocking.push(op);
+                            continue;
+                        }
+                        IoPlan::Fail(e) => {
+                            failed.push((op, e));
+                            continue;
+                        }
+                    };
+                let (ptr, n, off, dir) = (op.iov.as_ptr(), op.iov.len() as u32, op.offset, op.dir);
+                let data = Box::into_raw(Box::new(op)) as u64;
+                let entry = match dir {
+                    Dir::Read => opcode::Readv::new(types::Fd(fd), ptr, n)
+                        .offset(off)
+                        .build(),
+                    Dir::Write => opcode::Writev::new(types::Fd(fd), ptr, n)
+                        .offset(off)
+                        .build(),
+                }
+                .user_data(data);
+                s.inflight.fetch_add(1, Ordering::Relaxed);
+                push(s, &entry);
+            }
+            enter(s);
+            drop(g);
+            for (op, e) in failed {
+                (op.done)(Err(e));
+            }
+            blocking
+        }
+
+        pub(super) fn shutdown(&self) {
+            let Some(h) = self.reaper.lock().take() else {
+                return;
+            };
+            {
+                let _g = self.shared.sq.lock();
+                push(&self.shared, &opcode::Nop::new().build().user_data(STOP));
+                enter(&self.shared);
+            }
+            let _ = h.join();
+        }
+    }
+
+    /// Pushes one entry, submitting to make room when the queue is full.
+    /// The caller holds the submission mutex.
+    fn push(s: &Shared, entry: &squeue::Entry) {
+        loop {
+            // SAFETY: the submission mutex is held, so this is the only
+            // submission queue handle; `entry`'s buffers follow the
+            // module's contract (valid until the op completes).
+            let pushed = unsafe {
+                let mut sq = s.ring.submission_shared();
+                let r = sq.push(entry);
+                sq.sync();
+                r
+            };
+            if pushed.is_ok() {
+                return;
+            }
+            if s.ring.submit().is_err() {
+                // The kernel is busy flushing completions: let the reaper
+                // drain them.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Submits what is queued; errors leave entries for the reaper, whose
+    /// wait submits them too.
+    fn enter(s: &Shared) {
+        let _ = s.ring.submit();
+    }
+
+    fn reap(s: &Shared) {
+        let mut stopping = false;
+        let mut done = Vec::new();
+        loop {
+            if let Err(e) = s.ring.submit_and_wait(1) {
+                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            // SAFETY: the reaper is the only user of the completion queue.
+            unsafe {
+                let mut cq = s.ring.completion_shared();
+                cq.sync();
+                done.extend(cq.map(|c| (c.user_data(), c.result())));
+            }
+            for (data, res) in done.drain(..) {
+                if data == STOP {
+                    stopping = true;
+                    continue;
+                }
+                // SAFETY: every other user_data is a boxed op leaked by
+                // `submit`; the kernel completes each entry once.
+                let op = unsafe { Box::from_raw(data as *mut Op) };
+                op.finish(res);
+                s.inflight.fetch_sub(1, Ordering::Relaxed);
+            }
+            if stopping && s.inflight.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+        }
+    }
+}
