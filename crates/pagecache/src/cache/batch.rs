@@ -346,8 +346,11 @@ impl Inner {
     }
 
     /// Readahead's largest window in pages (0: off).
+    /// Bounded by a 32nd of the cache: S3-FIFO's probationary queue holds
+    /// a tenth of it, and a window larger than that would be evicted
+    /// before its reader gets there (readahead thrashing).
     fn ra_max(&self) -> u64 {
-        self.readahead_max.min(self.frames.len() as u64 / 8)
+        self.readahead_max.min(self.frames.len() as u64 / 32)
     }
 
     /// A `read_at` of pages `first..=last` missed at `first`: decides the
