@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use pagecache::{os_error, Config, Faults, FaultyBackend, IoEngine, PageCache, PosixBackend};
-use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
