@@ -25,10 +25,22 @@ use crate::cache::{FileShared, Inner, SizeShared};
 use crate::error::context;
 use crate::frame::state::{PinFail, PinKind};
 use crate::frame::FrameNo;
-use crate::io::write_full;
+use crate::io::engine::{Dir, Oneshot, Op};
+use crate::io::{write_full, BackendFile};
 use crate::stats::Counter;
 use crate::sync::Ordering;
 use std::io;
+use std::sync::Arc;
+
+/// A run of consecutive pages `(index, frame)`, pinned for write-back.
+type WbRun = Vec<(u64, FrameNo)>;
+
+/// A flush's runs whose writes are in flight, pinned.
+#[derive(Default)]
+struct InFlight {
+    runs: Vec<(WbRun, Option<Arc<Oneshot>>)>,
+    pages: usize,
+}
 
 /// Outcome of pinning a tagged page for write-back.
 enum WbPin {
@@ -43,8 +55,9 @@ enum WbPin {
 impl Inner {
     /// Writes back a run of consecutive pages `(index, frame)` that the
     /// caller has pinned, `start_writeback()` succeeded on, and (for sync)
-    /// ordered. Caller holds the size lock shared. Ends write-back on each
-    /// page (dirty again on failure, re-tagged) but keeps the pins.
+    /// ordered, with one blocking I/O on this thread. Caller holds the size
+    /// lock shared. Ends write-back on each page (dirty again on failure,
+    /// re-tagged) but keeps the pins.
     /// Context: may sleep (I/O); the caller holds the run's pins and, proved
     /// by `_size`, the file's size lock shared; no tree lock.
     fn write_pages(
@@ -53,34 +66,76 @@ impl Inner {
         _size: &SizeShared<'_>,
         run: &[(u64, FrameNo)],
     ) -> io::Result<()> {
+        let res = match self.run_buffers(fs, run) {
+            Err(e) => Err(e),
+            Ok(None) => Ok(()),
+            Ok(Some((w, offset, iov))) => {
+                let slices: Vec<&[u8]> = iov
+                    .iter()
+                    // SAFETY: the frames are pinned by the caller, so the
+                    // bytes do not change; lengths are within the frames.
+                    .map(|v| unsafe {
+                        std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
+                    })
+                    .collect();
+                write_full(&*w, &slices, offset)
+            }
+        };
+        self.end_run(fs, run, res)
+    }
+
+    /// Step 3's buffers for `run`: the pages' bytes below the length read
+    /// now, as `(descriptor, offset, iovecs)`; `None` if every page lies
+    /// past end of file. Context: any; the caller holds the run's pins and
+    /// the size lock shared.
+    #[allow(clippy::type_complexity)]
+    fn run_buffers(
+        &self,
+        fs: &FileShared,
+        run: &[(u64, FrameNo)],
+    ) -> io::Result<Option<(Arc<dyn BackendFile>, u64, Vec<libc::iovec>)>> {
         let ps = self.page_size as u64;
         // Acquire: read after pinning the run, so a shrink that began later
         // (it latches the last page, waiting for our pin) cannot be missed;
         // pairs with `set_len`'s Release store.
         let len = fs.len.load(Ordering::Acquire);
         let first = run[0].0;
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(run.len());
+        let mut iov = Vec::with_capacity(run.len());
         for &(index, f) in run {
             let start = index << self.shift;
             let n = len.saturating_sub(start).min(ps) as usize;
             if n == 0 {
                 break;
             }
-            // SAFETY: pinned by the caller, so the bytes do not change.
-            slices.push(unsafe { &self.frames.bytes(f)[..n] });
+            iov.push(libc::iovec {
+                iov_base: self.frames.ptr(f).cast(),
+                iov_len: n,
+            });
         }
-        let res = match fs.write_fd.get() {
-            _ if slices.is_empty() => Ok(()),
-            Some(w) => {
-                self.count(Counter::Writes);
-                fs.disk.touch();
-                write_full(&**w, &slices, first << self.shift)
-            }
-            None => Err(io::Error::new(
+        if iov.is_empty() {
+            return Ok(None);
+        }
+        let w = fs.write_fd.get().cloned().ok_or_else(|| {
+            io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "dirty pages but no writable descriptor",
-            )),
-        };
+            )
+        })?;
+        self.count(Counter::Writes);
+        fs.disk.touch();
+        Ok(Some((w, first << self.shift, iov)))
+    }
+
+    /// Step 4 for `run` with the write's result: ends write-back on each
+    /// page (dirty again and re-tagged on failure); keeps the pins.
+    /// Context: no sleep; the caller holds the run's pins.
+    fn end_run(
+        &self,
+        fs: &FileShared,
+        run: &[(u64, FrameNo)],
+        res: io::Result<()>,
+    ) -> io::Result<()> {
+        let first = run[0].0;
         let failed = res.is_err();
         for &(index, f) in run {
             let d = self.desc(f);
@@ -136,7 +191,8 @@ impl Inner {
     pub(crate) fn flush(&self, fs: &FileShared, durable: bool) -> io::Result<()> {
         // Pages per write: up to 64, but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
-        // tiny cache found it: 8 threads and a syncer over 16 frames).
+        // tiny cache found it: 8 threads and a syncer over 16 frames). The
+        // same bound holds for all the runs in flight at once.
         let run_max = 64.min(self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
         // Shared for the whole sync: excludes only `set_len`. Writers and
@@ -145,18 +201,21 @@ impl Inner {
         {
             let mut dirty = Vec::new();
             fs.tree.lock().take_dirty(&self.nodes, &mut dirty);
+            let mut flight = InFlight::default();
             let mut i = 0;
             while i < dirty.len() {
                 // Gather a run of consecutive dirty pages, pinned. Never wait
                 // for a latch while holding pins (the latch holder may be
-                // waiting, through a pending writer, for one of them).
+                // waiting, through a pending writer, for one of them): runs
+                // in flight are finished first.
                 let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(run_max);
                 while i < dirty.len() && run.len() < run_max {
                     let (index, f) = dirty[i];
                     if run.last().is_some_and(|&(li, _)| index != li + 1) {
                         break;
                     }
-                    match self.pin_for_writeback(fs, index, f, run.is_empty()) {
+                    let wait = run.is_empty() && flight.pages == 0;
+                    match self.pin_for_writeback(fs, index, f, wait) {
                         WbPin::Pinned => {
                             run.push((index, f));
                             i += 1;
@@ -165,18 +224,23 @@ impl Inner {
                             i += 1;
                             break;
                         }
-                        WbPin::Busy => break, // retried with no pins held
+                        WbPin::Busy if run.is_empty() => {
+                            // Latched: finish what is in flight, then wait
+                            // for it with no pins held.
+                            self.finish_flight(fs, &mut flight, &mut first_err);
+                            break;
+                        }
+                        WbPin::Busy => break,
                     }
                 }
                 if !run.is_empty() {
-                    if let Err(e) = self.write_pages(fs, &size, &run) {
-                        first_err.get_or_insert(e);
-                    }
-                    for &(_, f) in &run {
-                        self.release(f);
+                    self.start_run(fs, &size, run, &mut flight, &mut first_err);
+                    if flight.pages >= run_max {
+                        self.finish_flight(fs, &mut flight, &mut first_err);
                     }
                 }
             }
+            self.finish_flight(fs, &mut flight, &mut first_err);
         }
         let res = match first_err {
             Some(e) => Err(e),
@@ -219,6 +283,64 @@ impl Inner {
                 format!("{}: fdatasync (length {len})", fs.path.display()),
             )
         })
+    }
+
+    /// Step 3 for a flush: submits `run`'s write to the engine (all of a
+    /// sync's runs are in flight at once, up to its pin bound). Context: no
+    /// sleep beyond the engine's submission; the caller holds the run's
+    /// pins and, proved by `_size`, the size lock shared.
+    fn start_run(
+        &self,
+        fs: &FileShared,
+        _size: &SizeShared<'_>,
+        run: Vec<(u64, FrameNo)>,
+        flight: &mut InFlight,
+        first_err: &mut Option<io::Error>,
+    ) {
+        match self.run_buffers(fs, &run) {
+            Ok(Some((file, offset, iov))) => {
+                let w = Oneshot::new();
+                self.engine.submit(vec![Op {
+                    file,
+                    dir: Dir::Write,
+                    iov,
+                    offset,
+                    done: w.done(),
+                }]);
+                flight.pages += run.len();
+                flight.runs.push((run, Some(w)));
+            }
+            res => {
+                // Nothing to write (past end of file), or no descriptor.
+                let res = res.map(|_| ());
+                if let Err(e) = self.end_run(fs, &run, res) {
+                    first_err.get_or_insert(e);
+                }
+                for &(_, f) in &run {
+                    self.release(f);
+                }
+            }
+        }
+    }
+
+    /// Waits for every run in flight, ends their write-back and drops
+    /// their pins. Context: may sleep (waits for the I/O).
+    fn finish_flight(
+        &self,
+        fs: &FileShared,
+        flight: &mut InFlight,
+        first_err: &mut Option<io::Error>,
+    ) {
+        for (run, w) in flight.runs.drain(..) {
+            let res = w.map_or(Ok(()), |w| w.wait().map(|_| ()));
+            if let Err(e) = self.end_run(fs, &run, res) {
+                first_err.get_or_insert(e);
+            }
+            for &(_, f) in &run {
+                self.release(f);
+            }
+        }
+        flight.pages = 0;
     }
 
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
