@@ -66,6 +66,13 @@ pub struct Config {
     /// 0 turns readahead off). A sequential reader's window starts small
     /// and doubles up to this.
     pub readahead_max: usize,
+    /// Percentage of the capacity that may be dirty before the background
+    /// flusher starts writing dirty pages back (default 10).
+    pub dirty_background_percent: u32,
+    /// Percentage of the capacity that may be dirty before `write_at`
+    /// waits for the flusher (dirty throttling; default 30). At least
+    /// `dirty_background_percent`, at most 100.
+    pub dirty_limit_percent: u32,
 }
 
 impl Default for Config {
@@ -80,6 +87,8 @@ impl Default for Config {
             io_engine: IoEngine::Auto,
             io_threads: 16,
             readahead_max: 1 << 20,
+            dirty_background_percent: 10,
+            dirty_limit_percent: 30,
         }
     }
 }
@@ -93,6 +102,16 @@ impl Config {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("page_size {ps} is not a power of two from 4096 to 2097152"),
+            ));
+        }
+        let (bg, limit) = (self.dirty_background_percent, self.dirty_limit_percent);
+        if !(bg > 0 && bg <= limit && limit <= 100) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "dirty_background_percent {bg} and dirty_limit_percent {limit}: \
+                     need 0 < background <= limit <= 100"
+                ),
             ));
         }
         let n = self.capacity / ps;
@@ -515,13 +534,15 @@ impl File {
         shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 && cache.discard(&shared)
     }
 
-    /// Number of this file's pages that are dirty (a snapshot; tests).
+    /// Number of this file's pages whose bytes are not known to be in the
+    /// file: dirty, or being written back right now (a snapshot; tests).
     pub fn dirty_pages(&self) -> usize {
         let mut n = 0;
         for i in 0..self.npages() {
             if let Some(f) = self.shared.tree.lookup(&self.cache.nodes, i) {
+                let s = self.cache.desc(f).snapshot();
                 if self.cache.desc(f).identity() == (self.shared.id, i)
-                    && self.cache.desc(f).snapshot().is_dirty()
+                    && (s.is_dirty() || s.is_under_writeback())
                 {
                     n += 1;
                 }

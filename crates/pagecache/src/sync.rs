@@ -26,7 +26,9 @@ pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Atomic
 /// and `parking_lot`'s mutex, the same with and without `--cfg loom`.
 pub(crate) mod unmodelled {
     pub(crate) use parking_lot::Mutex;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
 }
 
 /// Gives up the CPU: `std::thread::yield_now`, or a loom scheduling point.
@@ -265,6 +267,25 @@ impl<T> Mutex<T> {
         return self.inner.lock();
         #[cfg(loom)]
         return self.inner.lock().unwrap();
+    }
+
+    /// The lock if it is free right now.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        #[cfg(all(feature = "lockstat", not(loom)))]
+        return self.inner.try_lock().map(|g| {
+            crate::stats::lockstat::acquired(self.class.0, None);
+            Held {
+                g,
+                class: self.class.0,
+                since: std::time::Instant::now(),
+            }
+        });
+        #[cfg(all(not(feature = "lockstat"), not(loom)))]
+        return self.inner.try_lock();
+        #[cfg(loom)]
+        return self.inner.try_lock().ok();
     }
 }
 

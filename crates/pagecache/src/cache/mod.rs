@@ -122,6 +122,14 @@ pub(crate) struct Inner {
     /// synchronously or not: reclaim waits for them rather than report
     /// `OutOfMemory`, since they end by themselves.
     pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
+    /// (A) dirty pages (`reclaim/flusher.rs`); may dip below 0 for a moment.
+    pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
+    /// (C) dirty pages past which the flusher writes back.
+    pub(crate) dirty_background: usize,
+    /// (C) dirty pages past which writers wait for the flusher.
+    pub(crate) dirty_limit: usize,
+    /// (C) the background flusher (its own leaf mutex).
+    pub(crate) flusher: crate::reclaim::Flusher,
     /// (C) the largest readahead window, in pages (0: no readahead).
     pub(crate) readahead_max: u64,
     /// (C) this cache, for completions that outlive the call that
@@ -155,8 +163,10 @@ impl std::ops::Deref for Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // Every read in flight completes (its frame is written by the
-        // kernel until then); the threads and the ring go away.
+        // The flusher first (it submits to the engine); then every I/O in
+        // flight completes (its frame is written by the kernel until then);
+        // the threads and the ring go away.
+        self.inner.stop_flusher();
         self.inner.engine.shutdown();
     }
 }
@@ -217,6 +227,10 @@ impl Inner {
             engine,
             async_pages: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
             filling: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
+            dirty: CachePadded::new(crate::sync::unmodelled::AtomicIsize::new(0)),
+            dirty_background: (nframes * config.dirty_background_percent as usize / 100).max(1),
+            dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
+            flusher: Default::default(),
             readahead_max,
             me: std::sync::OnceLock::new(),
         })
@@ -440,6 +454,7 @@ impl Drop for FrameLatch<'_> {
                 let old = d.unlatch_dirty();
                 if !old.is_dirty() && !old.is_removed() {
                     fs.tree.tag_dirty(&self.cache.nodes, index);
+                    self.cache.dirtied();
                 }
             }
             None => d.unlatch(),

@@ -47,6 +47,14 @@ pub(crate) struct FileShared {
     /// (A) open handles; 0 means only the registry keeps it (dirty pages
     /// whose write-back failed).
     pub(crate) handles: AtomicUsize,
+    /// The flush lock: held by `sync` and close for their whole write-back
+    /// (so they serialise), tried by the flusher, which skips a file being
+    /// synced — a sync then never misses pages the flusher took from under
+    /// it. Above the size lock in the lock order.
+    pub(crate) flushing: Mutex<()>,
+    /// (A) pages of this file under write-back right now (any writer:
+    /// sync, eviction, the flusher); `sync` waits for 0.
+    pub(crate) writeback: AtomicUsize,
     /// (M) write-back error from eviction, reported by the next `sync`.
     pub(crate) wb_error: Mutex<Option<io::Error>>,
     /// The file's contents on disk as loom sees them: every read, write
@@ -101,6 +109,8 @@ impl Inner {
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),
+            writeback: AtomicUsize::new(0),
+            flushing: Mutex::with_class((), LockClass::Other),
             wb_error: Mutex::with_class(None, LockClass::Other),
             disk: Witness::default(),
         });
@@ -181,7 +191,14 @@ impl Inner {
         }
         // With no handle, pages can be dirtied only by nobody: the check is
         // for write-back races (a failed eviction write-back re-dirties).
-        if !discard && self.has_dirty(fs) {
+        // A page under write-back is clean now but dirty again if the write
+        // fails: wait for the writer (the flusher or eviction) to finish;
+        // it releases the file then. With no handle nothing new can be
+        // dirtied, so once the count is 0 `has_dirty` is the last word.
+        // Acquire: pairs with the write-backs' Release decrement.
+        if !discard
+            && (fs.writeback.load(crate::sync::Ordering::Acquire) != 0 || self.has_dirty(fs))
+        {
             return false;
         }
         // Only our own entry: a racing open may have registered a new file
@@ -203,12 +220,18 @@ impl Inner {
         was
     }
 
-    /// Whether any cached page of `fs` is dirty. Context: no sleep; takes
-    /// the tree lock.
+    /// Whether any cached page of `fs` is dirty or under write-back.
+    /// Context: no sleep; takes the tree lock.
     fn has_dirty(&self, fs: &FileShared) -> bool {
         let mut all = Vec::new();
         fs.tree.lock().entries_from(&self.nodes, 0, &mut all);
-        all.iter().any(|&(_, f)| self.desc(f).snapshot().is_dirty())
+        // Under write-back counts: the write may fail and re-dirty it (the
+        // page goes DIRTY -> WRITEBACK -> clean or DIRTY in single RMWs, so
+        // a page seen clean here stays clean with no handle open).
+        all.iter().any(|&(_, f)| {
+            let s = self.desc(f).snapshot();
+            s.is_dirty() || s.is_under_writeback()
+        })
     }
 
     /// The open file with id `id`. Context: no sleep; takes the registry

@@ -280,6 +280,8 @@ impl Inner {
         if end > fs.len.load(Ordering::Acquire) {
             self.check_len(fs, end, "write")?;
         }
+        // Dirty throttling, before any lock (reclaim/flusher.rs).
+        self.balance_dirty();
         let size = fs.size.read_recursive();
         let ps = self.page_size;
         let mut done = 0;

@@ -70,8 +70,14 @@ impl Inner {
             let mut g = fs.tree.lock();
             g.entries_from(&self.nodes, first, &mut victims);
             for &(index, f) in &victims {
-                if g.remove(&self.nodes, index, f) && self.desc(f).orphan() == Released::Last {
-                    to_free.push(f);
+                if g.remove(&self.nodes, index, f) {
+                    let (released, old) = self.desc(f).orphan_state();
+                    if old.is_dirty() {
+                        self.cleaned();
+                    }
+                    if released == Released::Last {
+                        to_free.push(f);
+                    }
                 }
             }
         }

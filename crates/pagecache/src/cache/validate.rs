@@ -23,6 +23,7 @@ impl Inner {
     /// takes the registry lock, then each tree lock in turn.
     pub(crate) fn validate(&self) {
         self.wait_async_reads();
+        self.wait_flusher_idle();
         let reg = self.registry.read();
         let mut in_index = vec![false; self.frames.len()];
         for fs in reg.by_id.values() {

@@ -648,6 +648,12 @@ impl FrameDesc {
     /// anonymous slot's swap), or lost the race to put it in. Pinned pages
     /// stay alive until their last release frees them. Context: no sleep.
     pub fn orphan(&self) -> Released {
+        self.orphan_state().0
+    }
+
+    /// [`FrameDesc::orphan`], also returning the state before (whether the
+    /// page was dirty: the cache's dirty count drops by it).
+    pub fn orphan_state(&self) -> (Released, State) {
         // Release: like `release`, our accesses happen-before the freer's.
         let old = self
             .state
@@ -656,7 +662,7 @@ impl FrameDesc {
                 Some(((s | REMOVED) & !DIRTY) - 1)
             })
             .unwrap_or_else(|s| s);
-        self.after_drop_ref(State(old))
+        (self.after_drop_ref(State(old)), State(old))
     }
 
     // ----- replacement ------------------------------------------------------------

@@ -22,7 +22,7 @@
 //! the policy (`not_evicted`), so a racy policy only costs a retry.
 
 use crate::cache::Inner;
-use crate::error::{clone_error, context};
+use crate::error::context;
 use crate::frame::alloc::FrameAllocator;
 use crate::frame::state::{PinKind, Released};
 use crate::frame::FrameNo;
@@ -221,7 +221,7 @@ impl Inner {
             if let Err(e) = self.writeback_run(&fs, &size, &[(index, f)]) {
                 // For the file's next sync or close, and for our caller if
                 // no frame can be had at all.
-                *fs.wb_error.lock() = Some(clone_error(&e));
+                // (`end_run` recorded it in the file's `wb_error`.)
                 *wb_failed = Some(e);
                 return self.drop_evict_pin(f);
             }

@@ -124,6 +124,8 @@ mod imp {
 
 mod clock;
 mod evict;
+mod flusher;
+pub(crate) use flusher::Flusher;
 mod smp_lru;
 mod strict_lru;
 mod writeback;

@@ -22,7 +22,7 @@
 //! and only then does the flush wait.
 
 use crate::cache::{FileShared, Inner, SizeShared};
-use crate::error::context;
+use crate::error::{clone_error, context};
 use crate::frame::state::{PinFail, PinKind};
 use crate::frame::FrameNo;
 use crate::io::engine::{Dir, Oneshot, Op};
@@ -40,6 +40,8 @@ type WbRun = Vec<(u64, FrameNo)>;
 struct InFlight {
     runs: Vec<(WbRun, Option<Arc<Oneshot>>)>,
     pages: usize,
+    /// Record failures in the file's `wb_error` (see `end_run`).
+    record: bool,
 }
 
 /// Outcome of pinning a tagged page for write-back.
@@ -81,7 +83,7 @@ impl Inner {
                 write_full(&*w, &slices, offset)
             }
         };
-        self.end_run(fs, run, res)
+        self.end_run(fs, run, res, true)
     }
 
     /// Step 3's buffers for `run`: the pages' bytes below the length read
@@ -129,11 +131,17 @@ impl Inner {
     /// Step 4 for `run` with the write's result: ends write-back on each
     /// page (dirty again and re-tagged on failure); keeps the pins.
     /// Context: no sleep; the caller holds the run's pins.
+    ///
+    /// With `record` (write-back nobody waits for: eviction, the flusher) a
+    /// failure is also kept in the file's `wb_error` for its next `sync` or
+    /// close — before the pages stop counting as in flight, so a `sync`
+    /// that waits for them (`wait_writeback`) finds the error.
     fn end_run(
         &self,
         fs: &FileShared,
         run: &[(u64, FrameNo)],
         res: io::Result<()>,
+        record: bool,
     ) -> io::Result<()> {
         let first = run[0].0;
         let failed = res.is_err();
@@ -142,9 +150,12 @@ impl Inner {
             let old = d.end_writeback(failed);
             if failed && !old.is_removed() {
                 fs.tree.tag_dirty(&self.nodes, index);
+                // Counted, but no kick: a flusher whose writes fail must
+                // not wake itself to fail again at once.
+                self.redirtied();
             }
         }
-        match res {
+        let res = match res {
             Ok(()) => {
                 self.counters.add(Counter::Writebacks, run.len() as u64);
                 Ok(())
@@ -152,12 +163,52 @@ impl Inner {
             Err(e) => {
                 self.count(Counter::WriteErrors);
                 let last = run[run.len() - 1].0;
-                Err(context(
+                let e = context(
                     e,
                     format!("{}: writing back pages {first}..={last}", fs.path.display()),
-                ))
+                );
+                if record {
+                    *fs.wb_error.lock() = Some(clone_error(&e));
+                }
+                Err(e)
+            }
+        };
+        // Release: the pages' end of write-back and the recorded error
+        // happen-before a waiting sync's Acquire load of the count.
+        fs.writeback.fetch_sub(run.len(), Ordering::Release);
+        res
+    }
+
+    /// Write-back started on one page of `fs` outside `write_dirty` (its
+    /// DIRTY bit became WRITEBACK). Context: any, no sleep.
+    fn wb_started(&self, fs: &FileShared) {
+        self.cleaned();
+        // Relaxed: the RMW on the page's state ordered the start; the
+        // count's readers synchronise with the Release decrement.
+        fs.writeback.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Waits until no page of `fs` is under write-back by anyone: `sync`
+    /// must not return while another thread's write of a page it did not
+    /// find dirty (the flusher took the tag) is still in flight, or before
+    /// that write's error is recorded. Context: may sleep; holds nothing
+    /// but the size lock shared.
+    /// Returns whether there was any to wait for.
+    fn wait_writeback(&self, fs: &FileShared) -> bool {
+        let mut spins = 0u32;
+        // Acquire: pairs with `end_run`'s Release decrement.
+        while fs.writeback.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 64 {
+                crate::sync::yield_now();
+            } else {
+                #[cfg(not(loom))]
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                #[cfg(loom)]
+                crate::sync::yield_now();
             }
         }
+        spins > 0
     }
 
     /// Write-back of pages the caller has pinned; starts write-back on each
@@ -173,7 +224,13 @@ impl Inner {
         let run: Vec<_> = pages
             .iter()
             .copied()
-            .filter(|&(_, f)| self.desc(f).start_writeback())
+            .filter(|&(_, f)| {
+                let started = self.desc(f).start_writeback();
+                if started {
+                    self.wb_started(fs);
+                }
+                started
+            })
             .collect();
         if run.is_empty() {
             return Ok(());
@@ -189,19 +246,68 @@ impl Inner {
     /// size lock shared (exclusive-free: `read_recursive`), the tree lock
     /// briefly; the caller holds no `PageMut` of this file.
     pub(crate) fn flush(&self, fs: &FileShared, durable: bool) -> io::Result<()> {
+        // One sync of a file at a time, and none while the flusher writes
+        // it back (it skips the file while we hold this).
+        let _flushing = fs.flushing.lock();
+        // Shared for the whole sync: excludes only `set_len`. Writers and
+        // eviction's write-back run concurrently.
+        let size = fs.size.read_recursive();
+        let mut res = self.write_dirty(fs, &size, false);
+        // Others' write-backs of pages we did not find dirty (the flusher,
+        // eviction) end, and record their errors, before we report; pages
+        // whose write failed meanwhile are dirty again: write them too, so
+        // a sync that reports an earlier error still wrote every page.
+        if self.wait_writeback(fs) && res.is_ok() {
+            res = self.write_dirty(fs, &size, false);
+            self.wait_writeback(fs);
+        }
+        let res = match res {
+            Err(e) => Err(e),
+            Ok(()) => self.persist(fs, size, durable),
+        };
+        // An error eviction met is reported once, to this sync or close,
+        // whatever else happens (the kernel's errseq rule): taken now, it is
+        // spent. If this call fails for its own reasons, that error is
+        // returned and stands for both.
+        let recorded = fs.wb_error.lock().take();
+        match (res, recorded) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(e)) => Err(context(
+                e,
+                "earlier write-back failed during eviction or background write-back",
+            )),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Writes every dirty page of `fs` back: every run submitted to the
+    /// engine at once (up to the pin bound), then waited for. Returns the
+    /// first error; failed pages stay dirty. Context: may sleep (I/O, latch
+    /// waits with no pins held); the caller holds, proved by `size`, the
+    /// size lock shared.
+    /// `record` as for [`Inner::end_run`].
+    fn write_dirty(&self, fs: &FileShared, size: &SizeShared<'_>, record: bool) -> io::Result<()> {
         // Pages per write: up to 64, but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
         // tiny cache found it: 8 threads and a syncer over 16 frames). The
         // same bound holds for all the runs in flight at once.
         let run_max = 64.min(self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
-        // Shared for the whole sync: excludes only `set_len`. Writers and
-        // eviction's write-back run concurrently.
-        let size = fs.size.read_recursive();
         {
             let mut dirty = Vec::new();
-            fs.tree.lock().take_dirty(&self.nodes, &mut dirty);
-            let mut flight = InFlight::default();
+            {
+                let g = fs.tree.lock();
+                g.take_dirty(&self.nodes, &mut dirty);
+                // The taken pages count as under write-back from now on (not
+                // from their pin): a sync that finds their tags gone must
+                // find them here. Under the tree lock, which a later take
+                // also takes. Relaxed: ordered by that lock.
+                fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
+            }
+            let mut flight = InFlight {
+                record,
+                ..InFlight::default()
+            };
             let mut i = 0;
             while i < dirty.len() {
                 // Gather a run of consecutive dirty pages, pinned. Never wait
@@ -221,6 +327,8 @@ impl Inner {
                             i += 1;
                         }
                         WbPin::Skip => {
+                            // Release: as `end_run`'s decrement.
+                            fs.writeback.fetch_sub(1, Ordering::Release);
                             i += 1;
                             break;
                         }
@@ -234,7 +342,7 @@ impl Inner {
                     }
                 }
                 if !run.is_empty() {
-                    self.start_run(fs, &size, run, &mut flight, &mut first_err);
+                    self.start_run(fs, size, run, &mut flight, &mut first_err);
                     if flight.pages >= run_max {
                         self.finish_flight(fs, &mut flight, &mut first_err);
                     }
@@ -242,20 +350,18 @@ impl Inner {
             }
             self.finish_flight(fs, &mut flight, &mut first_err);
         }
-        let res = match first_err {
-            Some(e) => Err(e),
-            None => self.persist(fs, size, durable),
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// [`Inner::write_dirty`] for the flusher: takes the size lock shared
+    /// itself. Context: as `write_dirty`; no lock held.
+    /// Skips (`Ok`) a file that a sync or close is flushing now.
+    pub(crate) fn write_dirty_file(&self, fs: &FileShared) -> io::Result<()> {
+        let Some(_flushing) = fs.flushing.try_lock() else {
+            return Ok(());
         };
-        // An error eviction met is reported once, to this sync or close,
-        // whatever else happens (the kernel's errseq rule): taken now, it is
-        // spent. If this call fails for its own reasons, that error is
-        // returned and stands for both.
-        let recorded = fs.wb_error.lock().take();
-        match (res, recorded) {
-            (Err(e), _) => Err(e),
-            (Ok(()), Some(e)) => Err(context(e, "earlier write-back failed during eviction")),
-            (Ok(()), None) => Ok(()),
-        }
+        let size = fs.size.read_recursive();
+        self.write_dirty(fs, &size, true)
     }
 
     /// The end of a flush whose page writes succeeded: with `durable`,
@@ -313,7 +419,7 @@ impl Inner {
             res => {
                 // Nothing to write (past end of file), or no descriptor.
                 let res = res.map(|_| ());
-                if let Err(e) = self.end_run(fs, &run, res) {
+                if let Err(e) = self.end_run(fs, &run, res, flight.record) {
                     first_err.get_or_insert(e);
                 }
                 for &(_, f) in &run {
@@ -333,7 +439,7 @@ impl Inner {
     ) {
         for (run, w) in flight.runs.drain(..) {
             let res = w.map_or(Ok(()), |w| w.wait().map(|_| ()));
-            if let Err(e) = self.end_run(fs, &run, res) {
+            if let Err(e) = self.end_run(fs, &run, res, flight.record) {
                 first_err.get_or_insert(e);
             }
             for &(_, f) in &run {
@@ -355,6 +461,8 @@ impl Inner {
                         self.release(f);
                         return WbPin::Skip;
                     }
+                    // Counted in `fs.writeback` since `write_dirty` took it.
+                    self.cleaned();
                     return WbPin::Pinned;
                 }
                 Err(PinFail::Latched) if wait => d.wait_unlatched_as(fs.id, index),

@@ -84,12 +84,16 @@ pub fn dirty_cache(d: &TempDir) -> DirtyCache {
 }
 
 /// A cache of `frames` 4 KiB frames over the fault-injecting backend, and
-/// the switches of its faults.
+/// the switches of its faults; no background write-back.
 pub fn faulty(frames: usize) -> (PageCache, std::sync::Arc<pagecache::Faults>) {
     let faults = pagecache::Faults::new();
     let c = PageCache::with_backend(
         Config {
             capacity: frames * PS,
+            // No background write-back: these tests decide when pages are
+            // written (eviction, sync) and what fails then.
+            dirty_background_percent: 100,
+            dirty_limit_percent: 100,
             ..Config::default()
         },
         pagecache::FaultyBackend::new(pagecache::PosixBackend, faults.clone()),

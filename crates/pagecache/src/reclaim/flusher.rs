@@ -1,0 +1,234 @@
+//! Background write-back and dirty throttling, in the kernel's style
+//! (`balance_dirty_pages`, the flusher threads), scaled down to one cache.
+//!
+//! - The cache counts its dirty pages (`Inner::dirty`): +1 when a page
+//!   becomes dirty (a write unlatches a clean page, a failed write-back
+//!   re-dirties one), -1 when it stops being dirty (write-back starts, a
+//!   truncate or discard drops it). Each transition is one RMW on the page's
+//!   state word, so each is counted once.
+//! - Past the background threshold (`Config::dirty_background`, a fraction
+//!   of the capacity) the flusher thread wakes and writes dirty files back
+//!   (every dirty run of a file submitted at once, as `sync` does, without
+//!   `fdatasync`), until the count is below half the threshold or a pass
+//!   makes no progress.
+//! - Past the hard limit (`Config::dirty_limit`) a `write_at` waits, before
+//!   taking any lock, for the flusher to bring the count down (or to finish
+//!   a pass without progress: a failing disk must not hang writers).
+//! - A write-back error of the flusher is kept in the file's `wb_error` and
+//!   reported by its next `sync` or `close`, once, as eviction's are; the
+//!   pages stay dirty.
+//! - The thread starts the first time it is needed and stops (joined) when
+//!   the cache's last handle drops, before the I/O engine stops.
+
+// Under loom there is no flusher thread (models drive write-back directly).
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+use crate::cache::Inner;
+use crate::sync::unmodelled::{AtomicBool, Mutex, Ordering};
+use parking_lot::Condvar;
+use std::thread::JoinHandle;
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
+
+/// Longest a throttled writer waits for the flusher (per `write_at`):
+/// throttling slows writers down, it must never hang one.
+const THROTTLE_MAX: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Work asked for since the thread last looked.
+    kicked: bool,
+    /// The cache is going away.
+    stop: bool,
+    /// Passes finished (throttled writers wait for this to move).
+    passes: u64,
+    /// The thread, once started.
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The background flusher of one cache.
+#[derive(Debug, Default)]
+pub(crate) struct Flusher {
+    state: Mutex<State>,
+    /// Wakes the thread.
+    work: Condvar,
+    /// Wakes throttled writers after each pass.
+    pass_done: Condvar,
+    /// (A) kicked and not yet idle again: `dirtied` kicks only when clear.
+    busy: AtomicBool,
+}
+
+impl Inner {
+    /// A page became dirty. Context: any, no sleep but the flusher's
+    /// leaf mutex when the background threshold is crossed.
+    #[inline]
+    pub(crate) fn dirtied(&self) {
+        // Relaxed: a count for thresholds, not a protocol.
+        let n = self.dirty.fetch_add(1, Ordering::Relaxed) + 1;
+        if n > self.dirty_background as isize && !self.flusher.busy.load(Ordering::Relaxed) {
+            self.kick_flusher();
+        }
+    }
+
+    /// A failed write-back made a page dirty again: counted like
+    /// [`Inner::dirtied`] but without waking the flusher. Context: any.
+    #[inline]
+    pub(crate) fn redirtied(&self) {
+        // Relaxed: as `dirtied`.
+        self.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A page stopped being dirty. Context: any, no sleep.
+    #[inline]
+    pub(crate) fn cleaned(&self) {
+        // Relaxed: as `dirtied`.
+        self.dirty.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Dirty pages now (a snapshot).
+    pub(crate) fn dirty_pages(&self) -> usize {
+        // Relaxed: a snapshot.
+        self.dirty.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// Wakes the flusher, starting it if need be. Context: no sleep but a
+    /// leaf mutex (and a thread spawn, once).
+    #[cold]
+    pub(crate) fn kick_flusher(&self) {
+        #[cfg(not(loom))]
+        {
+            let mut st = self.flusher.state.lock();
+            if st.stop {
+                return;
+            }
+            st.kicked = true;
+            self.flusher.busy.store(true, Ordering::Relaxed);
+            if st.thread.is_none() {
+                let Some(me) = self.me.get().cloned() else {
+                    return;
+                };
+                match std::thread::Builder::new()
+                    .name("pagecache-flush".into())
+                    .spawn(move || flusher(me))
+                {
+                    Ok(h) => st.thread = Some(h),
+                    Err(_) => return, // no thread: writers write back themselves on eviction
+                }
+            }
+            drop(st);
+            self.flusher.work.notify_one();
+        }
+    }
+
+    /// Dirty throttling, at the start of `write_at`: past the hard limit,
+    /// wake the flusher and wait until the count is back under it, a pass
+    /// ends without bringing it there, or `THROTTLE_MAX` passes.
+    /// Context: may sleep; the caller holds no lock, pin or latch.
+    #[inline]
+    pub(crate) fn balance_dirty(&self) {
+        if self.dirty_pages() > self.dirty_limit {
+            self.throttle();
+        }
+    }
+
+    #[cold]
+    fn throttle(&self) {
+        #[cfg(not(loom))]
+        {
+            self.kick_flusher();
+            let deadline = Instant::now() + THROTTLE_MAX;
+            let mut st = self.flusher.state.lock();
+            let start = st.passes;
+            while self.dirty_pages() > self.dirty_limit && !st.stop {
+                if st.passes > start || Instant::now() >= deadline {
+                    break; // a pass ended: progress made, or none possible
+                }
+                self.flusher.pass_done.wait_until(&mut st, deadline);
+            }
+        }
+    }
+
+    /// Stops the flusher and waits for it. Context: sleeps; not on the
+    /// flusher thread.
+    pub(crate) fn stop_flusher(&self) {
+        let h = {
+            let mut st = self.flusher.state.lock();
+            st.stop = true;
+            st.thread.take()
+        };
+        self.flusher.work.notify_all();
+        self.flusher.pass_done.notify_all();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
+    /// One pass: writes back every registered file's dirty pages. Errors
+    /// are kept in the file's `wb_error` by the write-back itself; a file
+    /// with no handle whose pages are now clean is released. Context: may
+    /// sleep (I/O); no lock held.
+    fn flush_pass(&self) {
+        let files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
+        for fs in files {
+            // Relaxed: a hint, re-checked under the registry lock.
+            if self.write_dirty_file(&fs).is_ok() && fs.handles.load(Ordering::Relaxed) == 0 {
+                self.release_idle(&fs);
+            }
+        }
+    }
+
+    /// Waits until the flusher is idle (tests: `validate`). Context: sleeps.
+    pub(crate) fn wait_flusher_idle(&self) {
+        // Relaxed: a poll; the flusher's work is ordered by the locks and
+        // state words it used.
+        while self.flusher.busy.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+/// The flusher thread: sleeps until kicked, then writes back until the
+/// dirty count is under half the background threshold or a pass makes no
+/// progress. Holds the cache only while it works.
+fn flusher(me: std::sync::Weak<Inner>) {
+    loop {
+        let Some(inner) = me.upgrade() else { return };
+        {
+            let mut st = inner.flusher.state.lock();
+            while !st.kicked && !st.stop {
+                // Holding the cache while idle is fine: `stop_flusher` runs
+                // when the last handle drops, before the cache can.
+                inner.flusher.busy.store(false, Ordering::Relaxed);
+                inner.flusher.work.wait(&mut st);
+            }
+            if st.stop {
+                return;
+            }
+            st.kicked = false;
+        }
+        let goal = inner.dirty_background / 2;
+        loop {
+            let before = inner.dirty_pages();
+            if before <= goal {
+                break;
+            }
+            inner.flush_pass();
+            let after = inner.dirty_pages();
+            {
+                let mut st = inner.flusher.state.lock();
+                st.passes += 1;
+                let stop = st.stop;
+                drop(st);
+                inner.flusher.pass_done.notify_all();
+                if stop {
+                    return;
+                }
+            }
+            if after >= before {
+                break; // no progress: failing writes, or writers outpace us
+            }
+        }
+        drop(inner);
+    }
+}
