@@ -258,6 +258,12 @@ impl PageCache {
         self.inner.engine.kind()
     }
 
+    /// Dirty pages in the whole cache (a snapshot of the count the flusher
+    /// and dirty throttling go by).
+    pub fn dirty_pages(&self) -> usize {
+        self.inner.dirty_pages()
+    }
+
     /// Frames currently free (a snapshot).
     pub fn free_frames(&self) -> usize {
         self.inner.free_frames()

@@ -43,6 +43,8 @@ struct State {
     stop: bool,
     /// Passes finished (throttled writers wait for this to move).
     passes: u64,
+    /// Whether the last pass wrote any page.
+    progress: bool,
     /// The thread, once started.
     thread: Option<JoinHandle<()>>,
 }
@@ -139,12 +141,26 @@ impl Inner {
             self.kick_flusher();
             let deadline = Instant::now() + THROTTLE_MAX;
             let mut st = self.flusher.state.lock();
-            let start = st.passes;
+            let mut seen = st.passes;
             while self.dirty_pages() > self.dirty_limit && !st.stop {
-                if st.passes > start || Instant::now() >= deadline {
-                    break; // a pass ended: progress made, or none possible
+                if Instant::now() >= deadline {
+                    break;
                 }
-                self.flusher.pass_done.wait_until(&mut st, deadline);
+                if st.passes != seen {
+                    seen = st.passes;
+                    if !st.progress {
+                        break; // the disk fails, or the flusher gave up: go on
+                    }
+                    if !self.flusher.busy.load(Ordering::Relaxed) {
+                        drop(st);
+                        self.kick_flusher();
+                        st = self.flusher.state.lock();
+                        continue;
+                    }
+                }
+                self.flusher
+                    .pass_done
+                    .wait_for(&mut st, Duration::from_millis(10));
             }
         }
     }
@@ -209,15 +225,18 @@ fn flusher(me: std::sync::Weak<Inner>) {
         }
         let goal = inner.dirty_background / 2;
         loop {
-            let before = inner.dirty_pages();
-            if before <= goal {
+            if inner.dirty_pages() <= goal {
                 break;
             }
+            // Progress is pages written, not the count going down: writers
+            // may dirty pages faster than one pass writes them.
+            let written = inner.counters.sum(crate::stats::Counter::Writebacks);
             inner.flush_pass();
-            let after = inner.dirty_pages();
+            let progress = inner.counters.sum(crate::stats::Counter::Writebacks) > written;
             {
                 let mut st = inner.flusher.state.lock();
                 st.passes += 1;
+                st.progress = progress;
                 let stop = st.stop;
                 drop(st);
                 inner.flusher.pass_done.notify_all();
@@ -225,8 +244,8 @@ fn flusher(me: std::sync::Weak<Inner>) {
                     return;
                 }
             }
-            if after >= before {
-                break; // no progress: failing writes, or writers outpace us
+            if !progress {
+                break; // nothing written: failing writes, or nothing to take
             }
         }
         drop(inner);

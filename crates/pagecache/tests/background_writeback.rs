@@ -1,0 +1,145 @@
+//! Background write-back and dirty throttling, on both engines: the
+//! flusher writes dirty pages without a sync, writers never run far past
+//! the hard limit, and a failed background write reaches the next sync
+//! once with every page still dirty.
+mod common;
+use common::*;
+use pagecache::{os_error, Config, Faults, FaultyBackend, IoEngine, PageCache, PosixBackend};
+use std::time::{Duration, Instant};
+
+const ENGINES: [IoEngine; 2] = [IoEngine::Uring, IoEngine::Threads];
+
+fn faulty(engine: IoEngine, frames: usize) -> (PageCache, std::sync::Arc<Faults>) {
+    let faults = Faults::new();
+    let c = PageCache::with_backend(
+        Config {
+            capacity: frames * PS,
+            io_engine: engine,
+            dirty_background_percent: 10,
+            dirty_limit_percent: 30,
+            ..Config::default()
+        },
+        FaultyBackend::new(PosixBackend, faults.clone()),
+    )
+    .unwrap();
+    (c, faults)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_flusher_writes_dirty_pages_back_without_a_sync() {
+    let d = TempDir::new("bgwb");
+    let p = d.path("f");
+    make_file(&p, 0);
+    for e in ENGINES {
+        let (c, faults) = faulty(e, 256);
+        let f = c.open(&p).unwrap();
+        // 64 pages dirty: past the background threshold (25 pages).
+        let data: Vec<u8> = (0..64 * PS as u64).map(|i| pattern(i) ^ 0x5a).collect();
+        f.write_at(&data, 0).unwrap();
+        // (A page stops counting when its write-back starts, before the
+        // write is issued: wait for both.)
+        wait_until("the flusher brings the count under the threshold", || {
+            c.dirty_pages() <= 25 && faults.writes() > 0
+        });
+        assert_eq!(faults.syncs(), 0, "{e:?}: no fdatasync: that is sync's job");
+        // Below the threshold it stops: some pages may stay dirty; sync
+        // writes them.
+        f.sync().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), data, "{e:?}");
+        c.validate();
+    }
+}
+
+#[test]
+fn writers_are_throttled_at_the_dirty_limit() {
+    let d = TempDir::new("throttle");
+    let p = d.path("f");
+    make_file(&p, 0);
+    for e in ENGINES {
+        let (c, _faults) = faulty(e, 256);
+        let f = c.open(&p).unwrap();
+        let limit = 256 * 30 / 100;
+        let mut worst = 0;
+        let page = vec![7u8; PS];
+        // 8 threads, each writing pages of its own, one page a call.
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let (f, c, page) = (&f, &c, &page);
+                    s.spawn(move || {
+                        let mut worst = 0;
+                        for i in 0..200u64 {
+                            f.write_at(page, (i * 8 + t) * PS as u64).unwrap();
+                            worst = worst.max(c.dirty_pages());
+                        }
+                        worst
+                    })
+                })
+                .collect();
+            for h in handles {
+                worst = worst.max(h.join().unwrap());
+            }
+        });
+        // Each writer may add its page after the check: limit + writers.
+        assert!(
+            worst <= limit + 8,
+            "{e:?}: {worst} dirty pages, limit {limit}"
+        );
+        f.sync().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 1600 * PS as u64);
+        c.validate();
+    }
+}
+
+#[test]
+fn a_failed_background_write_reaches_the_next_sync_once_and_loses_nothing() {
+    let d = TempDir::new("bgwb-eio");
+    let p = d.path("f");
+    make_file(&p, 64 * PS as u64);
+    for e in ENGINES {
+        let (c, faults) = faulty(e, 256);
+        let f = c.open(&p).unwrap();
+        faults.fail_writes_from(1, libc::EIO);
+        let data: Vec<u8> = (0..64 * PS as u64).map(|i| pattern(i) ^ 0xa5).collect();
+        f.write_at(&data, 0).unwrap();
+        // The flusher tries and fails; the pages stay dirty.
+        wait_until("a background write", || faults.writes() > 0);
+        c.validate(); // waits for the flusher to be idle
+        assert_eq!(f.dirty_pages(), 64, "{e:?}: nothing dropped");
+        assert!(c.stats().write_errors > 0);
+        faults.clear();
+        let err = f.sync().unwrap_err();
+        assert_eq!(os_error(&err), Some(libc::EIO), "{e:?}: {err}");
+        assert!(err.to_string().contains("background"), "{err}");
+        // Reported once; every page was written all the same.
+        assert_eq!(std::fs::read(&p).unwrap(), data, "{e:?}");
+        f.sync().unwrap();
+        assert_eq!(f.dirty_pages(), 0);
+        c.validate();
+    }
+}
+
+#[test]
+fn dirty_thresholds_are_checked() {
+    for (bg, limit) in [(0, 30), (40, 30), (10, 101)] {
+        let e = PageCache::new(Config {
+            dirty_background_percent: bg,
+            dirty_limit_percent: limit,
+            ..Config::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("dirty_background_percent"), "{e}");
+    }
+}
