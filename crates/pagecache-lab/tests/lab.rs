@@ -399,3 +399,68 @@ fn page_lock_serves_every_request_under_each_design() {
         assert_eq!(served, 3 * 50, "{d:?}");
     }
 }
+
+#[test]
+fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
+    let o = tiny();
+    let tables = (scenarios::find("out-of-memory").unwrap().run)(&o).unwrap();
+    let t = &tables[0];
+    assert_eq!(
+        t.columns,
+        [
+            "workload",
+            "design",
+            "threads",
+            "rate",
+            "p50",
+            "p99",
+            "kernel cache",
+            "vs device"
+        ]
+    );
+    // Random reads: 4 designs per thread count; prefetch; 4 scans; 2
+    // writes; 2 mixes.
+    assert_eq!(t.rows.len(), 4 * o.threads.len() + 1 + 4 + 2 + 2);
+    assert!(t.title.contains("8 x the budget"), "{}", t.title);
+    for r in 0..t.rows.len() {
+        let design = t.cell(r, "design").unwrap();
+        let rate: f64 = t
+            .cell(r, "rate")
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rate > 0.0, "row {r}: {:?}", t.rows[r]);
+        if design.contains("O_DIRECT") {
+            assert_eq!(t.cell(r, "vs device"), Some("1.00x"));
+        }
+        // Direct I/O: pagecache leaves (next to) nothing in the kernel's
+        // cache; the written file's last partial block aside.
+        if design.starts_with("pagecache") {
+            let mib: f64 = t
+                .cell(r, "kernel cache")
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(mib < 1.0, "row {r}: {:?}", t.rows[r]);
+        }
+    }
+    let workloads: Vec<&str> = (0..t.rows.len())
+        .map(|r| t.cell(r, "workload").unwrap())
+        .collect();
+    for w in [
+        "random 4 KiB reads",
+        "sequential scan, 1 MiB reads",
+        "sequential write, 1 MiB writes, + sync",
+        "random 4 KiB 70% reads / 30% writes",
+        "random 4 KiB reads, prefetched in batches of 32",
+    ] {
+        assert!(workloads.contains(&w), "{w}");
+    }
+    assert_eq!(t.series.len(), 4 * o.threads.len(), "random reads plotted");
+}

@@ -108,4 +108,43 @@ pub use stats::lockstat;
 pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{s3fifo, smp_list};
+
+    /// Pages of `path` resident in the kernel's page cache: `mincore` over
+    /// a fresh read-only mapping (the tests' and the lab's check that
+    /// direct I/O leaves no second copy there).
+    pub fn kernel_cached_pages(path: &std::path::Path) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path)?;
+        let len = f.metadata()?.len() as usize;
+        if len == 0 {
+            return Ok(0);
+        }
+        // SAFETY: a shared read-only mapping of the whole file, checked
+        // against MAP_FAILED and unmapped below; nothing reads through it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: sysconf has no preconditions.
+        let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let mut v = vec![0u8; len.div_ceil(ps)];
+        // SAFETY: `p` maps `len` bytes; `v` has one byte per page of them.
+        let r = unsafe { libc::mincore(p, len, v.as_mut_ptr()) };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, len) };
+        if r != 0 {
+            return Err(err);
+        }
+        Ok(v.iter().filter(|&&b| b & 1 != 0).count())
+    }
 }

@@ -9,32 +9,8 @@ use pagecache::{Config, OpenOptions, PageCache};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-/// Pages of `path` resident in the kernel's page cache (mincore over a
-/// read-only mapping).
 fn kernel_cached_pages(path: &Path) -> usize {
-    let f = std::fs::File::open(path).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    if len == 0 {
-        return 0;
-    }
-    // SAFETY: a fresh shared read-only mapping of the whole file, checked
-    // against MAP_FAILED, unmapped below; mincore writes one byte a page
-    // into a vector of that size.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let mut v = vec![0u8; len.div_ceil(PS)];
-        assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0);
-        libc::munmap(p, len);
-        v.iter().filter(|&&b| b & 1 != 0).count()
-    }
+    pagecache::internals::kernel_cached_pages(path).unwrap()
 }
 
 /// Writes `path` back and drops it from the kernel's page cache.

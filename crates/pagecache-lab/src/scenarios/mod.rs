@@ -6,6 +6,7 @@ use crate::runner::{Opts, Table};
 use std::io;
 
 pub mod anon_fault;
+pub mod out_of_memory;
 pub mod own_part;
 pub mod page_fault1;
 pub mod page_lock;
@@ -55,6 +56,11 @@ pub const ALL: &[Scenario] = &[
         name: "same-page",
         about: "will-it-scale pread2: threads read one page; optimistic vs pinned reads vs the kernel's pread",
         run: same_page::run,
+    },
+    Scenario {
+        name: "out-of-memory",
+        about: "CIDR 2022 / vmcache: a file 8x the budget, cold, in a memory cgroup; random reads, prefetch, scans, writes: pagecache vs buffered pread, mmap, O_DIRECT (the device)",
+        run: out_of_memory::run,
     },
 ];
 

@@ -128,7 +128,16 @@ impl Inner {
     /// stopping at the first one present, at `run_max`, or when no frame
     /// can be had (if some were inserted). Context: may sleep (eviction);
     /// waits for no latch; no tree lock held.
-    pub(crate) fn insert_run(&self, fs: &FileShared, first: u64, end: u64) -> io::Result<Run> {
+    /// `patient`: whether the first page may wait in reclaim for other
+    /// threads' reads to end (false for a caller holding runs of its own
+    /// that are not submitted yet: it would wait for itself).
+    pub(crate) fn insert_run(
+        &self,
+        fs: &FileShared,
+        first: u64,
+        end: u64,
+        patient: bool,
+    ) -> io::Result<Run> {
         let end = end.min(first.saturating_add(self.run_max()));
         let mut fills = Vec::new();
         for index in first..end {
@@ -136,7 +145,7 @@ impl Inner {
                 break;
             }
             // Impatient once we hold fills: see `alloc_frame_as`.
-            match self.try_insert(fs, index, fills.is_empty()) {
+            match self.try_insert(fs, index, patient && fills.is_empty()) {
                 Ok(Some(f)) => {
                     // Relaxed: a hint for reclaim.
                     self.filling.fetch_add(1, Ordering::Relaxed);
@@ -270,7 +279,9 @@ impl Inner {
         let mut started = 0;
         let mut i = first;
         while i < end {
-            let run = match self.insert_run(fs, i, end.min(i + per_op)) {
+            // Never patient: runs inserted above are not submitted yet, and
+            // a hint is not worth waiting for frames.
+            let run = match self.insert_run(fs, i, end.min(i + per_op), false) {
                 Ok(run) => run,
                 Err(_) => break, // no frame to be had: a hint, give up
             };

@@ -210,7 +210,7 @@ impl Inner {
                     i += 1;
                     continue;
                 }
-                let run = self.insert_run(fs, i, end)?;
+                let run = self.insert_run(fs, i, end, true)?;
                 if run.len() == 0 {
                     continue; // appeared meanwhile: look it up again
                 }

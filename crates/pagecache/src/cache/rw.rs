@@ -230,7 +230,7 @@ impl Inner {
                 _ => last_page + 1,
             };
             missed = true;
-            let run = self.insert_run(fs, index, last_page + 1)?;
+            let run = self.insert_run(fs, index, last_page + 1, true)?;
             if run.len() == 0 {
                 continue; // another thread's page appeared: look it up
             }
