@@ -86,7 +86,7 @@ impl Default for Config {
             direct_io: true,
             io_engine: IoEngine::Auto,
             io_threads: 16,
-            readahead_max: 1 << 20,
+            readahead_max: 2 << 20,
             dirty_background_percent: 10,
             dirty_limit_percent: 30,
         }

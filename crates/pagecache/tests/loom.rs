@@ -253,6 +253,79 @@ fn truncate_vs_miss_of_the_new_last_page() {
     });
 }
 
+/// An 8-frame cache: runs of up to two pages (a quarter of the cache), so
+/// a read or prefetch of two missing pages is one run read by one I/O.
+fn batch_cache() -> PageCache {
+    PageCache::new(Config {
+        capacity: 8 * PS,
+        policy: PolicyKind::Clock,
+        pool: PoolKind::Global,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+/// 5.3, asynchronous form (batch.rs), against truncate: a `read_at` of two
+/// missing pages inserts both latched and reads them with one I/O while
+/// the file is cut into page 1. The reader gets either both whole pages or
+/// the cut length with the right prefix; after regrowth the bytes past the
+/// cut are zero (a run read with the old length must not leave them).
+#[test]
+fn batched_miss_vs_truncate() {
+    model(2, || {
+        let t = TempFile::new(2);
+        let c = batch_cache();
+        let f = open(&c, &t);
+        let f2 = f.clone();
+        let reader = thread::spawn(move || {
+            let mut b = vec![0u8; 2 * PS];
+            let n = f2.read_at(&mut b, 0).unwrap();
+            assert!(n == 2 * PS || n == PS + 100, "read {n}");
+            assert!(b[..PS].iter().all(|&x| x == 1), "page 0's bytes");
+            assert!(b[PS..n].iter().all(|&x| x == 2), "page 1's bytes");
+        });
+        f.set_len(PS as u64 + 100).unwrap();
+        reader.join().unwrap();
+        c.validate();
+        f.set_len(2 * PS as u64).unwrap();
+        let p = f.page(1).unwrap();
+        assert!(p[..100].iter().all(|&b| b == 2));
+        assert!(p[100..].iter().all(|&b| b == 0), "stale bytes past the cut");
+    });
+}
+
+/// Completion against lookup against truncate: one thread prefetches two
+/// missing pages (a run, completed by the I/O engine: under loom on the
+/// submitting thread, as the reaper would), another pins page 1 (parks
+/// on its latch, or misses and reads it itself), and the file is cut
+/// into page 1. The pin sees page 1's bytes, zero past the cut if it came
+/// after; nothing stays latched (`validate`); regrowth reads zeros.
+#[test]
+fn prefetch_completion_vs_lookup_vs_truncate() {
+    model(1, || {
+        let t = TempFile::new(2);
+        let c = batch_cache();
+        let f = open(&c, &t);
+        let (fa, fb) = (f.clone(), f.clone());
+        let prefetcher = thread::spawn(move || fa.prefetch(0, 2 * PS as u64).unwrap());
+        let reader = thread::spawn(move || {
+            let p = fb.page(1).unwrap();
+            assert!(p[..100].iter().all(|&b| b == 2), "page 1's bytes");
+            assert!(
+                p[100..].iter().all(|&b| b == 2) || p[100..].iter().all(|&b| b == 0),
+                "page 1 mixes old bytes and zeros"
+            );
+        });
+        f.set_len(PS as u64 + 100).unwrap();
+        prefetcher.join().unwrap();
+        reader.join().unwrap();
+        c.validate();
+        f.set_len(2 * PS as u64).unwrap();
+        let p = f.page(1).unwrap();
+        assert!(p[100..].iter().all(|&b| b == 0), "stale bytes past the cut");
+    });
+}
+
 /// Dirty tags, sync against concurrent dirtying: a `write_at` and a `sync`
 /// race. In every interleaving a dirty page is tagged in its index
 /// (`validate`), and the next sync writes it to disk.

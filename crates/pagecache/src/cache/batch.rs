@@ -366,11 +366,11 @@ impl Inner {
 
     /// A `read_at` of pages `first..=last` missed at `first`: decides the
     /// window. Sequential (the miss is where the last missing request ended,
-    /// inside or just past the window, or at page 0): a window from `first`
-    /// of four times the request, then twice the last, up to the maximum;
-    /// the pages past the request are read asynchronously and the marker
-    /// goes on the first of them. Random: readahead stops. Returns the end
-    /// of the window (exclusive). Context: no sleep (a leaf mutex).
+    /// inside or just past the window, or at page 0): the request is read,
+    /// and past it a window of four times the request, then twice the last,
+    /// up to the maximum, is read asynchronously, the marker on its first
+    /// page. Random: readahead stops. Returns the end of the window
+    /// (exclusive). Context: no sleep (a leaf mutex).
     pub(crate) fn readahead_miss(&self, ra: &Readahead, first: u64, last: u64) -> u64 {
         let max = self.ra_max();
         let req = last - first + 1;
@@ -386,16 +386,14 @@ impl Inner {
             ra.marker.store(u64::MAX, Ordering::Relaxed);
             return last + 1;
         }
-        let size = if w.size == 0 { req * 4 } else { w.size * 2 }
-            .min(max)
-            .max(req);
-        w.start = first;
-        w.size = size;
-        let end = first + size;
-        ra.marker.store(
-            if last + 1 < end { last + 1 } else { u64::MAX },
-            Ordering::Relaxed,
-        );
-        end
+        // The part read ahead, past the request: four times the request
+        // at first, then twice the last, up to the maximum (a request as
+        // large as the maximum still gets one maximum window ahead of it).
+        let ahead = if w.size == 0 { req * 4 } else { w.size * 2 }.clamp(1, max);
+        w.start = last + 1;
+        w.size = ahead;
+        // Relaxed: under the mutex.
+        ra.marker.store(last + 1, Ordering::Relaxed);
+        last + 1 + ahead
     }
 }

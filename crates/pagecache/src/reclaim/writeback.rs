@@ -292,6 +292,9 @@ impl Inner {
         // tiny cache found it: 8 threads and a syncer over 16 frames). The
         // same bound holds for all the runs in flight at once.
         let run_max = 64.min(self.frames.len() / 4).max(1);
+        // Pages in flight at once (every run submitted before any is
+        // waited for): the same quarter of the cache.
+        let flight_max = (self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
         {
             let mut dirty = Vec::new();
@@ -343,7 +346,7 @@ impl Inner {
                 }
                 if !run.is_empty() {
                     self.start_run(fs, size, run, &mut flight, &mut first_err);
-                    if flight.pages >= run_max {
+                    if flight.pages >= flight_max {
                         self.finish_flight(fs, &mut flight, &mut first_err);
                     }
                 }
