@@ -351,6 +351,7 @@ impl Design {
             (Design::Pagecache, _) => "pagecache",
             (Design::Buffered, Work::SeqScan) => "kernel read()",
             (Design::Buffered, Work::SeqWrite) => "kernel write() + fdatasync",
+            (Design::Buffered, Work::Mix) => "kernel buffered pread/pwrite",
             (Design::Buffered, _) => "kernel buffered pread",
             (Design::Mmap, Work::SeqScan) => "kernel mmap",
             (Design::Mmap, _) => "kernel mmap MADV_RANDOM",
