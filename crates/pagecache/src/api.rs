@@ -6,7 +6,9 @@ use crate::cache::{FileShared, FrameLatch, FramePin, Handle, Inner, Readahead};
 pub use crate::frame::alloc::PoolKind;
 use crate::io::engine::Engine;
 pub use crate::io::IoEngine;
-pub use crate::io::{Backend, BackendFile, Faults, FaultyBackend, OpenOptions, PosixBackend};
+pub use crate::io::{
+    Backend, BackendFile, Faults, FaultyBackend, IoPlan, OpenOptions, PosixBackend,
+};
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 use crate::sync::Ordering;

@@ -70,39 +70,35 @@ struct Cgroup {
 impl Cgroup {
     /// Creates `pagecache-lab-<pid>` limited to `limit` bytes, v1 or v2.
     fn create(limit: usize) -> Result<Cgroup, String> {
-        let pid = std::process::id();
         let v1 = Path::new("/sys/fs/cgroup/memory");
         if v1.join("memory.limit_in_bytes").exists() {
-            let home = own_cgroup("memory")
-                .map(|p| v1.join(p.trim_start_matches('/')).join("cgroup.procs"))
-                .unwrap_or_else(|| v1.join("cgroup.procs"));
-            let dir = v1.join(format!("pagecache-lab-{pid}"));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let cg = Cgroup {
-                dir,
-                home,
-                version: 1,
-            };
-            write(&cg.dir.join("memory.limit_in_bytes"), &limit.to_string())?;
-            return Ok(cg);
+            return Self::make(v1, "memory", 1, "memory.limit_in_bytes", limit);
         }
         let v2 = Path::new("/sys/fs/cgroup");
         if v2.join("cgroup.controllers").exists() {
-            let home = own_cgroup("")
-                .map(|p| v2.join(p.trim_start_matches('/')).join("cgroup.procs"))
-                .unwrap_or_else(|| v2.join("cgroup.procs"));
             let _ = write(&v2.join("cgroup.subtree_control"), "+memory");
-            let dir = v2.join(format!("pagecache-lab-{pid}"));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let cg = Cgroup {
-                dir,
-                home,
-                version: 2,
-            };
-            write(&cg.dir.join("memory.max"), &limit.to_string())?;
-            return Ok(cg);
+            return Self::make(v2, "", 2, "memory.max", limit);
         }
         Err("no memory cgroup hierarchy mounted".into())
+    }
+
+    /// `pagecache-lab-<pid>` under `root` (the hierarchy with
+    /// `controller`), its `knob` set to `limit`.
+    fn make(
+        root: &Path,
+        controller: &str,
+        version: u8,
+        knob: &str,
+        limit: usize,
+    ) -> Result<Cgroup, String> {
+        let home = own_cgroup(controller)
+            .map(|p| root.join(p.trim_start_matches('/')).join("cgroup.procs"))
+            .unwrap_or_else(|| root.join("cgroup.procs"));
+        let dir = root.join(format!("pagecache-lab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let cg = Cgroup { dir, home, version };
+        write(&cg.dir.join(knob), &limit.to_string())?;
+        Ok(cg)
     }
 
     fn enter(&self) -> Result<(), String> {

@@ -528,6 +528,11 @@ fn preadv(file: &fs::File, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Resu
             offset as libc::off_t,
         )
     };
+    syscall_len(n)
+}
+
+/// A byte count from a system call, or its error.
+fn syscall_len(n: isize) -> io::Result<usize> {
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -548,11 +553,7 @@ fn pwritev(file: &fs::File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usi
             offset as libc::off_t,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    syscall_len(n)
 }
 
 /// Makes `file` at least `len` bytes long without ever shrinking it.
