@@ -165,6 +165,8 @@ impl PageCache {
     /// A cache whose file I/O goes through `backend` (tests use
     /// [`FaultyBackend`]).
     pub fn with_backend(config: Config, backend: impl Backend) -> io::Result<PageCache> {
+        // Checked here too (Inner::new checks it again) so that a bad
+        // configuration starts no engine thread.
         config.frames()?;
         let engine = Engine::new(config.io_engine, config.io_threads)?;
         Ok(PageCache {

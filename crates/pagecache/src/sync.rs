@@ -23,9 +23,10 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Atomi
 pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Shared memory loom does not model (see the module docs): std atomics
-/// and `parking_lot`'s mutex, the same with and without `--cfg loom`.
+/// and `parking_lot`'s mutex and condvar, the same with and without
+/// `--cfg loom`.
 pub(crate) mod unmodelled {
-    pub(crate) use parking_lot::Mutex;
+    pub(crate) use parking_lot::{Condvar, Mutex};
     pub(crate) use std::sync::atomic::{
         AtomicBool, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };

@@ -42,9 +42,12 @@
 //!   zero past it. So readahead never brings back bytes a truncate cut.
 //! - Eviction never picks a page of a run (pinned by its fill), and the
 //!   engine finishes every op before the cache's memory goes away.
-//! - Deadlock: step 1 waits for no latch, so a submitter holding its run's
-//!   latches blocks nobody's progress but waiters on those very pages, and
-//!   the completer takes only the tree lock (on error).
+//! - Deadlock: step 1 waits for no latch, and once it holds fills it takes
+//!   frames without waiting for other runs' reads (`alloc_frame_as(false)`:
+//!   a run of its own not yet submitted could be what it waits for), so a
+//!   submitter holding its run's latches blocks nobody's progress but
+//!   waiters on those very pages; the completer takes only the tree lock
+//!   (on error).
 
 use super::miss::Fill;
 use super::{FileShared, Inner};
@@ -160,8 +163,13 @@ impl Inner {
     }
 
     /// Step 2's op for `run` (non-empty): one vectored read of its frames
-    /// from the file; `done` completes it. Context: any.
-    fn run_op(&self, fs: &FileShared, run: &Run, done: crate::io::engine::Done) -> Op {
+    /// from the file, completed by `done(run, result)`. Context: any.
+    fn run_op(
+        &self,
+        fs: &FileShared,
+        run: Run,
+        done: impl FnOnce(Run, io::Result<usize>) + Send + 'static,
+    ) -> Op {
         let first = run.fills[0].index;
         let iov = run
             .fills
@@ -179,7 +187,7 @@ impl Inner {
             dir: Dir::Read,
             iov,
             offset: first << self.shift,
-            done,
+            done: Box::new(move |res| done(run, res)),
         }
     }
 
@@ -195,14 +203,15 @@ impl Inner {
         keep: bool,
     ) -> io::Result<()> {
         let ps = self.page_size;
-        // Relaxed: a hint for reclaim.
-        self.filling.fetch_sub(run.len(), Ordering::Relaxed);
-        match res {
+        let pages = run.len();
+        let res = match res {
             Ok(n) => {
                 for (k, fill) in run.fills.into_iter().enumerate() {
                     let got = n.saturating_sub(k * ps).min(ps);
                     let f = fill.frame;
-                    self.complete_fill(fs, fill, Ok(got))?;
+                    // Zeroes past what was read: cannot fail with `Ok`.
+                    let zeroed = self.complete_fill(fs, fill, Ok(got));
+                    debug_assert!(zeroed.is_ok());
                     self.desc(f).unlatch_uptodate();
                     if !keep {
                         self.release(f);
@@ -226,7 +235,10 @@ impl Inner {
                     ),
                 ))
             }
-        }
+        };
+        // Release: the pages are unlatched; pairs with `wait_runs`.
+        self.filling.fetch_sub(pages, Ordering::Release);
+        res
     }
 
     /// A batched miss: reads the pages of `run` (non-empty) with one I/O,
@@ -242,15 +254,17 @@ impl Inner {
         meanwhile: impl FnOnce(),
     ) -> io::Result<Vec<FrameNo>> {
         let frames: Vec<FrameNo> = run.frames().collect();
-        let res = if run.len() == 1 {
+        if run.len() == 1 {
             meanwhile();
-            self.read_fill(fs, &run.fills[0])
-        } else {
-            let w = Oneshot::new();
-            self.engine.submit(vec![self.run_op(fs, &run, w.done())]);
-            meanwhile();
-            w.wait()
-        };
+            let res = self.read_fill(fs, &run.fills[0]);
+            return self.complete_run(fs, run, res, true).map(|()| frames);
+        }
+        let w = Oneshot::new();
+        let done = w.done();
+        self.engine
+            .submit(vec![self.run_op(fs, run, move |run, res| done((run, res)))]);
+        meanwhile();
+        let (run, res) = w.wait();
         self.complete_run(fs, run, res, true).map(|()| frames)
     }
 
@@ -269,9 +283,9 @@ impl Inner {
             .len
             .load(Ordering::Acquire)
             .div_ceil(self.page_size as u64);
-        // At most half the cache in asynchronous reads at once.
+        // At most half the cache being read at once.
         // Relaxed: a bound, not a protocol.
-        let busy = self.async_pages.load(Ordering::Relaxed) as u64;
+        let busy = self.filling.load(Ordering::Relaxed) as u64;
         let budget = (self.frames.len() as u64 / 2).saturating_sub(busy);
         let end = end.min(npages).min(first.saturating_add(budget));
         let per_op = (RUN_BYTES >> self.shift).max(1);
@@ -289,21 +303,14 @@ impl Inner {
                 i += 1; // present: skip it
                 continue;
             }
-            let pages = run.len();
-            i += pages as u64;
-            started += pages as u64;
-            // Relaxed: see above; the completion's decrement follows the
-            // pages' unlatch.
-            self.async_pages.fetch_add(pages, Ordering::Relaxed);
+            i += run.len() as u64;
+            started += run.len() as u64;
             let (inner, file) = (me.clone(), fs.clone());
-            let mut op = self.run_op(fs, &run, Box::new(|_| {}));
-            op.done = Box::new(move |res| {
+            ops.push(self.run_op(fs, run, move |run, res| {
                 // An error removes the pages; a later read of one retries
                 // it and reports what happens then.
                 let _ = inner.complete_run(&file, run, res, false);
-                inner.async_pages.fetch_sub(pages, Ordering::Release);
-            });
-            ops.push(op);
+            }));
             if ops.len() >= 32 {
                 self.engine.submit(std::mem::take(&mut ops));
             }

@@ -106,7 +106,7 @@ impl Inner {
     /// means "take the full path" ([`Inner::find_get`]), which also decides
     /// misses authoritatively. Context: any, no sleep.
     #[inline(always)]
-    fn find_get_fast(&self, fs: &FileShared, index: u64) -> Option<FrameNo> {
+    pub(crate) fn find_get_fast(&self, fs: &FileShared, index: u64) -> Option<FrameNo> {
         let f = fs.tree.lookup(&self.nodes, index)?;
         self.pin_as(f, fs.id, index).ok()
     }

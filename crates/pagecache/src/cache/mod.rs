@@ -68,7 +68,6 @@ pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
 mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
-// (Handle is defined below.)
 mod rw;
 mod truncate;
 mod validate;
@@ -114,13 +113,10 @@ pub(crate) struct Inner {
     pub(crate) shift: u32,
     /// (C) the asynchronous I/O engine (its own locks, leaves of the order).
     pub(crate) engine: Engine,
-    /// (A) pages latched by asynchronous reads (readahead, prefetch) in
-    /// flight: bounded to half the cache; reclaim waits for them rather
-    /// than report `OutOfMemory`; `validate` waits for none.
-    pub(crate) async_pages: CachePadded<crate::sync::unmodelled::AtomicUsize>,
-    /// (A) pages of runs (`batch.rs`) inserted and not yet completed, read
+    /// (A) pages of runs (`batch.rs`) inserted and not yet unlatched, read
     /// synchronously or not: reclaim waits for them rather than report
-    /// `OutOfMemory`, since they end by themselves.
+    /// `OutOfMemory` (they end by themselves), asynchronous reads start
+    /// only while it is under half the cache, and `validate` waits for 0.
     pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
     /// (A) dirty pages (`reclaim/flusher.rs`); may dip below 0 for a moment.
     pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
@@ -225,7 +221,6 @@ impl Inner {
             page_size,
             shift,
             engine,
-            async_pages: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
             filling: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
             dirty: CachePadded::new(crate::sync::unmodelled::AtomicIsize::new(0)),
             dirty_background: (nframes * config.dirty_background_percent as usize / 100).max(1),

@@ -213,7 +213,13 @@ impl Inner {
             if tried == Optimistic::Fallback {
                 self.count(Counter::OptimisticFallbacks);
             }
-            if let Some(f) = self.find_get(fs, index)? {
+            // The inlined first attempt, then the full path (which also
+            // decides a miss), as `get_page` does.
+            let pinned = match self.find_get_fast(fs, index) {
+                Some(f) => Some(f),
+                None => self.find_get(fs, index)?,
+            };
+            if let Some(f) = pinned {
                 self.count(Counter::Hits);
                 // SAFETY: pinned, so the bytes do not change.
                 let src = unsafe { self.frames.bytes(f) };

@@ -5,12 +5,12 @@ use crate::frame::alloc::FrameAllocator;
 use crate::frame::FrameNo;
 
 impl Inner {
-    /// Waits until no asynchronous read (readahead, prefetch) is in
-    /// flight. Context: sleeps; tests only.
-    pub(crate) fn wait_async_reads(&self) {
-        // Acquire: pairs with the completions' Release decrement.
+    /// Waits until no run (a batched miss, readahead, prefetch) is being
+    /// read. Context: sleeps; tests only.
+    pub(crate) fn wait_runs(&self) {
+        // Acquire: pairs with `complete_run`'s Release decrement.
         while self
-            .async_pages
+            .filling
             .load(crate::sync::unmodelled::Ordering::Acquire)
             > 0
         {
@@ -22,7 +22,7 @@ impl Inner {
     /// Context: tests only, with no operation running and no pin held;
     /// takes the registry lock, then each tree lock in turn.
     pub(crate) fn validate(&self) {
-        self.wait_async_reads();
+        self.wait_runs();
         self.wait_flusher_idle();
         let reg = self.registry.read();
         let mut in_index = vec![false; self.frames.len()];

@@ -27,7 +27,7 @@
 //! (an op the backend refused at once).
 
 use super::{read_vectored_full, write_full, BackendFile};
-use crate::sync::unmodelled::Mutex;
+use crate::sync::unmodelled::{Condvar, Mutex};
 use std::io::{self, IoSliceMut};
 use std::sync::Arc;
 
@@ -57,7 +57,6 @@ impl IoEngine {
 
 /// Read into, or write from, an op's buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Write: write-back through the engine comes next
 pub(crate) enum Dir {
     Read,
     Write,
@@ -186,27 +185,31 @@ impl Op {
     }
 }
 
-/// Completion of one op that a thread waits for.
-#[derive(Debug, Default)]
-pub(crate) struct Oneshot {
-    slot: Mutex<Option<io::Result<usize>>>,
-    ready: parking_lot::Condvar,
+/// Completion of one op that a thread waits for: the op's result, or
+/// whatever its completion hands over.
+#[derive(Debug)]
+pub(crate) struct Oneshot<T = io::Result<usize>> {
+    slot: Mutex<Option<T>>,
+    ready: Condvar,
 }
 
-impl Oneshot {
-    pub(crate) fn new() -> Arc<Oneshot> {
-        Arc::new(Oneshot::default())
-    }
-    /// A `done` that hands the result to [`Oneshot::wait`].
-    pub(crate) fn done(self: &Arc<Self>) -> Done {
-        let me = self.clone();
-        Box::new(move |res| {
-            *me.slot.lock() = Some(res);
-            me.ready.notify_one();
+impl<T: Send + 'static> Oneshot<T> {
+    pub(crate) fn new() -> Arc<Oneshot<T>> {
+        Arc::new(Oneshot {
+            slot: Mutex::new(None),
+            ready: Condvar::new(),
         })
     }
-    /// Waits for the result. Context: sleeps.
-    pub(crate) fn wait(&self) -> io::Result<usize> {
+    /// A completion that hands its value to [`Oneshot::wait`].
+    pub(crate) fn done(self: &Arc<Self>) -> impl FnOnce(T) + Send + 'static {
+        let me = self.clone();
+        move |v| {
+            *me.slot.lock() = Some(v);
+            me.ready.notify_one();
+        }
+    }
+    /// Waits for the value. Context: sleeps.
+    pub(crate) fn wait(&self) -> T {
         let mut g = self.slot.lock();
         loop {
             if let Some(r) = g.take() {
@@ -295,8 +298,10 @@ impl Engine {
     }
 
     /// Waits for every op in flight, then stops the threads and closes the
-    /// ring. Later submissions run on the submitter. Context: sleeps; not
-    /// on an engine thread.
+    /// ring. Later submissions run on the submitter. Idempotent (the cache's
+    /// last handle calls it; `Drop` calls it again, which covers an engine
+    /// whose cache failed to be built). Context: sleeps; not on an engine
+    /// thread.
     pub(crate) fn shutdown(&self) {
         #[cfg(not(loom))]
         {
@@ -308,14 +313,19 @@ impl Engine {
     }
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 #[cfg(not(loom))]
 mod pool {
     //! The thread-pool engine (and io_uring's helper for ops the backend
     //! wants done by blocking calls).
 
     use super::Op;
-    use crate::sync::unmodelled::Mutex;
-    use parking_lot::Condvar;
+    use crate::sync::unmodelled::{Condvar, Mutex};
     use std::collections::VecDeque;
     use std::sync::Arc;
     use std::thread::JoinHandle;

@@ -32,8 +32,10 @@ use std::io;
 
 impl Inner {
     /// A free frame (refcount 0, no identity), reclaiming if none is free.
-    /// Context: may sleep (eviction's write-back); no tree lock, no latch
-    /// of a cached page, no policy or pool lock held.
+    /// Context: may sleep (eviction's write-back, waits for reads and
+    /// write-backs in flight); no tree lock, no latch of a cached page (a
+    /// run's own fills excepted, with `alloc_frame_as(false)`), no policy
+    /// or pool lock held.
     pub(crate) fn alloc_frame(&self) -> io::Result<FrameNo> {
         self.alloc_frame_as(true)
     }
@@ -53,9 +55,8 @@ impl Inner {
     /// of the policy found nothing evictable, no other reclaimer holds
     /// candidates and no write-back is in flight: with the write-back error
     /// that kept the last dirty victim, if any, else `OutOfMemory` (every
-    /// frame pinned, latched or unevictable). Context: may sleep (write-back
-    /// of dirty victims); no tree lock, no latch of a cached page, no policy
-    /// or pool lock held.
+    /// frame pinned, latched or unevictable). `patient`: as for
+    /// `alloc_frame_as`. Context: as `alloc_frame_as`.
     fn reclaim(&self, patient: bool) -> io::Result<FrameNo> {
         const WANT: usize = 16; // evicted per round: a batch per policy lock
         let mut cands = Vec::with_capacity(WANT);

@@ -6,14 +6,16 @@
 //!   re-dirties one), -1 when it stops being dirty (write-back starts, a
 //!   truncate or discard drops it). Each transition is one RMW on the page's
 //!   state word, so each is counted once.
-//! - Past the background threshold (`Config::dirty_background`, a fraction
-//!   of the capacity) the flusher thread wakes and writes dirty files back
+//! - Past the background threshold (`Config::dirty_background_percent` of
+//!   the capacity) the flusher thread wakes and writes dirty files back
 //!   (every dirty run of a file submitted at once, as `sync` does, without
 //!   `fdatasync`), until the count is below half the threshold or a pass
-//!   makes no progress.
-//! - Past the hard limit (`Config::dirty_limit`) a `write_at` waits, before
-//!   taking any lock, for the flusher to bring the count down (or to finish
-//!   a pass without progress: a failing disk must not hang writers).
+//!   writes nothing (judged by the cache's write-back counter, so others'
+//!   write-backs during the pass count as progress too).
+//! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
+//!   waits, before taking any lock, for the flusher to bring the count down
+//!   (or for a pass that writes nothing: a failing disk must not hang
+//!   writers; at most 2 s per call).
 //! - A write-back error of the flusher is kept in the file's `wb_error` and
 //!   reported by its next `sync` or `close`, once, as eviction's are; the
 //!   pages stay dirty.
@@ -24,8 +26,7 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 use crate::cache::Inner;
-use crate::sync::unmodelled::{AtomicBool, Mutex, Ordering};
-use parking_lot::Condvar;
+use crate::sync::unmodelled::{AtomicBool, Condvar, Mutex, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 #[cfg(not(loom))]

@@ -414,7 +414,7 @@ impl Inner {
                     dir: Dir::Write,
                     iov,
                     offset,
-                    done: w.done(),
+                    done: Box::new(w.done()),
                 }]);
                 flight.pages += run.len();
                 flight.runs.push((run, Some(w)));
