@@ -67,6 +67,44 @@ pub fn os_error(e: &io::Error) -> Option<i32> {
     os_error(&inner.source)
 }
 
+/// An error number for any error the cache returned, for callers that
+/// speak errno (the C ABI and the Python package): the OS error where an OS
+/// call caused it ([`os_error`]), else one mapped from its kind:
+/// `InvalidInput` → `EINVAL`, `NotFound` → `ENOENT`, `PermissionDenied` →
+/// `EACCES`, `UnexpectedEof` (a page past the end of file) → `ENXIO`,
+/// `OutOfMemory` → `ENOMEM`, `FileTooLarge` → `EFBIG`, `StorageFull` →
+/// `ENOSPC`, `AlreadyExists` → `EEXIST`, `Unsupported` → `EOPNOTSUPP`,
+/// `TimedOut` → `ETIMEDOUT`, `WouldBlock` → `EAGAIN`, `Interrupted` →
+/// `EINTR`, `ResourceBusy` → `EBUSY`, anything else → `EIO`. Always positive.
+///
+/// ```
+/// use std::io::{Error, ErrorKind};
+/// assert_eq!(pagecache::errno(&Error::from_raw_os_error(libc::ENOSPC)), libc::ENOSPC);
+/// assert_eq!(pagecache::errno(&Error::new(ErrorKind::OutOfMemory, "pinned")), libc::ENOMEM);
+/// ```
+pub fn errno(e: &io::Error) -> i32 {
+    if let Some(n) = os_error(e).filter(|&n| n > 0) {
+        return n;
+    }
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::InvalidInput | K::InvalidData => libc::EINVAL,
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::UnexpectedEof => libc::ENXIO,
+        K::OutOfMemory => libc::ENOMEM,
+        K::FileTooLarge => libc::EFBIG,
+        K::StorageFull => libc::ENOSPC,
+        K::AlreadyExists => libc::EEXIST,
+        K::Unsupported => libc::EOPNOTSUPP,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::WouldBlock => libc::EAGAIN,
+        K::Interrupted => libc::EINTR,
+        K::ResourceBusy => libc::EBUSY,
+        _ => libc::EIO,
+    }
+}
+
 /// Wraps `e` with `msg` (which file, page, operation), keeping its kind.
 pub(crate) fn context(e: io::Error, msg: impl Into<String>) -> io::Error {
     io::Error::new(

@@ -99,7 +99,7 @@ mod index;
 mod io;
 
 pub use api::*;
-pub use error::{os_error, PageError};
+pub use error::{errno, os_error, PageError};
 pub use stats::lockstat;
 
 /// Internals for the project's own tests, benchmarks, loom models and lab.

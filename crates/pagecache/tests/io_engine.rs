@@ -389,3 +389,72 @@ fn stress_tiny_cache_many_threads_content_checked() {
         check(&disk, 0);
     }
 }
+
+/// A slow device (every I/O takes 20 ms) under 32 threads on a small cache:
+/// sequential readers (readahead), random readers, prefetchers and writers
+/// (background write-back) keep many runs in flight for longer than any
+/// spin-wait lasts. Nobody may get `OutOfMemory` for it: frames held by
+/// reads or writes in flight come back by themselves, so reclaim waits.
+#[test]
+fn a_slow_device_makes_reclaim_wait_not_fail() {
+    let d = TempDir::new("io-slow");
+    let p = d.path("f");
+    let pages = 4096u64;
+    make_file(&p, pages * PS as u64);
+    for e in ENGINES {
+        let faults = Faults::new();
+        faults.delay_io(std::time::Duration::from_millis(50));
+        let c = PageCache::with_backend(
+            Config {
+                readahead_max: 256 * PS,
+                ..config(e, 256)
+            },
+            FaultyBackend::new(PosixBackend, faults.clone()),
+        )
+        .unwrap();
+        let f = c.open(&p).unwrap();
+        let threads = 32u64;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let f = &f;
+                s.spawn(move || {
+                    let mut x = t * 7919 + 1;
+                    let mut buf = vec![0u8; 16 * PS];
+                    let mut seq = (t * 512) % pages;
+                    for _ in 0..12u64 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let page = (x >> 33) % (pages - 40);
+                        match t % 4 {
+                            0 => {
+                                // Sequential: 16 pages at a time.
+                                let off = seq * PS as u64;
+                                let n = f.read_at(&mut buf, off).unwrap();
+                                check(&buf[..n], off);
+                                seq = (seq + 16) % pages;
+                            }
+                            1 => f.prefetch(page * PS as u64, 32 * PS as u64).unwrap(),
+                            2 => {
+                                let mine = (page / threads) * threads + t;
+                                let at = mine * PS as u64;
+                                let data: Vec<u8> = (at..at + PS as u64).map(pattern).collect();
+                                f.write_at(&data, at).unwrap();
+                            }
+                            _ => {
+                                let off = page * PS as u64 + (x % 4096);
+                                let n = f.read_at(&mut buf[..PS], off).unwrap();
+                                check(&buf[..n], off);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        c.validate();
+        faults.delay_io(std::time::Duration::ZERO);
+        f.sync().unwrap();
+        let disk = std::fs::read(&p).unwrap();
+        check(&disk, 0);
+    }
+}

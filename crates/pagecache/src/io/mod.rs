@@ -601,6 +601,9 @@ pub struct Faults {
     fail_sync_errno: AtomicU64,
     /// `ftruncate` fails with this errno (0 = never) until cleared.
     fail_set_len_errno: AtomicU64,
+    /// Every read and write sleeps this long first (µs, 0 = off): a slow
+    /// or saturated device.
+    delay_us: AtomicU64,
 }
 
 impl Faults {
@@ -637,6 +640,12 @@ impl Faults {
     pub fn fail_set_len(&self, errno: i32) {
         self.fail_set_len_errno
             .store(errno as u64, Ordering::SeqCst);
+    }
+    /// Every read and write takes at least `d` (a slow device); zero
+    /// turns it off. Not cleared by [`Faults::clear`].
+    pub fn delay_io(&self, d: std::time::Duration) {
+        self.delay_us
+            .store(d.as_micros().min(u64::MAX as u128) as u64, Ordering::SeqCst);
     }
     /// Turns every fault off.
     pub fn clear(&self) {
@@ -682,6 +691,14 @@ struct FaultyFile {
 }
 
 impl FaultyFile {
+    /// Sleeps for the injected device latency, if any.
+    fn delay(&self) {
+        let us = self.faults.delay_us.load(Ordering::SeqCst);
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+    }
+
     /// Counts a read; the injected failure if it is the chosen one.
     fn read_fault(&self) -> io::Result<()> {
         let f = &self.faults;
@@ -728,6 +745,7 @@ impl BackendFile for FaultyFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let f = &self.faults;
         self.read_fault()?;
+        self.delay();
         let max = f.short_read_max.load(Ordering::SeqCst) as usize;
         let len = if max > 0 {
             buf.len().min(max)
@@ -739,6 +757,7 @@ impl BackendFile for FaultyFile {
 
     fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
         self.read_fault()?;
+        self.delay();
         let max = self.faults.short_read_max.load(Ordering::SeqCst) as usize;
         if max > 0 {
             // One short read into the first buffer.
@@ -752,6 +771,10 @@ impl BackendFile for FaultyFile {
     }
 
     fn io_plan(&self, write: bool, offset: u64, len: usize, aligned: bool) -> IoPlan {
+        if self.faults.delay_us.load(Ordering::SeqCst) > 0 {
+            // Delays are made by the calls (which also inject the faults).
+            return IoPlan::Call;
+        }
         let fault = if write {
             self.write_fault(offset, len as u64)
         } else if self.faults.short_read_max.load(Ordering::SeqCst) > 0 {
@@ -768,6 +791,7 @@ impl BackendFile for FaultyFile {
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         self.write_fault(offset, total)?;
+        self.delay();
         self.inner.write_at(bufs, offset)
     }
 

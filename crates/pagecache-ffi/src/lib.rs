@@ -1,0 +1,789 @@
+//! The C ABI of `pagecache`: `libpagecache.so` and `libpagecache.a`, with
+//! the header `include/pagecache.h` generated from this file by `cbindgen`
+//! (checked in; `tests/header.rs` fails when they differ, and
+//! `UPDATE_HEADER=1 cargo test -p pagecache-ffi` rewrites it).
+//!
+//! Conventions, for every function:
+//! * the return value is 0 on success or a negative `errno`: the OS error
+//!   where an OS call failed (`-ENOSPC`, `-EIO`, `-ENOENT`, ...), else one
+//!   mapped from the error's kind (`pagecache::errno`); results come back
+//!   through out-pointers;
+//! * on failure, `pc_last_error()` returns the message of the calling
+//!   thread's last error (which file, which page, what was wrong);
+//! * null pointers, bad sizes and bad flags are `-EINVAL`, never a crash;
+//! * no panic crosses the boundary: one is caught and returned as `-EIO`
+//!   with its message.
+//!
+//! Handles: a `pc_cache` and a `pc_file` are opaque and may be used from
+//! any number of threads at once; a `pc_pin` is a small struct the caller
+//! owns (on its stack, say) that holds one pinned (read-only) or latched
+//! (writable) page until `pc_pin_release`.
+//!
+//! Soundness of the handles: a `pc_file` is a `Box` whose address never
+//! changes until `pc_file_close`/`pc_file_discard`, and those refuse
+//! (`-EBUSY`) while any pin taken through it is held; so the `'static`
+//! lifetime given to a pin's `PageRef`/`PageMut` (which borrow the file)
+//! is never outlived.
+#![allow(non_camel_case_types)]
+
+use pagecache::{Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The version of this ABI: bumped when a struct's layout or a function's
+/// meaning changes.
+pub const PC_ABI_VERSION: u32 = 1;
+
+/// `pc_file_open` flag: open for reading.
+pub const PC_READ: u32 = 1;
+/// `pc_file_open` flag: open for writing.
+pub const PC_WRITE: u32 = 2;
+/// `pc_file_open` flag: create the file if it does not exist (needs
+/// `PC_WRITE`).
+pub const PC_CREATE: u32 = 4;
+/// `pc_file_open` flag: truncate the file to length 0 (needs `PC_WRITE`).
+pub const PC_TRUNCATE: u32 = 8;
+/// `pc_file_open` flag: fail with `-EEXIST` if the file exists (needs
+/// `PC_WRITE`).
+pub const PC_CREATE_NEW: u32 = 16;
+
+/// `pc_config.io_engine`: io_uring where the kernel allows it, else the
+/// thread pool (the environment variable `PAGECACHE_IO_ENGINE` may choose).
+pub const PC_IO_AUTO: u32 = 0;
+/// `pc_config.io_engine`: io_uring (`pc_cache_new` fails where refused).
+pub const PC_IO_URING: u32 = 1;
+/// `pc_config.io_engine`: a pool of I/O threads doing `preadv`/`pwritev`.
+pub const PC_IO_THREADS: u32 = 2;
+
+/// A cache's settings. Fill it with `pc_config_default`, then change what
+/// you need.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct pc_config {
+    /// Memory budget for pages, in bytes (at least 4 pages).
+    pub capacity: u64,
+    /// Page size: a power of two from 4096 to 2 MiB.
+    pub page_size: u32,
+    /// Nonzero: read and write with `O_DIRECT` where the filesystem
+    /// accepts it (the default), so the kernel keeps no second copy.
+    pub direct_io: u32,
+    /// One of `PC_IO_AUTO`, `PC_IO_URING`, `PC_IO_THREADS`.
+    pub io_engine: u32,
+    /// The most threads the thread-pool engine starts.
+    pub io_threads: u32,
+    /// The largest readahead window in bytes (0: no readahead).
+    pub readahead_max: u64,
+    /// Percent of the capacity dirty before background write-back starts.
+    pub dirty_background_percent: u32,
+    /// Percent of the capacity dirty before writers wait.
+    pub dirty_limit_percent: u32,
+}
+
+/// The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct pc_stats {
+    /// Lookups that found the page cached.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Page reads issued to the file system.
+    pub reads: u64,
+    /// Write calls issued to the file system.
+    pub writes: u64,
+    /// Pages written back.
+    pub writebacks: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Failed page reads.
+    pub read_errors: u64,
+    /// Failed write-backs.
+    pub write_errors: u64,
+    /// Reads submitted to the asynchronous engine (one per run of pages).
+    pub async_reads: u64,
+    /// Pages read ahead of sequential readers.
+    pub readahead_pages: u64,
+    /// Pages whose read `pc_file_prefetch` started.
+    pub prefetch_pages: u64,
+    /// Files opened with direct I/O.
+    pub direct_files: u64,
+    /// Files opened with buffered I/O.
+    pub buffered_files: u64,
+    /// Dirty pages in the whole cache now.
+    pub dirty_pages: u64,
+    /// Frames (the capacity in pages).
+    pub frames: u64,
+    /// Frames free now.
+    pub free_frames: u64,
+}
+
+/// A page held by the caller: pinned (`pc_page_pin`: read-only, the page
+/// stays cached and unchanged) or latched (`pc_page_latch`: writable by
+/// this holder only, marked dirty when released). The caller owns the
+/// struct; `data` and `len` are valid until `pc_pin_release`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct pc_pin {
+    /// The page's bytes (`len` of them; the page size). Writable only for a
+    /// latched page. NULL when no page is held.
+    pub data: *mut u8,
+    /// The page size in bytes; 0 when no page is held.
+    pub len: usize,
+    /// The page's index in its file.
+    pub index: u64,
+    /// Private to the library (NULL when no page is held: releasing such a
+    /// pin again is `-EINVAL`).
+    pub private_: *mut c_void,
+}
+
+/// A cache: a memory budget of page frames shared by its files.
+#[derive(Debug)]
+pub struct pc_cache {
+    cache: PageCache,
+}
+
+/// An open file of a cache.
+#[derive(Debug)]
+pub struct pc_file {
+    file: File,
+    /// Pins and latches held through this handle: close waits for none,
+    /// it refuses while any is held.
+    pins: AtomicUsize,
+}
+
+/// What a `pc_pin`'s private pointer owns.
+enum Held {
+    Pin(#[allow(dead_code)] PageRef<'static>),
+    Latch(#[allow(dead_code)] PageMut<'static>),
+}
+
+struct PinBox {
+    held: Held,
+    file: *const pc_file,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(msg: String) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+}
+
+/// An error: its message for `pc_last_error`, its number returned negated.
+fn fail(e: &io::Error) -> c_int {
+    set_last_error(e.to_string());
+    -pagecache::errno(e)
+}
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+/// Runs `f`, turning its error or panic into a negative errno.
+fn guard(what: &str, f: impl FnOnce() -> io::Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => fail(&e),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_last_error(format!("{what}: internal error (panic): {msg}"));
+            -libc::EIO
+        }
+    }
+}
+
+/// `p` as a reference, or `EINVAL` naming the argument.
+///
+/// # Safety
+/// `p` is null or points to a live `T` (the caller's contract).
+unsafe fn arg<'a, T>(p: *const T, what: &str, name: &str) -> io::Result<&'a T> {
+    // SAFETY: the caller's contract: null or valid.
+    unsafe { p.as_ref() }.ok_or_else(|| invalid(format!("{what}: {name} is NULL")))
+}
+
+fn out<T>(p: *mut T, what: &str, name: &str) -> io::Result<*mut T> {
+    if p.is_null() {
+        Err(invalid(format!("{what}: {name} is NULL")))
+    } else {
+        Ok(p)
+    }
+}
+
+/// The message of the calling thread's last error: a NUL-terminated string
+/// valid until this thread's next failing call (empty if none failed).
+/// Never NULL.
+#[no_mangle]
+pub extern "C" fn pc_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// The `PC_ABI_VERSION` this library was built with: compare it with the
+/// header's to catch a stale library.
+#[no_mangle]
+pub extern "C" fn pc_abi_version() -> u32 {
+    PC_ABI_VERSION
+}
+
+/// Fills `*config` with the defaults (256 MiB, 4 KiB pages, direct I/O,
+/// automatic engine, 2 MiB readahead, dirty thresholds 10% and 30%).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
+    guard("pc_config_default", || {
+        let d = Config::default();
+        let c = out(config, "pc_config_default", "config")?;
+        // SAFETY: non-null, and the caller's contract: it points to a
+        // writable pc_config.
+        unsafe {
+            c.write(pc_config {
+                capacity: d.capacity as u64,
+                page_size: d.page_size as u32,
+                direct_io: d.direct_io as u32,
+                io_engine: PC_IO_AUTO,
+                io_threads: d.io_threads as u32,
+                readahead_max: d.readahead_max as u64,
+                dirty_background_percent: d.dirty_background_percent,
+                dirty_limit_percent: d.dirty_limit_percent,
+            })
+        };
+        Ok(())
+    })
+}
+
+fn to_config(c: &pc_config) -> io::Result<Config> {
+    let size = |v: u64, name: &str| {
+        usize::try_from(v).map_err(|_| invalid(format!("pc_cache_new: {name} {v} is too large")))
+    };
+    Ok(Config {
+        capacity: size(c.capacity, "capacity")?,
+        page_size: c.page_size as usize,
+        direct_io: c.direct_io != 0,
+        io_engine: match c.io_engine {
+            PC_IO_AUTO => IoEngine::Auto,
+            PC_IO_URING => IoEngine::Uring,
+            PC_IO_THREADS => IoEngine::Threads,
+            n => {
+                return Err(invalid(format!(
+                    "pc_cache_new: io_engine {n} is not a PC_IO_* value"
+                )))
+            }
+        },
+        io_threads: c.io_threads as usize,
+        readahead_max: size(c.readahead_max, "readahead_max")?,
+        dirty_background_percent: c.dirty_background_percent,
+        dirty_limit_percent: c.dirty_limit_percent,
+        ..Config::default()
+    })
+}
+
+/// Creates a cache (`config` NULL: the defaults) and stores it in `*out`.
+/// Allocates the whole budget's address space up front (memory is touched
+/// as pages are used). `-EINVAL` for a bad configuration, with the reason.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_new(
+    config: *const pc_config,
+    out_cache: *mut *mut pc_cache,
+) -> c_int {
+    guard("pc_cache_new", || {
+        let o = out(out_cache, "pc_cache_new", "out")?;
+        // SAFETY: null or a valid pc_config (the caller's contract).
+        let cfg = match unsafe { config.as_ref() } {
+            Some(c) => to_config(c)?,
+            None => Config::default(),
+        };
+        let cache = PageCache::new(cfg)?;
+        // SAFETY: non-null; the caller's contract: writable.
+        unsafe { o.write(Box::into_raw(Box::new(pc_cache { cache }))) };
+        Ok(())
+    })
+}
+
+/// Frees a cache handle (NULL: nothing). Files still open keep working,
+/// and the cache's memory and threads go when the last of them closes.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_free(cache: *mut pc_cache) -> c_int {
+    guard("pc_cache_free", || {
+        if !cache.is_null() {
+            // SAFETY: from pc_cache_new, not freed before (the contract).
+            drop(unsafe { Box::from_raw(cache) });
+        }
+        Ok(())
+    })
+}
+
+/// Fills `*stats` with a snapshot of the cache's counters.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_stats(cache: *const pc_cache, stats: *mut pc_stats) -> c_int {
+    guard("pc_cache_stats", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_cache_stats", "cache") }?.cache;
+        let o = out(stats, "pc_cache_stats", "stats")?;
+        let s = c.stats();
+        // SAFETY: non-null, writable (the contract).
+        unsafe {
+            o.write(pc_stats {
+                hits: s.hits,
+                misses: s.misses,
+                reads: s.reads,
+                writes: s.writes,
+                writebacks: s.writebacks,
+                evictions: s.evictions,
+                read_errors: s.read_errors,
+                write_errors: s.write_errors,
+                async_reads: s.async_reads,
+                readahead_pages: s.readahead_pages,
+                prefetch_pages: s.prefetch_pages,
+                direct_files: s.direct_files,
+                buffered_files: s.buffered_files,
+                dirty_pages: c.dirty_pages() as u64,
+                frames: c.frames() as u64,
+                free_frames: c.free_frames() as u64,
+            })
+        };
+        Ok(())
+    })
+}
+
+/// Stores the cache's page size in `*page_size`.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_page_size(
+    cache: *const pc_cache,
+    page_size: *mut usize,
+) -> c_int {
+    guard("pc_cache_page_size", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_cache_page_size", "cache") }?.cache;
+        let o = out(page_size, "pc_cache_page_size", "page_size")?;
+        // SAFETY: non-null, writable (the contract).
+        unsafe { o.write(c.page_size()) };
+        Ok(())
+    })
+}
+
+/// Opens `path` (NUL-terminated) through the cache with `flags` (`PC_READ`,
+/// `PC_WRITE`, `PC_CREATE`, `PC_TRUNCATE`, `PC_CREATE_NEW`) and stores the
+/// handle in `*out`. Handles of one file share its cached pages. May block
+/// (opens the file).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_open(
+    cache: *const pc_cache,
+    path: *const c_char,
+    flags: u32,
+    out_file: *mut *mut pc_file,
+) -> c_int {
+    guard("pc_file_open", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_file_open", "cache") }?.cache;
+        let o = out(out_file, "pc_file_open", "out")?;
+        if path.is_null() {
+            return Err(invalid("pc_file_open: path is NULL"));
+        }
+        let all = PC_READ | PC_WRITE | PC_CREATE | PC_TRUNCATE | PC_CREATE_NEW;
+        if flags & !all != 0 {
+            return Err(invalid(format!(
+                "pc_file_open: unknown flags {:#x}",
+                flags & !all
+            )));
+        }
+        // SAFETY: non-null and NUL-terminated (the contract).
+        let p = std::ffi::OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
+        let file = c.open_with(
+            p,
+            OpenOptions::new()
+                .read(flags & PC_READ != 0)
+                .write(flags & PC_WRITE != 0)
+                .create(flags & PC_CREATE != 0)
+                .truncate(flags & PC_TRUNCATE != 0)
+                .create_new(flags & PC_CREATE_NEW != 0),
+        )?;
+        let f = Box::new(pc_file {
+            file,
+            pins: AtomicUsize::new(0),
+        });
+        // SAFETY: non-null, writable (the contract).
+        unsafe { o.write(Box::into_raw(f)) };
+        Ok(())
+    })
+}
+
+/// The file behind a handle, or `EINVAL`.
+///
+/// # Safety
+/// `f` is null or from `pc_file_open`, not closed (the caller's contract).
+unsafe fn file<'a>(f: *const pc_file, what: &str) -> io::Result<&'a pc_file> {
+    // SAFETY: forwarded contract.
+    unsafe { arg(f, what, "file") }
+}
+
+/// `buf`/`len` as a slice; a NULL `buf` is allowed only with `len` 0.
+fn slice_len(buf: *const c_void, len: usize, what: &str) -> io::Result<()> {
+    if buf.is_null() && len != 0 {
+        return Err(invalid(format!("{what}: buf is NULL with len {len}")));
+    }
+    if len > isize::MAX as usize {
+        return Err(invalid(format!("{what}: len {len} is too large")));
+    }
+    Ok(())
+}
+
+/// Reads up to `len` bytes at `offset` into `buf` and stores how many in
+/// `*nread` (fewer than `len` only at end of file). Blocks on a miss (the
+/// page's read) and while a writer holds a page it needs.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_read_at(
+    file_: *const pc_file,
+    buf: *mut c_void,
+    len: usize,
+    offset: u64,
+    nread: *mut usize,
+) -> c_int {
+    guard("pc_file_read_at", || {
+        // SAFETY: the contract.
+        let f = unsafe { file(file_, "pc_file_read_at") }?;
+        let o = out(nread, "pc_file_read_at", "nread")?;
+        slice_len(buf, len, "pc_file_read_at")?;
+        let b: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-null, `len` writable bytes (the contract), at most
+            // isize::MAX (checked).
+            unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) }
+        };
+        let n = f.file.read_at(b, offset)?;
+        // SAFETY: non-null, writable (the contract).
+        unsafe { o.write(n) };
+        Ok(())
+    })
+}
+
+/// Writes `len` bytes from `buf` at `offset`, all or an error (the file
+/// grows if needed). Blocks on a partial page's read, while a holder has a
+/// page it writes, and when too much of the cache is dirty (throttled).
+/// The bytes reach the disk by `pc_file_sync`, background write-back or
+/// eviction.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_write_at(
+    file_: *const pc_file,
+    buf: *const c_void,
+    len: usize,
+    offset: u64,
+) -> c_int {
+    guard("pc_file_write_at", || {
+        // SAFETY: the contract.
+        let f = unsafe { file(file_, "pc_file_write_at") }?;
+        slice_len(buf, len, "pc_file_write_at")?;
+        let b: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null, `len` readable bytes (the contract).
+            unsafe { std::slice::from_raw_parts(buf.cast(), len) }
+        };
+        f.file.write_at(b, offset)
+    })
+}
+
+/// Stores the file's length in `*len`.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_len(file_: *const pc_file, len: *mut u64) -> c_int {
+    guard("pc_file_len", || {
+        // SAFETY: the contract.
+        let f = unsafe { file(file_, "pc_file_len") }?;
+        let o = out(len, "pc_file_len", "len")?;
+        // SAFETY: non-null, writable (the contract).
+        unsafe { o.write(f.file.len()) };
+        Ok(())
+    })
+}
+
+/// Sets the file's length (cached pages past it are dropped; growing reads
+/// as zeros). Blocks while pages past the new end are held.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_set_len(file_: *const pc_file, len: u64) -> c_int {
+    guard("pc_file_set_len", || {
+        // SAFETY: the contract.
+        unsafe { file(file_, "pc_file_set_len") }?.file.set_len(len)
+    })
+}
+
+/// Writes every dirty page of the file back, persists its length and
+/// calls `fdatasync`. Reports a write-back error met since the last sync
+/// (once). Blocks for the I/O.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_sync(file_: *const pc_file) -> c_int {
+    guard("pc_file_sync", || {
+        // SAFETY: the contract.
+        unsafe { file(file_, "pc_file_sync") }?.file.sync()
+    })
+}
+
+/// Starts reading the missing pages of `len` bytes at `offset` and returns
+/// without waiting (errors surface when the pages are read).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_prefetch(file_: *const pc_file, offset: u64, len: u64) -> c_int {
+    guard("pc_file_prefetch", || {
+        // SAFETY: the contract.
+        unsafe { file(file_, "pc_file_prefetch") }?
+            .file
+            .prefetch(offset, len)
+    })
+}
+
+/// The handle back from a raw pointer when no pin is held through it.
+///
+/// # Safety
+/// `f` is null or from `pc_file_open` and not closed.
+unsafe fn take_file(f: *mut pc_file, what: &str) -> io::Result<Box<pc_file>> {
+    // SAFETY: forwarded contract.
+    let r = unsafe { file(f, what) }?;
+    // Acquire: pairs with the release in pc_pin_release, so the pin's
+    // drop happened before we free the file.
+    let pins = r.pins.load(Ordering::Acquire);
+    if pins != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "{what}: {}: {pins} page(s) still pinned or latched through this handle: release them first",
+                r.file.path().display()
+            ),
+        ));
+    }
+    // SAFETY: from pc_file_open (the contract), and no pin borrows it.
+    Ok(unsafe { Box::from_raw(f) })
+}
+
+/// Closes the handle: writes the file's dirty pages back (if it was the
+/// last handle of the file) and reports a write-back error. The handle is
+/// freed whatever the result, except for `-EBUSY` (pins held through it,
+/// nothing done) and `-EINVAL`. Blocks for the I/O.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_close(file_: *mut pc_file) -> c_int {
+    guard("pc_file_close", || {
+        // SAFETY: the contract.
+        let f = unsafe { take_file(file_, "pc_file_close") }?;
+        f.file.close()
+    })
+}
+
+/// Closes the handle without writing anything back: if it was the file's
+/// last handle, every cached page of the file is dropped, dirty or not
+/// (for temporary or deleted files). Stores in `*dropped` (may be NULL)
+/// whether that happened. `-EBUSY` while pins are held through it.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_discard(file_: *mut pc_file, dropped: *mut c_int) -> c_int {
+    guard("pc_file_discard", || {
+        // SAFETY: the contract.
+        let f = unsafe { take_file(file_, "pc_file_discard") }?;
+        let d = f.file.discard();
+        if !dropped.is_null() {
+            // SAFETY: non-null, writable (the contract).
+            unsafe { dropped.write(d as c_int) };
+        }
+        Ok(())
+    })
+}
+
+fn hold(
+    file_: *const pc_file,
+    index: u64,
+    pin: *mut pc_pin,
+    what: &str,
+    latch: bool,
+) -> io::Result<()> {
+    // SAFETY: the contract.
+    let f = unsafe { file(file_, what) }?;
+    let p = out(pin, what, "pin")?;
+    // SAFETY: the handle lives until close, and close refuses while this
+    // pin is counted (module docs), so 'static is never outlived.
+    let fs: &'static pc_file = unsafe { &*(f as *const pc_file) };
+    let (held, data, len) = if latch {
+        let mut m = fs.file.page_mut(index)?;
+        let (d, l) = (m.as_mut_ptr(), m.len());
+        (Held::Latch(m), d, l)
+    } else {
+        let r = fs.file.page(index)?;
+        let (d, l) = (r.as_ptr() as *mut u8, r.len());
+        (Held::Pin(r), d, l)
+    };
+    // Relaxed: only close's Acquire load of a zero matters (see there).
+    f.pins.fetch_add(1, Ordering::Relaxed);
+    let b = Box::new(PinBox { held, file: f });
+    // SAFETY: non-null, writable (the contract). The page's bytes stay
+    // at `data` while it is held (frames never move).
+    unsafe {
+        p.write(pc_pin {
+            data,
+            len,
+            index,
+            private_: Box::into_raw(b).cast(),
+        })
+    };
+    Ok(())
+}
+
+/// Pins page `index` of the file into `*pin`: `pin->data` points to its
+/// `pin->len` bytes, read-only, unchanged and cached until
+/// `pc_pin_release`. Bytes past the end of file read as zero. Blocks on a
+/// miss and while a writer holds the page. `-ENXIO` past the last page.
+/// A pin delays writers of the page and `pc_file_set_len` cutting it;
+/// holding one while waiting for such a writer deadlocks.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_pin(file_: *const pc_file, index: u64, pin: *mut pc_pin) -> c_int {
+    guard("pc_page_pin", || {
+        hold(file_, index, pin, "pc_page_pin", false)
+    })
+}
+
+/// Latches page `index` for writing into `*pin`: `pin->data` is writable
+/// by this holder alone until `pc_pin_release`, which marks the page
+/// dirty. Waits until no one else pins or latches the page; others wait
+/// for this latch. `-EACCES` through a read-only handle.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_latch(
+    file_: *const pc_file,
+    index: u64,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_page_latch", || {
+        hold(file_, index, pin, "pc_page_latch", true)
+    })
+}
+
+/// Releases a pinned or latched page and clears `*pin` (`data` NULL).
+/// Releasing a cleared pin again is `-EINVAL` (a copy of the struct
+/// released twice cannot be detected: don't).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
+    guard("pc_pin_release", || {
+        let p = out(pin, "pc_pin_release", "pin")?;
+        // SAFETY: non-null, a pc_pin (the contract).
+        let pin = unsafe { &mut *p };
+        if pin.private_.is_null() {
+            return Err(invalid(format!(
+                "pc_pin_release: no page held (page {} released already, or never pinned)",
+                pin.index
+            )));
+        }
+        // SAFETY: set by `hold` from Box::into_raw and cleared below, so
+        // this is its only release.
+        let b = unsafe { Box::from_raw(pin.private_.cast::<PinBox>()) };
+        pin.private_ = std::ptr::null_mut();
+        pin.data = std::ptr::null_mut();
+        pin.len = 0;
+        let f = b.file;
+        drop(b.held);
+        // SAFETY: the file is alive: close refuses while this pin counts.
+        // Release: our drop above happens-before close's Acquire load.
+        unsafe { &*f }.pins.fetch_sub(1, Ordering::Release);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_returned_as_eio_with_its_message() {
+        let rc = guard("pc_test", || panic!("boom at page 7"));
+        assert_eq!(rc, -libc::EIO);
+        // SAFETY: pc_last_error never returns NULL, and the string lives
+        // until this thread's next failure.
+        let msg = unsafe { CStr::from_ptr(pc_last_error()) }.to_str().unwrap();
+        assert!(
+            msg.contains("pc_test") && msg.contains("boom at page 7"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_error_is_its_negated_errno_with_its_message() {
+        let rc = guard("pc_test", || {
+            Err(io::Error::from_raw_os_error(libc::ENOSPC))
+        });
+        assert_eq!(rc, -libc::ENOSPC);
+        let rc = guard("pc_test", || {
+            Err(io::Error::new(io::ErrorKind::InvalidInput, "bad\0nul"))
+        });
+        assert_eq!(rc, -libc::EINVAL);
+        // SAFETY: as above.
+        let msg = unsafe { CStr::from_ptr(pc_last_error()) }.to_str().unwrap();
+        assert_eq!(msg, "bad nul"); // an interior NUL cannot cut the message
+    }
+}

@@ -1,0 +1,419 @@
+/* The C ABI's tests: every call's success and error paths, pins, latches,
+ * content checks against the file on disk, and threads. Built and run by
+ * scripts/test-c.sh, once plainly and once under valgrind.
+ *
+ *   test_pagecache DIR    (DIR: an existing scratch directory)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pagecache.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int failures = 0;
+static const char *dir;
+
+#define EXPECT(cond)                                                      \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "%s:%d: %s: expected %s (last error: %s)\n",        \
+              __FILE__, __LINE__, __func__, #cond, pc_last_error());      \
+      failures++;                                                         \
+    }                                                                     \
+  } while (0)
+#define OK(call) EXPECT((call) == 0)
+
+#define PS 4096
+
+static void path_of(char *out, const char *name) {
+  snprintf(out, 512, "%s/%s", dir, name);
+}
+
+static unsigned char pattern(uint64_t pos) { return (unsigned char)(pos * 31 + 7); }
+
+static pc_cache *small_cache(uint64_t pages) {
+  pc_config cfg;
+  pc_cache *c = NULL;
+  OK(pc_config_default(&cfg));
+  cfg.capacity = pages * PS;
+  OK(pc_cache_new(&cfg, &c));
+  return c;
+}
+
+static pc_file *open_new(pc_cache *c, const char *name) {
+  char p[512];
+  pc_file *f = NULL;
+  path_of(p, name);
+  OK(pc_file_open(c, p, PC_READ | PC_WRITE | PC_CREATE | PC_TRUNCATE, &f));
+  return f;
+}
+
+/* The whole file as the kernel has it (malloc'd; *len set). */
+static unsigned char *read_disk(const char *name, size_t *len) {
+  char p[512];
+  path_of(p, name);
+  int fd = open(p, O_RDONLY);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    failures++;
+    *len = 0;
+    return NULL;
+  }
+  unsigned char *b = malloc((size_t)st.st_size + 1);
+  ssize_t n = pread(fd, b, (size_t)st.st_size, 0);
+  close(fd);
+  *len = n < 0 ? 0 : (size_t)n;
+  return b;
+}
+
+static void test_version_and_defaults(void) {
+  EXPECT(pc_abi_version() == PC_ABI_VERSION);
+  pc_config cfg;
+  OK(pc_config_default(&cfg));
+  EXPECT(cfg.page_size == 4096);
+  EXPECT(cfg.capacity == 256u << 20);
+  EXPECT(cfg.direct_io != 0);
+  EXPECT(cfg.dirty_background_percent <= cfg.dirty_limit_percent);
+  EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
+}
+
+static void test_bad_config(void) {
+  pc_config cfg;
+  pc_cache *c = (pc_cache *)0x1;
+  OK(pc_config_default(&cfg));
+  cfg.page_size = 1000;
+  EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
+  EXPECT(strstr(pc_last_error(), "page") != NULL);
+  EXPECT(c == (pc_cache *)0x1); /* untouched on failure */
+  OK(pc_config_default(&cfg));
+  cfg.io_engine = 99;
+  EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
+  EXPECT(strstr(pc_last_error(), "io_engine") != NULL);
+  OK(pc_config_default(&cfg));
+  cfg.capacity = PS; /* fewer than four frames */
+  EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
+  EXPECT(pc_cache_new(NULL, NULL) == -EINVAL);
+  EXPECT(pc_config_default(NULL) == -EINVAL);
+  OK(pc_cache_free(NULL));
+}
+
+static void test_null_and_bad_arguments(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "nulls");
+  char buf[16];
+  size_t n;
+  uint64_t len;
+  pc_pin pin;
+  EXPECT(pc_file_open(c, NULL, PC_READ, &f) == -EINVAL);
+  EXPECT(pc_file_open(NULL, "x", PC_READ, &f) == -EINVAL);
+  EXPECT(pc_file_open(c, "x", PC_READ, NULL) == -EINVAL);
+  EXPECT(pc_file_open(c, "x", 1u << 20, &f) == -EINVAL);
+  EXPECT(strstr(pc_last_error(), "flags") != NULL);
+  EXPECT(pc_file_read_at(NULL, buf, 1, 0, &n) == -EINVAL);
+  EXPECT(pc_file_read_at(f, NULL, 1, 0, &n) == -EINVAL);
+  EXPECT(pc_file_read_at(f, buf, 1, 0, NULL) == -EINVAL);
+  EXPECT(pc_file_read_at(f, buf, (size_t)-1, 0, &n) == -EINVAL);
+  OK(pc_file_read_at(f, NULL, 0, 0, &n)); /* empty read: fine */
+  EXPECT(n == 0);
+  EXPECT(pc_file_write_at(f, NULL, 5, 0) == -EINVAL);
+  OK(pc_file_write_at(f, NULL, 0, 0));
+  EXPECT(pc_file_len(f, NULL) == -EINVAL);
+  EXPECT(pc_file_len(NULL, &len) == -EINVAL);
+  EXPECT(pc_page_pin(f, 0, NULL) == -EINVAL);
+  EXPECT(pc_page_pin(NULL, 0, &pin) == -EINVAL);
+  EXPECT(pc_pin_release(NULL) == -EINVAL);
+  EXPECT(pc_cache_stats(c, NULL) == -EINVAL);
+  EXPECT(pc_file_close(NULL) == -EINVAL);
+  EXPECT(pc_file_sync(NULL) == -EINVAL);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
+static void test_open_errors(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = NULL;
+  char p[512];
+  path_of(p, "does-not-exist");
+  EXPECT(pc_file_open(c, p, PC_READ, &f) == -ENOENT);
+  EXPECT(strstr(pc_last_error(), "does-not-exist") != NULL);
+  EXPECT(f == NULL);
+  path_of(p, "exists");
+  OK(pc_file_open(c, p, PC_READ | PC_WRITE | PC_CREATE, &f));
+  OK(pc_file_close(f));
+  EXPECT(pc_file_open(c, p, PC_READ | PC_WRITE | PC_CREATE_NEW, &f) == -EEXIST);
+  EXPECT(pc_file_open(c, p, 0, &f) == -EINVAL); /* neither read nor write */
+  OK(pc_cache_free(c));
+}
+
+static void test_write_read_sync(void) {
+  pc_cache *c = small_cache(16); /* smaller than the file: evictions */
+  pc_file *f = open_new(c, "rw");
+  const size_t len = 40 * PS + 123;
+  unsigned char *data = malloc(len), *back = malloc(len);
+  for (size_t i = 0; i < len; i++) data[i] = pattern(i);
+  OK(pc_file_write_at(f, data, len, 0));
+  uint64_t flen = 0;
+  OK(pc_file_len(f, &flen));
+  EXPECT(flen == len);
+  size_t n = 0;
+  OK(pc_file_read_at(f, back, len, 0, &n));
+  EXPECT(n == len && memcmp(data, back, len) == 0);
+  /* short only at end of file; nothing past it */
+  OK(pc_file_read_at(f, back, 1000, len - 10, &n));
+  EXPECT(n == 10 && memcmp(back, data + len - 10, 10) == 0);
+  OK(pc_file_read_at(f, back, 10, len + 5, &n));
+  EXPECT(n == 0);
+  OK(pc_file_sync(f));
+  size_t dlen;
+  unsigned char *disk = read_disk("rw", &dlen);
+  EXPECT(dlen == len && disk && memcmp(disk, data, len) == 0);
+  free(disk);
+  pc_stats st;
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.frames == 16);
+  EXPECT(st.evictions > 0);
+  EXPECT(st.writebacks >= 40);
+  EXPECT(st.dirty_pages == 0);
+  EXPECT(st.direct_files + st.buffered_files >= 1);
+  /* shrink, then grow: zeros where the cut was */
+  OK(pc_file_set_len(f, 100));
+  OK(pc_file_set_len(f, 2 * PS));
+  OK(pc_file_read_at(f, back, 2 * PS, 0, &n));
+  EXPECT(n == 2 * PS && memcmp(back, data, 100) == 0);
+  int zeros = 1;
+  for (size_t i = 100; i < 2 * PS; i++) zeros &= back[i] == 0;
+  EXPECT(zeros);
+  OK(pc_file_prefetch(f, 0, 1 << 20));   /* past EOF: ignored */
+  OK(pc_file_prefetch(f, 1ull << 40, 5)); /* far past: nothing */
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+  free(data);
+  free(back);
+}
+
+static void test_pins_and_latches(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "pins");
+  unsigned char page[PS];
+  for (int i = 0; i < PS; i++) page[i] = pattern(i);
+  OK(pc_file_write_at(f, page, PS, 0));
+  OK(pc_file_write_at(f, "tail", 4, PS)); /* page 1 is partial */
+  pc_pin pin;
+  OK(pc_page_pin(f, 0, &pin));
+  EXPECT(pin.len == PS && pin.index == 0 && pin.data != NULL);
+  EXPECT(pin.data && memcmp(pin.data, page, PS) == 0);
+  pc_pin second; /* a second pin of the same page, at the same address */
+  OK(pc_page_pin(f, 0, &second));
+  EXPECT(second.data == pin.data);
+  OK(pc_pin_release(&second));
+  /* close refuses while a pin is held, and changes nothing */
+  EXPECT(pc_file_close(f) == -EBUSY);
+  EXPECT(strstr(pc_last_error(), "pinned") != NULL);
+  EXPECT(pc_file_discard(f, NULL) == -EBUSY);
+  OK(pc_pin_release(&pin));
+  EXPECT(pin.data == NULL && pin.len == 0);
+  EXPECT(pc_pin_release(&pin) == -EINVAL); /* double release detected */
+  EXPECT(strstr(pc_last_error(), "released") != NULL);
+  pc_pin zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  EXPECT(pc_pin_release(&zeroed) == -EINVAL);
+
+  /* the partial last page reads zeros past the end of file */
+  OK(pc_page_pin(f, 1, &pin));
+  EXPECT(memcmp(pin.data, "tail", 4) == 0 && pin.data[4] == 0 && pin.data[PS - 1] == 0);
+  OK(pc_pin_release(&pin));
+  EXPECT(pc_page_pin(f, 2, &pin) == -ENXIO); /* past the last page */
+  EXPECT(strstr(pc_last_error(), "page 2") != NULL);
+
+  /* a latch writes in place; released, the page is dirty */
+  OK(pc_page_latch(f, 0, &pin));
+  memcpy(pin.data + 100, "LATCHED", 7);
+  OK(pc_pin_release(&pin));
+  char buf[8] = {0};
+  size_t n;
+  OK(pc_file_read_at(f, buf, 7, 100, &n));
+  EXPECT(n == 7 && memcmp(buf, "LATCHED", 7) == 0);
+  OK(pc_file_sync(f));
+  size_t dlen;
+  unsigned char *disk = read_disk("pins", &dlen);
+  EXPECT(dlen == PS + 4 && disk && memcmp(disk + 100, "LATCHED", 7) == 0);
+  EXPECT(disk && disk[99] == pattern(99) && memcmp(disk + PS, "tail", 4) == 0);
+  free(disk);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
+static void test_read_only_handle(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "ro");
+  OK(pc_file_write_at(f, "abc", 3, 0));
+  OK(pc_file_close(f));
+  char p[512];
+  path_of(p, "ro");
+  OK(pc_file_open(c, p, PC_READ, &f));
+  EXPECT(pc_file_write_at(f, "x", 1, 0) == -EACCES);
+  EXPECT(strstr(pc_last_error(), "read-only") != NULL);
+  pc_pin pin;
+  EXPECT(pc_page_latch(f, 0, &pin) == -EACCES);
+  EXPECT(pc_file_set_len(f, 0) == -EACCES);
+  OK(pc_page_pin(f, 0, &pin));
+  EXPECT(memcmp(pin.data, "abc", 3) == 0);
+  OK(pc_pin_release(&pin));
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
+static void test_cache_freed_before_its_files(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "outlive");
+  OK(pc_cache_free(c)); /* the file keeps the cache alive */
+  OK(pc_file_write_at(f, "still here", 10, 0));
+  char buf[10];
+  size_t n;
+  OK(pc_file_read_at(f, buf, 10, 0, &n));
+  EXPECT(n == 10 && memcmp(buf, "still here", 10) == 0);
+  OK(pc_file_close(f));
+}
+
+static void test_discard(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "discard");
+  OK(pc_file_write_at(f, "never written", 13, 0));
+  int dropped = -1;
+  OK(pc_file_discard(f, &dropped));
+  EXPECT(dropped == 1);
+  size_t dlen;
+  unsigned char *disk = read_disk("discard", &dlen);
+  EXPECT(dlen == 0); /* the dirty bytes were dropped, as asked */
+  free(disk);
+  OK(pc_cache_free(c));
+}
+
+struct worker {
+  pc_file *f;
+  int id, nthreads, pages, rounds;
+  int bad;
+  char msg[256];
+};
+
+/* Each thread owns the pages p with p % nthreads == id and writes rounds
+ * of (id, round) into them; it reads everyone's pages and checks each is
+ * whole (one writer's stamp throughout). */
+static void *work(void *arg) {
+  struct worker *w = arg;
+  unsigned char buf[PS];
+  unsigned x = (unsigned)w->id * 7919u + 1;
+  for (int r = 1; r <= w->rounds; r++) {
+    for (int p = w->id; p < w->pages; p += w->nthreads) {
+      memset(buf, (w->id * 16 + r) & 0xff, PS);
+      if (pc_file_write_at(w->f, buf, PS, (uint64_t)p * PS) != 0) {
+        snprintf(w->msg, sizeof w->msg, "write: %s", pc_last_error());
+        w->bad++;
+        return NULL;
+      }
+    }
+    for (int k = 0; k < 32; k++) {
+      x = x * 1103515245u + 12345u;
+      int p = (int)((x >> 8) % (unsigned)w->pages);
+      pc_pin pin;
+      if (k % 2) {
+        if (pc_page_pin(w->f, (uint64_t)p, &pin) != 0) {
+          snprintf(w->msg, sizeof w->msg, "pin: %s", pc_last_error());
+          w->bad++;
+          return NULL;
+        }
+        for (int i = 1; i < PS; i++)
+          if (pin.data[i] != pin.data[0]) { w->bad++; break; }
+        pc_pin_release(&pin);
+      } else {
+        size_t n;
+        if (pc_file_read_at(w->f, buf, PS, (uint64_t)p * PS, &n) != 0 || n != PS) {
+          snprintf(w->msg, sizeof w->msg, "read: %s", pc_last_error());
+          w->bad++;
+          return NULL;
+        }
+        for (int i = 1; i < PS; i++)
+          if (buf[i] != buf[0]) { w->bad++; break; }
+      }
+    }
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  enum { T = 16, PAGES = 96, ROUNDS = 6 };
+  pc_cache *c = small_cache(32); /* 32 frames for 96 pages and 16 threads */
+  pc_file *f = open_new(c, "threads");
+  OK(pc_file_set_len(f, (uint64_t)PAGES * PS));
+  pthread_t th[T];
+  struct worker w[T];
+  for (int i = 0; i < T; i++) {
+    w[i] = (struct worker){f, i, T, PAGES, ROUNDS, 0, {0}};
+    pthread_create(&th[i], NULL, work, &w[i]);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    if (w[i].bad) fprintf(stderr, "thread %d: %d bad (%s)\n", i, w[i].bad, w[i].msg);
+    EXPECT(w[i].bad == 0);
+  }
+  OK(pc_file_sync(f));
+  size_t dlen;
+  unsigned char *disk = read_disk("threads", &dlen);
+  EXPECT(dlen == (size_t)PAGES * PS);
+  for (int p = 0; disk && p < PAGES && (size_t)(p + 1) * PS <= dlen; p++) {
+    unsigned char want = (unsigned char)(((p % T) * 16 + ROUNDS) & 0xff);
+    int whole = 1;
+    for (int i = 0; i < PS; i++) whole &= disk[(size_t)p * PS + i] == want;
+    EXPECT(whole);
+  }
+  free(disk);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
+static void *fail_in_thread(void *arg) {
+  pc_cache *c = arg;
+  pc_file *f;
+  pc_file_open(c, "/nonexistent/dir/other-thread", PC_READ, &f);
+  return NULL;
+}
+
+static void test_last_error_is_per_thread(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f;
+  EXPECT(pc_file_open(c, "/nonexistent/dir/this-thread", PC_READ, &f) == -ENOENT);
+  pthread_t t;
+  pthread_create(&t, NULL, fail_in_thread, c);
+  pthread_join(t, NULL);
+  EXPECT(strstr(pc_last_error(), "this-thread") != NULL);
+  OK(pc_cache_free(c));
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
+    return 2;
+  }
+  dir = argv[1];
+  test_version_and_defaults();
+  test_bad_config();
+  test_null_and_bad_arguments();
+  test_open_errors();
+  test_write_read_sync();
+  test_pins_and_latches();
+  test_read_only_handle();
+  test_cache_freed_before_its_files();
+  test_discard();
+  test_threads();
+  test_last_error_is_per_thread();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("C ABI tests: all passed\n");
+  return 0;
+}
