@@ -8,3 +8,5 @@ echo "== Rust: cargo test --workspace"
 cargo test --workspace
 echo "== C: scripts/test-c.sh"
 scripts/test-c.sh
+echo "== Python: scripts/test-python.sh"
+scripts/test-python.sh

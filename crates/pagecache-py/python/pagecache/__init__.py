@@ -1,0 +1,20 @@
+"""pagecache: a user-space page cache for many-core machines.
+
+Open files through a ``PageCache`` with a memory budget you choose; read,
+write, pin and sync their pages. Reads of cached pages cost no system call,
+a pinned page is a zero-copy ``memoryview``, write-back errors are reported
+(``OSError`` with ``errno``), and the GIL is released around every call that
+may block.
+
+>>> import pagecache
+>>> cache = pagecache.PageCache(capacity=64 << 20)
+>>> with cache.open("data.bin", "w+") as f:        # doctest: +SKIP
+...     f.write_at(b"hello", 0)
+...     f.sync()
+...     with f.page(0) as view:
+...         bytes(view[:5])
+"""
+
+from ._pagecache import ABI_VERSION, File, Page, PageCache
+
+__all__ = ["PageCache", "File", "Page", "ABI_VERSION"]

@@ -1,0 +1,98 @@
+"""Type stubs for pagecache (the compiled module pagecache._pagecache)."""
+
+from collections.abc import Buffer
+from os import PathLike
+from types import TracebackType
+from typing import Literal
+
+ABI_VERSION: int
+
+class PageCache:
+    """A page cache: a memory budget of page frames shared by its files.
+
+    Raises ``OSError`` (errno ``EINVAL``) for a bad configuration and
+    ``ValueError`` for an unknown ``io_engine``.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 256 << 20,
+        page_size: int = 4096,
+        *,
+        direct_io: bool = True,
+        io_engine: Literal["auto", "uring", "threads"] = "auto",
+        readahead_max: int = 2 << 20,
+        dirty_background_percent: int = 10,
+        dirty_limit_percent: int = 30,
+    ) -> None: ...
+    def open(
+        self,
+        path: str | PathLike[str],
+        mode: Literal["r", "r+", "w", "w+", "x", "x+", "rb", "r+b", "w+b", "x+b"] = "r+",
+    ) -> File:
+        """Opens ``path`` through the cache (``FileNotFoundError``,
+        ``PermissionError``, ``FileExistsError``, ... on failure)."""
+    def stats(self) -> dict[str, int | str]:
+        """A snapshot of the counters: hits, misses, reads, writes,
+        writebacks, evictions, dirty_pages, frames, free_frames, ...,
+        and io_engine."""
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def frames(self) -> int: ...
+    @property
+    def io_engine(self) -> Literal["uring", "threads"]: ...
+
+class File:
+    """A file opened through a PageCache; safe to share between threads.
+    Operations on a closed file raise ``ValueError``."""
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``offset`` (fewer only at end of file)."""
+    def readinto_at(self, buffer: Buffer, offset: int) -> int:
+        """Reads into a writable contiguous buffer; returns bytes read."""
+    def write_at(self, data: Buffer, offset: int) -> int:
+        """Writes all of ``data`` at ``offset``; returns ``len(data)``."""
+    def len(self) -> int:
+        """The file's length in bytes."""
+    def set_len(self, length: int) -> None: ...
+    def sync(self) -> None:
+        """Writes dirty pages back, persists the length, fdatasync. Reports
+        a write-back error met since the last sync, once."""
+    def prefetch(self, offset: int, length: int) -> None:
+        """Starts reading a range into the cache without waiting."""
+    def page(self, index: int) -> Page:
+        """Page ``index`` as a context manager yielding a read-only
+        memoryview of the cached bytes (no copy)."""
+    def close(self) -> None:
+        """Writes back and closes; reports a write-back error. Idempotent."""
+    @property
+    def direct_io(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> File: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class Page:
+    """A page pinned for a ``with`` block. Its memoryview is released when
+    the block ends; a buffer still exported from it (a numpy array over the
+    view) keeps the page pinned until that buffer goes."""
+
+    def __enter__(self) -> memoryview: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def pinned(self) -> bool: ...

@@ -1,0 +1,519 @@
+//! The Python package `pagecache` (module `pagecache._pagecache`, wrapped by
+//! `python/pagecache/__init__.py`): `PageCache`, `File`, `Page`.
+//!
+//! Every call that may block or do I/O releases the GIL. Errors are
+//! `OSError` built from `(errno, message)`, which Python turns into the
+//! subclass of that errno (`FileNotFoundError`, `PermissionError`, ...);
+//! `pagecache::errno` supplies the number. A closed file raises
+//! `ValueError`, as Python's own files do.
+//!
+//! Soundness of pins: a `Page` keeps the `Arc<pagecache::File>` its
+//! `PageRef` borrows in the same struct, dropped after the `PageRef`; so the
+//! `'static` given to the `PageRef` is never outlived. Its bytes are handed
+//! to Python only through the buffer protocol, and the pin is released only
+//! when the `with` block has ended and no buffer export is left, so no
+//! memoryview (or numpy array over one) can see a page after its release.
+use pagecache::{Config, IoEngine, OpenOptions, PageRef};
+use pyo3::exceptions::{PyBufferError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyMemoryView};
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// `OSError(errno, message)`: Python picks the subclass from the errno.
+fn os_err(e: io::Error) -> PyErr {
+    PyOSError::new_err((pagecache::errno(&e), e.to_string()))
+}
+
+fn closed() -> PyErr {
+    PyValueError::new_err("I/O operation on closed file")
+}
+
+/// A page cache: a memory budget of page frames shared by the files
+/// opened through it.
+#[pyclass(module = "pagecache", frozen)]
+struct PageCache {
+    cache: pagecache::PageCache,
+}
+
+#[pymethods]
+impl PageCache {
+    #[new]
+    #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
+        io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
+        dirty_limit_percent = 30))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        capacity: usize,
+        page_size: usize,
+        direct_io: bool,
+        io_engine: &str,
+        readahead_max: usize,
+        dirty_background_percent: u32,
+        dirty_limit_percent: u32,
+    ) -> PyResult<Self> {
+        let io_engine = match io_engine {
+            "auto" => IoEngine::Auto,
+            "uring" => IoEngine::Uring,
+            "threads" => IoEngine::Threads,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "io_engine must be 'auto', 'uring' or 'threads', not {other:?}"
+                )))
+            }
+        };
+        let config = Config {
+            capacity,
+            page_size,
+            direct_io,
+            io_engine,
+            readahead_max,
+            dirty_background_percent,
+            dirty_limit_percent,
+            ..Config::default()
+        };
+        let cache = py
+            .detach(|| pagecache::PageCache::new(config))
+            .map_err(os_err)?;
+        Ok(PageCache { cache })
+    }
+
+    /// Opens `path` through the cache. `mode`: "r" (read), "r+" (read and
+    /// write; must exist), "w" / "w+" (create or truncate), "x" / "x+"
+    /// (create; FileExistsError if it exists); "b" is accepted and ignored.
+    #[pyo3(signature = (path, mode = "r+"))]
+    fn open(&self, py: Python<'_>, path: std::path::PathBuf, mode: &str) -> PyResult<File> {
+        let m: String = mode.chars().filter(|&c| c != 'b').collect();
+        let mut o = OpenOptions::new();
+        match m.as_str() {
+            "r" => o.read(true),
+            "r+" => o.read(true).write(true),
+            "w" => o.write(true).create(true).truncate(true),
+            "w+" => o.read(true).write(true).create(true).truncate(true),
+            "x" => o.write(true).create_new(true),
+            "x+" => o.read(true).write(true).create_new(true),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "mode must be one of 'r', 'r+', 'w', 'w+', 'x', 'x+', not {mode:?}"
+                )))
+            }
+        };
+        let file = py
+            .detach(|| self.cache.open_with(&path, &o))
+            .map_err(os_err)?;
+        Ok(File {
+            file: RwLock::new(Some(Arc::new(file))),
+            path: path.to_string_lossy().into_owned(),
+        })
+    }
+
+    /// A snapshot of the cache's counters, as a dict of ints (and the I/O
+    /// engine's name).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.cache.stats();
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("reads", s.reads),
+            ("writes", s.writes),
+            ("writebacks", s.writebacks),
+            ("evictions", s.evictions),
+            ("lookup_retries", s.lookup_retries),
+            ("optimistic_reads", s.optimistic_reads),
+            ("optimistic_fallbacks", s.optimistic_fallbacks),
+            ("read_errors", s.read_errors),
+            ("write_errors", s.write_errors),
+            ("anon_faults", s.anon_faults),
+            ("direct_files", s.direct_files),
+            ("buffered_files", s.buffered_files),
+            ("async_reads", s.async_reads),
+            ("readahead_pages", s.readahead_pages),
+            ("prefetch_pages", s.prefetch_pages),
+            ("dirty_pages", self.cache.dirty_pages() as u64),
+            ("frames", self.cache.frames() as u64),
+            ("free_frames", self.cache.free_frames() as u64),
+        ] {
+            d.set_item(k, v)?;
+        }
+        d.set_item("io_engine", self.io_engine())?;
+        Ok(d)
+    }
+
+    /// Page size in bytes.
+    #[getter]
+    fn page_size(&self) -> usize {
+        self.cache.page_size()
+    }
+
+    /// Number of page frames (the capacity in pages).
+    #[getter]
+    fn frames(&self) -> usize {
+        self.cache.frames()
+    }
+
+    /// The I/O engine in use: "uring" or "threads".
+    #[getter]
+    fn io_engine(&self) -> &'static str {
+        match self.cache.io_engine() {
+            IoEngine::Uring => "uring",
+            IoEngine::Threads => "threads",
+            _ => "auto",
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PageCache(capacity={}, page_size={}, io_engine={:?})",
+            self.cache.frames() * self.cache.page_size(),
+            self.cache.page_size(),
+            self.io_engine()
+        )
+    }
+}
+
+/// A file opened through a `PageCache`. Safe to share between threads.
+#[pyclass(module = "pagecache", frozen)]
+struct File {
+    /// `None` once closed. The lock is held only to clone the `Arc`.
+    file: RwLock<Option<Arc<pagecache::File>>>,
+    path: String,
+}
+
+impl File {
+    fn get(&self) -> PyResult<Arc<pagecache::File>> {
+        self.file
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(closed)
+    }
+}
+
+#[pymethods]
+impl File {
+    /// Reads up to `n` bytes at `offset` (fewer only at end of file).
+    fn read_at<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let f = self.get()?;
+        let mut buf = vec![0u8; n];
+        let got = py.detach(|| f.read_at(&mut buf, offset)).map_err(os_err)?;
+        Ok(PyBytes::new(py, &buf[..got]))
+    }
+
+    /// Reads into `buffer` (any writable contiguous bytes-like object: a
+    /// bytearray, a memoryview, a numpy uint8 array) at `offset`, with no
+    /// copy beyond it; returns the number of bytes read (fewer than its
+    /// length only at end of file).
+    fn readinto_at(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        offset: u64,
+    ) -> PyResult<usize> {
+        let f = self.get()?;
+        let b = pyo3::buffer::PyBuffer::<u8>::get(buffer)?;
+        if b.readonly() {
+            return Err(PyBufferError::new_err(
+                "readinto_at: the buffer is read-only",
+            ));
+        }
+        if !b.is_c_contiguous() {
+            return Err(PyBufferError::new_err(
+                "readinto_at: the buffer is not contiguous",
+            ));
+        }
+        let (ptr, len) = (b.buf_ptr() as usize, b.len_bytes());
+        let got = py
+            .detach(|| {
+                // SAFETY: `b` (alive until the end of this function) holds
+                // the buffer export, so the object cannot free or resize
+                // its memory; it is writable and contiguous (checked).
+                let s = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+                f.read_at(s, offset)
+            })
+            .map_err(os_err)?;
+        drop(b);
+        Ok(got)
+    }
+
+    /// Writes all of `data` (any contiguous bytes-like object) at `offset`
+    /// (the file grows if needed); returns its length.
+    fn write_at(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: u64) -> PyResult<usize> {
+        let f = self.get()?;
+        let b = pyo3::buffer::PyBuffer::<u8>::get(data)?;
+        if !b.is_c_contiguous() {
+            return Err(PyBufferError::new_err(
+                "write_at: the data is not contiguous",
+            ));
+        }
+        let (ptr, len) = (b.buf_ptr() as usize, b.len_bytes());
+        py.detach(|| {
+            // SAFETY: as in readinto_at: the export held by `b` keeps the
+            // memory in place; we only read it.
+            let s = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+            f.write_at(s, offset)
+        })
+        .map_err(os_err)?;
+        drop(b);
+        Ok(len)
+    }
+
+    /// The file's length in bytes.
+    fn len(&self) -> PyResult<u64> {
+        Ok(self.get()?.len())
+    }
+
+    /// Sets the file's length (cut pages are dropped; growth reads as zeros).
+    fn set_len(&self, py: Python<'_>, length: u64) -> PyResult<()> {
+        let f = self.get()?;
+        py.detach(|| f.set_len(length)).map_err(os_err)
+    }
+
+    /// Writes every dirty page back, persists the length, fdatasync.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let f = self.get()?;
+        py.detach(|| f.sync()).map_err(os_err)
+    }
+
+    /// Starts reading `length` bytes at `offset` into the cache without
+    /// waiting (errors surface when the pages are read).
+    fn prefetch(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+        let f = self.get()?;
+        py.detach(|| f.prefetch(offset, length)).map_err(os_err)
+    }
+
+    /// A pinned page as a context manager: `with f.page(i) as view:` gives
+    /// a read-only memoryview of the page's bytes in the cache (no copy;
+    /// `numpy.frombuffer(view, ...)` works). The pin ends with the block;
+    /// using the view after it raises ValueError.
+    fn page(&self, index: u64) -> PyResult<Page> {
+        Ok(Page {
+            file: self.get()?,
+            index,
+            state: Mutex::new(PageState::default()),
+        })
+    }
+
+    /// Whether the file is read and written with direct I/O.
+    #[getter]
+    fn direct_io(&self) -> PyResult<bool> {
+        Ok(self.get()?.direct_io())
+    }
+
+    /// The path the file was opened with.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.file
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Writes the file's dirty pages back and closes this handle, reporting
+    /// a write-back error. A second close does nothing. Pages still pinned
+    /// (a buffer still exported) keep the file open until they go; their
+    /// data is synced here.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.file.write().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(f) = taken else { return Ok(()) };
+        py.detach(|| match Arc::try_unwrap(f) {
+            Ok(f) => f.close(),
+            Err(shared) => shared.sync(),
+        })
+        .map_err(os_err)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<pagecache.File {:?} closed={}>", self.path, self.closed())
+    }
+}
+
+#[derive(Default)]
+struct PageState {
+    /// Field order matters: the pin drops before `Page::file`.
+    pin: Option<PageRef<'static>>,
+    /// Buffer exports not yet released.
+    exports: usize,
+    /// The memoryview `__enter__` returned.
+    view: Option<Py<PyMemoryView>>,
+    entered: bool,
+    exited: bool,
+}
+
+/// One page, pinned for the duration of a `with` block (see `File.page`).
+#[pyclass(module = "pagecache", frozen)]
+struct Page {
+    state: Mutex<PageState>,
+    /// What the pin borrows (declared after `state`: dropped after it).
+    file: Arc<pagecache::File>,
+    index: u64,
+}
+
+impl Page {
+    fn state(&self) -> std::sync::MutexGuard<'_, PageState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl Page {
+    /// Pins the page (waiting for its read or a writer, GIL released) and
+    /// returns a read-only memoryview of it.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyMemoryView>> {
+        let py = slf.py();
+        let me = slf.get();
+        {
+            let mut st = me.state();
+            if st.entered {
+                return Err(PyValueError::new_err("a Page can be entered once"));
+            }
+            st.entered = true;
+        }
+        // SAFETY: `me.file` lives as long as `me`, and the pin is dropped
+        // before it (module docs), so 'static is never outlived.
+        let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(&me.file) };
+        let index = me.index;
+        let pin = py.detach(|| file.page(index)).map_err(os_err)?;
+        me.state().pin = Some(pin);
+        let view = PyMemoryView::from(slf.as_any())?;
+        me.state().view = Some(view.clone().unbind());
+        Ok(view)
+    }
+
+    /// Releases the memoryview and, once no buffer over it is left, the
+    /// pin. A buffer still exported (a numpy array over the view, say)
+    /// keeps the page pinned until it goes; the view itself is released
+    /// either way when no such export holds it.
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        let view = {
+            let mut st = self.state();
+            st.exited = true;
+            st.view.take()
+        };
+        if let Some(v) = view {
+            // BufferError if something still exports the view: then the
+            // pin is released by the last __releasebuffer__.
+            let _ = v.bind(py).call_method0("release");
+        }
+        let mut st = self.state();
+        if st.exports == 0 {
+            st.pin = None;
+        }
+        Ok(false)
+    }
+
+    /// The page's index in its file.
+    #[getter]
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Whether the page is pinned right now.
+    #[getter]
+    fn pinned(&self) -> bool {
+        self.state().pin.is_some()
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("NULL view"));
+        }
+        if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("a pinned page is read-only"));
+        }
+        let me = slf.get();
+        let mut st = me.state();
+        let Some(pin) = st.pin.as_ref() else {
+            return Err(PyValueError::new_err(
+                "the page is not pinned: use it inside its `with` block",
+            ));
+        };
+        let (buf, len) = (pin.as_ptr(), pin.len());
+        st.exports += 1;
+        drop(st);
+        // SAFETY: `view` is non-null (checked) and Python's to fill; the
+        // bytes stay pinned until the matching __releasebuffer__ (exports
+        // counted above), and `obj` keeps this Page alive until then.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = buf as *mut c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT == pyo3::ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & pyo3::ffi::PyBUF_ND == pyo3::ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
+        let mut st = self.state();
+        st.exports -= 1;
+        if st.exports == 0 && st.exited {
+            st.pin = None;
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<pagecache.Page {} of {:?} pinned={}>",
+            self.index,
+            self.file.path(),
+            self.pinned()
+        )
+    }
+}
+
+/// The compiled core of the `pagecache` package.
+#[pymodule]
+fn _pagecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PageCache>()?;
+    m.add_class::<File>()?;
+    m.add_class::<Page>()?;
+    m.add("ABI_VERSION", 1)?;
+    Ok(())
+}

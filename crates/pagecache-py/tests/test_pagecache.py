@@ -1,0 +1,273 @@
+"""The Python package: API, errors with errno, pins released on exit and
+after exceptions, many threads with content checks, views outliving their
+block."""
+
+import errno
+import gc
+import os
+import threading
+
+import pytest
+
+import pagecache
+
+PS = 4096
+
+
+def pattern(start, n):
+    return bytes((i * 31 + 7) & 0xFF for i in range(start, start + n))
+
+
+@pytest.fixture
+def cache():
+    return pagecache.PageCache(capacity=64 * PS)
+
+
+def test_write_read_sync_reaches_the_disk(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    data = pattern(0, 10 * PS + 123)
+    with cache.open(p, "w+") as f:
+        assert f.write_at(data, 0) == len(data)
+        assert f.len() == len(data)
+        assert f.read_at(0, len(data)) == data
+        assert f.read_at(len(data) - 5, 100) == data[-5:]  # short only at EOF
+        assert f.read_at(len(data) + 10, 5) == b""
+        f.sync()
+        assert p.read_bytes() == data
+        st = cache.stats()
+        assert st["dirty_pages"] == 0 and st["writebacks"] >= 11
+        assert st["io_engine"] in ("uring", "threads")
+        assert f.path == str(p) and not f.closed
+    assert f.closed
+
+
+def test_readinto_at_fills_the_callers_buffer(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 3 * PS))
+    f = cache.open(p, "r")
+    buf = bytearray(PS + 10)
+    assert f.readinto_at(buf, 100) == PS + 10
+    assert bytes(buf) == pattern(100, PS + 10)
+    mv = memoryview(buf)[5:15]
+    assert f.readinto_at(mv, 0) == 10
+    assert bytes(buf[5:15]) == pattern(0, 10)
+    with pytest.raises(BufferError):
+        f.readinto_at(b"read-only bytes", 0)
+    # writes take any bytes-like object
+    f.close()
+    g = cache.open(p, "r+")
+    assert g.write_at(bytearray(b"xyz"), 1) == 3
+    assert g.write_at(memoryview(b"abcdef")[2:4], 10) == 2
+    assert g.read_at(0, 12)[1:4] == b"xyz" and g.read_at(10, 2) == b"cd"
+    g.close()
+
+
+def test_set_len_prefetch_and_stats(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    with cache.open(p, "w+") as f:
+        f.write_at(pattern(0, 8 * PS), 0)
+        f.set_len(100)
+        f.set_len(2 * PS)
+        got = f.read_at(0, 2 * PS)
+        assert got[:100] == pattern(0, 100) and got[100:] == bytes(2 * PS - 100)
+        f.prefetch(0, 1 << 20)  # past EOF: ignored
+        f.prefetch(1 << 40, 10)
+    s = cache.stats()
+    for k in ("hits", "misses", "reads", "writes", "evictions", "frames", "free_frames"):
+        assert isinstance(s[k], int)
+    assert s["frames"] == 64 and cache.frames == 64 and cache.page_size == PS
+
+
+def test_errors_are_oserror_subclasses_with_errno(cache, tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        cache.open(tmp_path / "missing", "r")
+    assert e.value.errno == errno.ENOENT and "missing" in str(e.value)
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"abc")
+    with pytest.raises(FileExistsError) as e:
+        cache.open(p, "x+")
+    assert e.value.errno == errno.EEXIST
+    f = cache.open(p, "r")
+    with pytest.raises(PermissionError) as e:
+        f.write_at(b"x", 0)
+    assert e.value.errno == errno.EACCES and "read-only" in str(e.value)
+    with pytest.raises(OSError) as e:
+        with f.page(5):
+            pass
+    assert e.value.errno == errno.ENXIO and "page 5" in str(e.value)
+    with pytest.raises(OSError) as e:
+        pagecache.PageCache(capacity=PS)  # fewer than four frames
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(ValueError):
+        pagecache.PageCache(io_engine="fast")
+    with pytest.raises(ValueError):
+        cache.open(p, "a")
+    f.close()
+    with pytest.raises(ValueError, match="closed file"):
+        f.read_at(0, 1)
+    f.close()  # twice: nothing
+
+
+def test_enospc_on_a_full_filesystem_is_reported_with_errno(tmp_path):
+    # /dev/shm is tmpfs; a file larger than the space left fails with
+    # ENOSPC only where it is small, so use a tmpfs we mount when root.
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.system(f"mount -t tmpfs -o size=64k tmpfs {mnt} 2>/dev/null") != 0:
+        pytest.skip("cannot mount tmpfs here")
+    try:
+        c = pagecache.PageCache(capacity=64 * PS)
+        f = c.open(mnt / "big", "w+")
+        with pytest.raises(OSError) as e:
+            f.write_at(b"z" * (256 * 1024), 0)
+            f.sync()
+        assert e.value.errno == errno.ENOSPC
+        try:
+            f.close()
+        except OSError as again:
+            assert again.errno == errno.ENOSPC
+    finally:
+        os.system(f"umount {mnt}")
+
+
+def test_page_is_a_zero_copy_read_only_view_released_on_exit(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 2 * PS))
+    f = cache.open(p)
+    page = f.page(1)
+    with page as view:
+        assert page.pinned
+        assert isinstance(view, memoryview) and view.readonly and len(view) == PS
+        assert bytes(view[:8]) == pattern(PS, 8)
+        with pytest.raises(TypeError):
+            view[0] = 1
+        with f.page(1) as again:  # two pins of one page: same bytes
+            assert bytes(again) == bytes(view)
+    assert not page.pinned
+    with pytest.raises(ValueError):
+        view[0]  # released memoryview: an error, not a crash
+    with pytest.raises(ValueError):
+        with page:  # a Page is entered once
+            pass
+    f.close()
+
+
+def test_pins_are_released_after_an_exception(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, PS))
+    f = cache.open(p)
+    page = f.page(0)
+    with pytest.raises(RuntimeError):
+        with page as view:
+            assert view[0] == pattern(0, 1)[0]
+            raise RuntimeError("boom")
+    assert not page.pinned
+    # a writer would wait for a leaked pin forever: it does not
+    f.write_at(b"Q", 0)
+    assert f.read_at(0, 1) == b"Q"
+    f.close()
+
+
+def test_numpy_frombuffer_over_a_page(cache, tmp_path):
+    np = pytest.importorskip("numpy")
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, PS))
+    f = cache.open(p)
+    page = f.page(0)
+    with page as view:
+        arr = np.frombuffer(view, dtype=np.uint8)
+        assert arr.shape == (PS,) and bytes(arr[:16]) == pattern(0, 16)
+        words = np.frombuffer(view, dtype=np.uint32)
+        assert words.shape == (PS // 4,)
+        # no copy: a second pin of the page exposes the same address (the
+        # frame in the cache), not a copy of its bytes
+        with f.page(0) as again:
+            other = np.frombuffer(again, dtype=np.uint8)
+            assert other.ctypes.data == arr.ctypes.data
+            del other
+    # the array still exports the page's buffer: the page stays pinned (the
+    # array's bytes stay valid) until the array goes
+    assert page.pinned
+    assert bytes(arr[:16]) == pattern(0, 16)
+    del arr, words
+    gc.collect()
+    assert not page.pinned
+    f.close()
+
+
+def test_many_threads_read_and_write_with_content_checks(tmp_path):
+    # 32 frames for 96 pages and 16 threads on 2 cores: evictions,
+    # write-back and waiting on each other's latches, GIL released.
+    cache = pagecache.PageCache(capacity=32 * PS)
+    p = tmp_path / "f.bin"
+    pages, nthreads, rounds = 96, 16, 5
+    f = cache.open(p, "w+")
+    f.set_len(pages * PS)
+    errors = []
+
+    def work(t):
+        try:
+            x = t * 7919 + 1
+            for r in range(1, rounds + 1):
+                for pg in range(t, pages, nthreads):
+                    f.write_at(bytes([(t * 16 + r) & 0xFF]) * PS, pg * PS)
+                for k in range(24):
+                    x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+                    pg = (x >> 8) % pages
+                    if k % 3 == 0:
+                        with f.page(pg) as v:
+                            b = bytes(v)
+                    elif k % 3 == 1:
+                        b = f.read_at(pg * PS, PS)
+                    else:
+                        buf = bytearray(PS)
+                        assert f.readinto_at(buf, pg * PS) == PS
+                        b = bytes(buf)
+                    assert b == bytes([b[0]]) * PS, f"page {pg} torn"
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(nthreads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    f.sync()
+    disk = p.read_bytes()
+    for pg in range(pages):
+        want = bytes([((pg % nthreads) * 16 + rounds) & 0xFF]) * PS
+        assert disk[pg * PS:(pg + 1) * PS] == want, f"page {pg}"
+    f.close()
+
+
+def test_close_with_a_page_still_exported_syncs_and_keeps_it_valid(cache, tmp_path):
+    np = pytest.importorskip("numpy")
+    p = tmp_path / "f.bin"
+    f = cache.open(p, "w+")
+    f.write_at(pattern(0, PS), 0)
+    with f.page(0) as view:
+        arr = np.frombuffer(view, dtype=np.uint8)
+    f.close()  # the array's pin keeps the file; its data is synced
+    assert p.read_bytes() == pattern(0, PS)
+    assert bytes(arr[:4]) == pattern(0, 4)
+    del arr
+    gc.collect()
+
+
+def test_engines_and_buffered_io(tmp_path):
+    for engine in ("threads", "uring"):
+        try:
+            c = pagecache.PageCache(capacity=16 * PS, io_engine=engine, direct_io=False)
+        except OSError:
+            assert engine == "uring"  # refused by this kernel: fine
+            continue
+        assert c.io_engine == engine
+        p = tmp_path / f"{engine}.bin"
+        with c.open(p, "w+") as f:
+            f.write_at(pattern(0, 40 * PS), 0)
+            assert not f.direct_io
+            assert f.read_at(0, 40 * PS) == pattern(0, 40 * PS)
+        assert p.read_bytes() == pattern(0, 40 * PS)
