@@ -61,6 +61,9 @@
 // `pc_config.io_engine`: a pool of I/O threads doing `preadv`/`pwritev`.
 #define PC_IO_THREADS 2
 
+// Words of private storage in a `pc_pin`.
+#define PC_PIN_PRIVATE_WORDS 10
+
 // A cache: a memory budget of page frames shared by its files.
 typedef struct pc_cache pc_cache;
 
@@ -128,7 +131,9 @@ typedef struct pc_stats {
 // A page held by the caller: pinned (`pc_page_pin`: read-only, the page
 // stays cached and unchanged) or latched (`pc_page_latch`: writable by
 // this holder only, marked dirty when released). The caller owns the
-// struct; `data` and `len` are valid until `pc_pin_release`.
+// struct (on its stack, say: no allocation per pin); `data` and `len` are
+// valid until `pc_pin_release`. It may be moved or copied, but only one
+// copy may be released.
 typedef struct pc_pin {
   // The page's bytes (`len` of them; the page size). Writable only for a
   // latched page. NULL when no page is held.
@@ -137,9 +142,11 @@ typedef struct pc_pin {
   size_t len;
   // The page's index in its file.
   uint64_t index;
-  // Private to the library (NULL when no page is held: releasing such a
-  // pin again is `-EINVAL`).
-  void *private_;
+  // Private: what is held (0 when nothing is: releasing such a pin
+  // again is `-EINVAL`).
+  uint64_t held_;
+  // Private to the library: the pin itself.
+  uint64_t private_[PC_PIN_PRIVATE_WORDS];
 } pc_pin;
 
 #ifdef __cplusplus

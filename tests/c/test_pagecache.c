@@ -393,6 +393,54 @@ static void test_last_error_is_per_thread(void) {
   OK(pc_cache_free(c));
 }
 
+struct pin_job {
+  pc_file *f;
+  pc_pin pin;
+  int rc;
+};
+
+static void *pin_in_thread(void *arg) {
+  struct pin_job *j = arg;
+  j->rc = pc_page_pin(j->f, 0, &j->pin);
+  return NULL;
+}
+
+static void *release_in_thread(void *arg) {
+  struct pin_job *j = arg;
+  j->rc = pc_pin_release(&j->pin);
+  return NULL;
+}
+
+/* Pins taken on some threads and released on others: close refuses while
+ * any is held and succeeds once all are released, wherever. */
+static void test_pins_cross_threads(void) {
+  enum { N = 20 }; /* more threads than the pin count's shards */
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "cross");
+  OK(pc_file_write_at(f, "x", 1, 0));
+  struct pin_job jobs[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    jobs[i].f = f;
+    pthread_create(&t[i], NULL, pin_in_thread, &jobs[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    OK(jobs[i].rc);
+  }
+  EXPECT(pc_file_close(f) == -EBUSY);
+  /* release all but one, each on another thread than took it */
+  for (int i = 0; i < N - 1; i++) pthread_create(&t[i], NULL, release_in_thread, &jobs[N - 2 - i]);
+  for (int i = 0; i < N - 1; i++) {
+    pthread_join(t[i], NULL);
+    OK(jobs[N - 2 - i].rc);
+  }
+  EXPECT(pc_file_close(f) == -EBUSY);
+  OK(pc_pin_release(&jobs[N - 1].pin)); /* the last, on this thread */
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
@@ -405,6 +453,7 @@ int main(int argc, char **argv) {
   test_open_errors();
   test_write_read_sync();
   test_pins_and_latches();
+  test_pins_cross_threads();
   test_read_only_handle();
   test_cache_freed_before_its_files();
   test_discard();

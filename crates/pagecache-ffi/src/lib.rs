@@ -26,13 +26,14 @@
 //! is never outlived.
 #![allow(non_camel_case_types)]
 
+use crossbeam_utils::CachePadded;
 use pagecache::{Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
 /// meaning changes.
@@ -124,7 +125,9 @@ pub struct pc_stats {
 /// A page held by the caller: pinned (`pc_page_pin`: read-only, the page
 /// stays cached and unchanged) or latched (`pc_page_latch`: writable by
 /// this holder only, marked dirty when released). The caller owns the
-/// struct; `data` and `len` are valid until `pc_pin_release`.
+/// struct (on its stack, say: no allocation per pin); `data` and `len` are
+/// valid until `pc_pin_release`. It may be moved or copied, but only one
+/// copy may be released.
 #[repr(C)]
 #[derive(Debug)]
 pub struct pc_pin {
@@ -135,10 +138,15 @@ pub struct pc_pin {
     pub len: usize,
     /// The page's index in its file.
     pub index: u64,
-    /// Private to the library (NULL when no page is held: releasing such a
-    /// pin again is `-EINVAL`).
-    pub private_: *mut c_void,
+    /// Private: what is held (0 when nothing is: releasing such a pin
+    /// again is `-EINVAL`).
+    pub held_: u64,
+    /// Private to the library: the pin itself.
+    pub private_: [u64; PC_PIN_PRIVATE_WORDS],
 }
+
+/// Words of private storage in a `pc_pin`.
+pub const PC_PIN_PRIVATE_WORDS: usize = 10;
 
 /// A cache: a memory budget of page frames shared by its files.
 #[derive(Debug)]
@@ -150,21 +158,81 @@ pub struct pc_cache {
 #[derive(Debug)]
 pub struct pc_file {
     file: File,
-    /// Pins and latches held through this handle: close waits for none,
-    /// it refuses while any is held.
-    pins: AtomicUsize,
+    /// Pins and latches held through this handle: close refuses while any
+    /// is held.
+    pins: PinCount,
 }
 
-/// What a `pc_pin`'s private pointer owns.
+/// A count split over cache lines, so that threads pinning pages of one
+/// file do not all write one shared line (the core's pins write only the
+/// page's own state word). Each thread adds to and subtracts from its own
+/// shard; a pin released on another thread than the one that took it
+/// leaves one shard positive and another negative, and only the sum
+/// means anything.
+#[derive(Debug, Default)]
+struct PinCount {
+    shards: [CachePadded<AtomicIsize>; PIN_SHARDS],
+}
+
+const PIN_SHARDS: usize = 16;
+
+thread_local! {
+    /// This thread's shard of every `PinCount`.
+    static SHARD: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        // Relaxed: any spread of threads over shards is correct.
+        NEXT.fetch_add(1, Ordering::Relaxed) % PIN_SHARDS
+    };
+}
+
+impl PinCount {
+    fn shard(&self) -> &AtomicIsize {
+        &self.shards[SHARD.with(|s| *s)]
+    }
+    fn add(&self) {
+        // Relaxed: only `outstanding`'s Acquire reads of releases matter.
+        self.shard().fetch_add(1, Ordering::Relaxed);
+    }
+    /// Release: the pin's drop, before this, happens-before an
+    /// `outstanding` that reads it.
+    fn sub(&self) {
+        self.shard().fetch_sub(1, Ordering::Release);
+    }
+    /// Pins held now. Exact when no pin is being taken meanwhile (close's
+    /// contract: no call through the handle races its close); a release
+    /// racing it makes it count high (close says -EBUSY), never low: every
+    /// increment happened before this call, so the sum reaches 0 only when
+    /// it has seen every matching decrement, and with them (Acquire) each
+    /// pin's drop.
+    fn outstanding(&self) -> isize {
+        self.shards
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .fold(0isize, |a, b| a.wrapping_add(b))
+    }
+}
+
+/// What a `pc_pin`'s private words hold, in place.
 enum Held {
     Pin(#[allow(dead_code)] PageRef<'static>),
     Latch(#[allow(dead_code)] PageMut<'static>),
 }
 
-struct PinBox {
+struct Stored {
     held: Held,
     file: *const pc_file,
 }
+
+/// `pc_pin::held_` values: a pin or a latch is stored (anything else, 0
+/// included, is not a held page).
+const HELD_PIN: u64 = 0x7063_5049_4e5f_5245; // "pcPIN_RE"
+const HELD_LATCH: u64 = 0x7063_4c41_5443_4821; // "pcLATCH!"
+
+// The stored pin fits the private words and their alignment.
+const _: () = assert!(
+    std::mem::size_of::<Stored>() <= PC_PIN_PRIVATE_WORDS * 8
+        && std::mem::align_of::<Stored>() <= 8
+);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -431,7 +499,7 @@ pub unsafe extern "C" fn pc_file_open(
         )?;
         let f = Box::new(pc_file {
             file,
-            pins: AtomicUsize::new(0),
+            pins: PinCount::default(),
         });
         // SAFETY: non-null, writable (the contract).
         unsafe { o.write(Box::into_raw(f)) };
@@ -592,9 +660,9 @@ pub unsafe extern "C" fn pc_file_prefetch(file_: *const pc_file, offset: u64, le
 unsafe fn take_file(f: *mut pc_file, what: &str) -> io::Result<Box<pc_file>> {
     // SAFETY: forwarded contract.
     let r = unsafe { file(f, what) }?;
-    // Acquire: pairs with the release in pc_pin_release, so the pin's
-    // drop happened before we free the file.
-    let pins = r.pins.load(Ordering::Acquire);
+    // (Acquire inside: pairs with each release's decrement, so every
+    // pin's drop happened before we free the file.)
+    let pins = r.pins.outstanding();
     if pins != 0 {
         return Err(io::Error::new(
             io::ErrorKind::ResourceBusy,
@@ -669,19 +737,30 @@ fn hold(
         let (d, l) = (r.as_ptr() as *mut u8, r.len());
         (Held::Pin(r), d, l)
     };
-    // Relaxed: only close's Acquire load of a zero matters (see there).
-    f.pins.fetch_add(1, Ordering::Relaxed);
-    let b = Box::new(PinBox { held, file: f });
-    // SAFETY: non-null, writable (the contract). The page's bytes stay
-    // at `data` while it is held (frames never move).
-    unsafe {
-        p.write(pc_pin {
-            data,
-            len,
-            index,
-            private_: Box::into_raw(b).cast(),
-        })
+    f.pins.add();
+    let tag = match held {
+        Held::Pin(_) => HELD_PIN,
+        Held::Latch(_) => HELD_LATCH,
     };
+    let mut pin = pc_pin {
+        data,
+        len,
+        index,
+        held_: tag,
+        private_: [0; PC_PIN_PRIVATE_WORDS],
+    };
+    // SAFETY: the private words are large and aligned enough (asserted
+    // at compile time); `pc_pin_release` reads the value back exactly once
+    // (it clears `held_`). The page's bytes stay at `data` while it is
+    // held (frames never move).
+    unsafe {
+        pin.private_
+            .as_mut_ptr()
+            .cast::<Stored>()
+            .write(Stored { held, file: f })
+    };
+    // SAFETY: non-null, writable (the contract).
+    unsafe { p.write(pin) };
     Ok(())
 }
 
@@ -734,23 +813,22 @@ pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
         let p = out(pin, "pc_pin_release", "pin")?;
         // SAFETY: non-null, a pc_pin (the contract).
         let pin = unsafe { &mut *p };
-        if pin.private_.is_null() {
+        if pin.held_ != HELD_PIN && pin.held_ != HELD_LATCH {
             return Err(invalid(format!(
                 "pc_pin_release: no page held (page {} released already, or never pinned)",
                 pin.index
             )));
         }
-        // SAFETY: set by `hold` from Box::into_raw and cleared below, so
-        // this is its only release.
-        let b = unsafe { Box::from_raw(pin.private_.cast::<PinBox>()) };
-        pin.private_ = std::ptr::null_mut();
+        // SAFETY: `held_` says `hold` stored a `Stored` there, and it is
+        // cleared below, so this is its only read.
+        let stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
+        pin.held_ = 0;
         pin.data = std::ptr::null_mut();
         pin.len = 0;
-        let f = b.file;
-        drop(b.held);
+        let f = stored.file;
+        drop(stored.held);
         // SAFETY: the file is alive: close refuses while this pin counts.
-        // Release: our drop above happens-before close's Acquire load.
-        unsafe { &*f }.pins.fetch_sub(1, Ordering::Release);
+        unsafe { &*f }.pins.sub();
         Ok(())
     })
 }

@@ -1,0 +1,86 @@
+/* The C side of the boundary benchmark (scripts/bench-boundary.sh): a 64 B
+ * pc_file_read_at of a cached page and a pc_page_pin + pc_pin_release,
+ * next to pread(2) of the same bytes, one thread. Prints `c <op> <ns per
+ * op>` lines, the median of RUNS runs. */
+#include <fcntl.h>
+#include <pagecache.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OPS 1000000
+#define RUNS 5
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+enum { READ, PIN, PREAD };
+
+/* pages 1: one page over and over ("hot"). */
+static double run(int what, pc_file *f, int fd, uint64_t pages) {
+  double r[RUNS];
+  unsigned char buf[64];
+  volatile unsigned char sink = 0;
+  for (int k = 0; k < RUNS; k++) {
+    uint64_t x = 1;
+    double t = now_ns();
+    for (int i = 0; i < OPS; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      uint64_t v = x >> 33, at = (v % pages) * 4096 + (v % 4032);
+      size_t n;
+      pc_pin pin;
+      if (what == READ) {
+        if (pc_file_read_at(f, buf, 64, at, &n) != 0) abort();
+      } else if (what == PIN) {
+        if (pc_page_pin(f, v % pages, &pin) != 0) abort();
+        sink = pin.data[7];
+        pc_pin_release(&pin);
+      } else if (pread(fd, buf, 64, (off_t)at) != 64) {
+        abort();
+      }
+    }
+    r[k] = (now_ns() - t) / OPS;
+  }
+  (void)sink;
+  qsort(r, RUNS, sizeof r[0], cmp);
+  return r[RUNS / 2];
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  pc_config cfg;
+  pc_cache *c;
+  pc_file *f;
+  pc_config_default(&cfg);
+  cfg.capacity = 128 << 20;
+  if (pc_cache_new(&cfg, &c) || pc_file_open(c, argv[1], PC_READ, &f)) {
+    fprintf(stderr, "%s\n", pc_last_error());
+    return 1;
+  }
+  uint64_t len, pages;
+  pc_file_len(f, &len);
+  pages = len / 4096;
+  unsigned char buf[64];
+  size_t n;
+  for (uint64_t p = 0; p < pages; p++) pc_file_read_at(f, buf, 64, p * 4096, &n);
+  int fd = open(argv[1], O_RDONLY);
+  printf("c read_at_64 %.1f\n", run(READ, f, fd, pages));
+  printf("c pin_release %.1f\n", run(PIN, f, fd, pages));
+  printf("c pread_64 %.1f\n", run(PREAD, f, fd, pages));
+  printf("c hot_read_at_64 %.1f\n", run(READ, f, fd, 1));
+  printf("c hot_pin_release %.1f\n", run(PIN, f, fd, 1));
+  printf("c hot_pread_64 %.1f\n", run(PREAD, f, fd, 1));
+  close(fd);
+  pc_file_close(f);
+  pc_cache_free(c);
+  return 0;
+}
