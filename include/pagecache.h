@@ -194,6 +194,16 @@ int pc_cache_free(struct pc_cache *cache);
 // handles come from this library and are not yet freed or closed.
 int pc_cache_stats(const struct pc_cache *cache, struct pc_stats *stats);
 
+// Drops the cached pages of files at `path` that no handle has open
+// (kept because their last close failed to write them back), without
+// writing them, and closes their descriptors; stores how many files in
+// `*forgotten` (may be NULL). For a temporary file, or one deleted since.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_cache_forget(const struct pc_cache *cache, const char *path, size_t *forgotten);
+
 // Stores the cache's page size in `*page_size`.
 //
 // # Safety

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -290,7 +291,48 @@ static void test_discard(void) {
   unsigned char *disk = read_disk("discard", &dlen);
   EXPECT(dlen == 0); /* the dirty bytes were dropped, as asked */
   free(disk);
+  size_t forgotten = 99;
+  char p[512];
+  path_of(p, "discard");
+  OK(pc_cache_forget(c, p, &forgotten));
+  EXPECT(forgotten == 0); /* nothing kept: discard dropped it already */
+  EXPECT(pc_cache_forget(c, NULL, &forgotten) == -EINVAL);
   OK(pc_cache_free(c));
+}
+
+/* A full disk (a 64 KiB tmpfs, mounted when root): the OS error reaches the
+ * caller as -ENOSPC, the pages stay dirty, close reports it, and forget
+ * drops the kept file and its descriptors (the mount is not busy). */
+static void test_enospc_reaches_the_caller(void) {
+  if (geteuid() != 0) {
+    printf("skipped: ENOSPC test needs root to mount a tmpfs\n");
+    return;
+  }
+  char mnt[512], p[600];
+  path_of(mnt, "tiny");
+  mkdir(mnt, 0700);
+  if (mount("tmpfs", mnt, "tmpfs", 0, "size=64k") != 0) {
+    printf("skipped: cannot mount a tmpfs here\n");
+    return;
+  }
+  snprintf(p, sizeof p, "%s/big", mnt);
+  pc_cache *c = small_cache(128);
+  pc_file *f = NULL;
+  OK(pc_file_open(c, p, PC_READ | PC_WRITE | PC_CREATE, &f));
+  static unsigned char big[256 * 1024];
+  memset(big, 'z', sizeof big);
+  int rc = pc_file_write_at(f, big, sizeof big, 0);
+  if (rc == 0) rc = pc_file_sync(f);
+  EXPECT(rc == -ENOSPC);
+  pc_stats st;
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages > 0); /* nothing dropped */
+  EXPECT(pc_file_close(f) == -ENOSPC); /* reported, and the handle freed */
+  size_t n = 0;
+  OK(pc_cache_forget(c, p, &n));
+  EXPECT(n == 1);
+  OK(pc_cache_free(c));
+  EXPECT(umount(mnt) == 0); /* no descriptor left on it */
 }
 
 struct worker {
@@ -457,6 +499,7 @@ int main(int argc, char **argv) {
   test_read_only_handle();
   test_cache_freed_before_its_files();
   test_discard();
+  test_enospc_reaches_the_caller();
   test_threads();
   test_last_error_is_per_thread();
   if (failures) {

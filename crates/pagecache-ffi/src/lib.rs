@@ -437,6 +437,37 @@ pub unsafe extern "C" fn pc_cache_stats(cache: *const pc_cache, stats: *mut pc_s
     })
 }
 
+/// Drops the cached pages of files at `path` that no handle has open
+/// (kept because their last close failed to write them back), without
+/// writing them, and closes their descriptors; stores how many files in
+/// `*forgotten` (may be NULL). For a temporary file, or one deleted since.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_forget(
+    cache: *const pc_cache,
+    path: *const c_char,
+    forgotten: *mut usize,
+) -> c_int {
+    guard("pc_cache_forget", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_cache_forget", "cache") }?.cache;
+        if path.is_null() {
+            return Err(invalid("pc_cache_forget: path is NULL"));
+        }
+        // SAFETY: non-null and NUL-terminated (the contract).
+        let p = std::ffi::OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
+        let n = c.forget(p);
+        if !forgotten.is_null() {
+            // SAFETY: non-null, writable (the contract).
+            unsafe { forgotten.write(n) };
+        }
+        Ok(())
+    })
+}
+
 /// Stores the cache's page size in `*page_size`.
 ///
 /// # Safety

@@ -109,6 +109,14 @@ impl PageCache {
         })
     }
 
+    /// Drops the cached pages of files under `path` that no handle has
+    /// open (kept because their last close failed to write them back),
+    /// without writing them; returns how many files were forgotten. For a
+    /// temporary file, or one deleted since.
+    fn forget(&self, py: Python<'_>, path: std::path::PathBuf) -> usize {
+        py.detach(|| self.cache.forget(&path))
+    }
+
     /// A snapshot of the cache's counters, as a dict of ints (and the I/O
     /// engine's name).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -334,6 +342,19 @@ impl File {
             Err(shared) => shared.sync(),
         })
         .map_err(os_err)
+    }
+
+    /// Closes this handle without writing anything back: if it was the
+    /// file's last handle, its cached pages are dropped, dirty or not (for
+    /// temporary or deleted files). Returns whether that happened. A second
+    /// call (or one after `close`) returns False.
+    fn discard(&self, py: Python<'_>) -> bool {
+        let taken = self.file.write().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(f) = taken else { return false };
+        py.detach(|| match Arc::try_unwrap(f) {
+            Ok(f) => f.discard(),
+            Err(_) => false, // pinned pages keep the file; it closes with them
+        })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

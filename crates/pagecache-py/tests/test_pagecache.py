@@ -124,12 +124,23 @@ def test_enospc_on_a_full_filesystem_is_reported_with_errno(tmp_path):
             f.write_at(b"z" * (256 * 1024), 0)
             f.sync()
         assert e.value.errno == errno.ENOSPC
-        try:
+        # nothing was lost: the pages are still dirty, and close says so
+        assert c.stats()["dirty_pages"] > 0
+        with pytest.raises(OSError) as e:
             f.close()
-        except OSError as again:
-            assert again.errno == errno.ENOSPC
+        assert e.value.errno == errno.ENOSPC
+        # the cache keeps the unwritten file; forget drops it (and closes
+        # its descriptors, so the filesystem can be unmounted)
+        assert c.forget(mnt / "big") == 1
+        assert c.stats()["dirty_pages"] == 0
+        g = c.open(mnt / "small", "w+")
+        g.write_at(b"temporary", 0)
+        assert g.discard() is True and g.closed
+        assert g.discard() is False
+        del c, f, g
+        gc.collect()
     finally:
-        os.system(f"umount {mnt}")
+        assert os.system(f"umount {mnt}") == 0, "tmpfs still busy: a descriptor leaked"
 
 
 def test_page_is_a_zero_copy_read_only_view_released_on_exit(cache, tmp_path):
@@ -271,3 +282,30 @@ def test_engines_and_buffered_io(tmp_path):
             assert not f.direct_io
             assert f.read_at(0, 40 * PS) == pattern(0, 40 * PS)
         assert p.read_bytes() == pattern(0, 40 * PS)
+
+
+def test_a_call_waiting_in_the_cache_releases_the_gil(tmp_path):
+    # A writer of a pinned page waits for the pin. Were the GIL held while
+    # it waits, the pinning thread could never run again to leave its
+    # `with` block: a deadlock. Run in a child so a hang fails, not hangs.
+    import subprocess
+    import sys
+
+    code = f"""
+import threading, time, pagecache
+c = pagecache.PageCache(capacity=64 * 4096)
+f = c.open({str(tmp_path / 'g.bin')!r}, "w+")
+f.write_at(b"a" * 4096, 0)
+done = []
+with f.page(0) as v:
+    t = threading.Thread(target=lambda: (f.write_at(b"b", 0), done.append(1)))
+    t.start()
+    time.sleep(0.2)             # the writer is waiting for our pin by now
+    assert not done and v[0] == ord("a")
+    x = sum(range(100000))      # needs the GIL, which the waiter must not hold
+t.join()
+assert done and f.read_at(0, 1) == b"b"
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

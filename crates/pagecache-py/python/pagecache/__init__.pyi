@@ -32,6 +32,9 @@ class PageCache:
     ) -> File:
         """Opens ``path`` through the cache (``FileNotFoundError``,
         ``PermissionError``, ``FileExistsError``, ... on failure)."""
+    def forget(self, path: str | PathLike[str]) -> int:
+        """Drops the pages of unopened files at ``path`` kept after a failed
+        close, without writing them; returns how many files."""
     def stats(self) -> dict[str, int | str]:
         """A snapshot of the counters: hits, misses, reads, writes,
         writebacks, evictions, dirty_pages, frames, free_frames, ...,
@@ -66,6 +69,9 @@ class File:
         memoryview of the cached bytes (no copy)."""
     def close(self) -> None:
         """Writes back and closes; reports a write-back error. Idempotent."""
+    def discard(self) -> bool:
+        """Closes without writing back; drops the file's pages if this was
+        its last handle (returns whether it did)."""
     @property
     def direct_io(self) -> bool: ...
     @property
