@@ -144,6 +144,15 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn grow_to(&self, len: u64) -> io::Result<()>;
     /// `fdatasync`.
     fn sync_data(&self) -> io::Result<()>;
+    /// A hint before write-back writes up to `len` bytes: allocate the
+    /// file's blocks and length up to there now, so that the writes that
+    /// follow are overwrites (ext4 runs direct-I/O writes that extend the
+    /// file, or fill holes, one at a time under the inode lock, and
+    /// io_uring then serializes them in a worker). Never shrinks the file;
+    /// errors are ignored (the writes report theirs). The default: nothing.
+    fn allocate_to(&self, len: u64) {
+        let _ = len;
+    }
     /// The largest length this file may have (the filesystem's maximum
     /// file size); lengths past it are refused with `EFBIG` before any page
     /// is dirtied. The default knows no limit below `i64::MAX`.
@@ -493,6 +502,27 @@ impl BackendFile for PosixFile {
         grow_to(&self.file, len)
     }
 
+    fn allocate_to(&self, len: u64) {
+        let Ok(now) = self.file.metadata().map(|m| m.len()) else {
+            return;
+        };
+        if now >= len {
+            return;
+        }
+        // fallocate mode 0: allocates (unwritten extents, read as zeros)
+        // and extends the length to `len`; never shrinks, never touches
+        // bytes already written (a racing extending write is safe).
+        // SAFETY: plain syscall on our own descriptor.
+        let _ = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                0,
+                now as libc::off_t,
+                (len - now) as libc::off_t,
+            )
+        };
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         // One inode: flushes what either descriptor wrote.
         self.file.sync_data()
@@ -809,6 +839,10 @@ impl BackendFile for FaultyFile {
 
     fn grow_to(&self, len: u64) -> io::Result<()> {
         self.inner.grow_to(len)
+    }
+
+    fn allocate_to(&self, len: u64) {
+        self.inner.allocate_to(len)
     }
 
     fn max_len(&self) -> u64 {

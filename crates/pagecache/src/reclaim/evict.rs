@@ -30,6 +30,9 @@ use crate::stats::Counter;
 use crate::sync::Ordering;
 use std::io;
 
+/// Most pages eviction writes back in one write around a dirty victim.
+const CLUSTER: usize = 64;
+
 impl Inner {
     /// A free frame (refcount 0, no identity), reclaiming if none is free.
     /// Context: may sleep (eviction's write-back, waits for reads and
@@ -219,7 +222,15 @@ impl Inner {
             // no frame while it holds it, and a shared holder (this thread,
             // in `write_at`) re-enters recursively.
             let size = fs.size.read_recursive();
-            if let Err(e) = self.writeback_run(&fs, &size, &[(index, f)]) {
+            // A cluster: the victim's dirty neighbours go in the same write
+            // (FreeBSD's vm_pageout_cluster), so a writer outrunning the
+            // flusher is not written back a page at a time.
+            let run = self.dirty_cluster(&fs, index, f);
+            let res = self.writeback_run(&fs, &size, &run);
+            for &(_, n) in run.iter().filter(|&&(_, n)| n != f) {
+                self.release(n);
+            }
+            if let Err(e) = res {
                 // For the file's next sync or close, and for our caller if
                 // no frame can be had at all.
                 // (`end_run` recorded it in the file's `wb_error`.)
@@ -250,6 +261,49 @@ impl Inner {
             self.release_idle(&fs);
         }
         Some(f)
+    }
+
+    /// The dirty victim `(index, f)` (pinned by the caller) with up to
+    /// [`CLUSTER`] - 1 consecutive dirty neighbours around it, each pinned
+    /// here (released by the caller), in index order. A neighbour that is
+    /// missing, clean, latched or otherwise busy ends the cluster on its
+    /// side: nothing here waits. Context: no sleep; no lock held.
+    fn dirty_cluster(
+        &self,
+        fs: &crate::cache::FileShared,
+        index: u64,
+        f: FrameNo,
+    ) -> Vec<(u64, FrameNo)> {
+        let pin = |i: u64| -> Option<FrameNo> {
+            let n = fs.tree.lookup(&self.nodes, i)?;
+            let s = self.desc(n).try_pin(PinKind::Writeback).ok()?;
+            if !s.is_removed() && s.is_dirty() && self.desc(n).identity() == (fs.id, i) {
+                Some(n)
+            } else {
+                self.release(n);
+                None
+            }
+        };
+        let mut after = Vec::new();
+        let mut i = index;
+        while after.len() + 1 < CLUSTER {
+            let Some(n) = i.checked_add(1).and_then(pin) else {
+                break;
+            };
+            i += 1;
+            after.push((i, n));
+        }
+        let mut run = Vec::with_capacity(CLUSTER);
+        let mut i = index;
+        while run.len() + after.len() + 1 < CLUSTER && i > 0 {
+            let Some(n) = pin(i - 1) else { break };
+            i -= 1;
+            run.push((i, n));
+        }
+        run.reverse();
+        run.push((index, f));
+        run.extend(after);
+        run
     }
 
     /// Context: no sleep.

@@ -38,7 +38,8 @@ type WbRun = Vec<(u64, FrameNo)>;
 /// A flush's runs whose writes are in flight, pinned.
 #[derive(Default)]
 struct InFlight {
-    runs: Vec<(WbRun, Option<Arc<Oneshot>>)>,
+    /// Oldest first.
+    runs: std::collections::VecDeque<(WbRun, Option<Arc<Oneshot>>)>,
     pages: usize,
     /// Record failures in the file's `wb_error` (see `end_run`).
     record: bool,
@@ -211,8 +212,12 @@ impl Inner {
         spins > 0
     }
 
-    /// Write-back of pages the caller has pinned; starts write-back on each
-    /// and writes those still dirty. Used by eviction (one page).
+    /// Write-back of consecutive pages the caller has pinned (eviction: a
+    /// dirty victim and its dirty neighbours); starts write-back on each
+    /// and writes those still dirty, one write per stretch of consecutive
+    /// pages that are (a page that stopped being dirty meanwhile, written
+    /// back by someone else, splits the run: its neighbours' bytes must not
+    /// slide into its place). Returns the first error.
     /// Context: may sleep (I/O); the caller holds the pins and, proved by
     /// `size`, the file's size lock shared.
     pub(crate) fn writeback_run(
@@ -221,21 +226,27 @@ impl Inner {
         size: &SizeShared<'_>,
         pages: &[(u64, FrameNo)],
     ) -> io::Result<()> {
-        let run: Vec<_> = pages
-            .iter()
-            .copied()
-            .filter(|&(_, f)| {
-                let started = self.desc(f).start_writeback();
-                if started {
-                    self.wb_started(fs);
-                }
-                started
-            })
-            .collect();
-        if run.is_empty() {
-            return Ok(());
+        let mut res = Ok(());
+        let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(pages.len());
+        for &(index, f) in pages {
+            if run.last().is_some_and(|&(last, _)| index != last + 1) {
+                let r = self.write_pages(fs, size, &run);
+                res = res.and(r);
+                run.clear();
+            }
+            if self.desc(f).start_writeback() {
+                self.wb_started(fs);
+                run.push((index, f));
+            } else if !run.is_empty() {
+                let r = self.write_pages(fs, size, &run);
+                res = res.and(r);
+                run.clear();
+            }
         }
-        self.write_pages(fs, size, &run)
+        if !run.is_empty() {
+            res = res.and(self.write_pages(fs, size, &run));
+        }
+        res
     }
 
     /// Writes every dirty page of `fs` back; with `durable`, also persists
@@ -287,13 +298,18 @@ impl Inner {
     /// size lock shared.
     /// `record` as for [`Inner::end_run`].
     fn write_dirty(&self, fs: &FileShared, size: &SizeShared<'_>, record: bool) -> io::Result<()> {
-        // Pages per write: up to 64, but never more than a quarter of the
+        // Pages per write: up to 1 MiB (256 pages of 4 KiB; the size the
+        // kernel's write-back sends down), but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
         // tiny cache found it: 8 threads and a syncer over 16 frames). The
         // same bound holds for all the runs in flight at once.
-        let run_max = 64.min(self.frames.len() / 4).max(1);
-        // Pages in flight at once (every run submitted before any is
-        // waited for): the same quarter of the cache.
+        let run_max = ((1 << 20) / self.page_size)
+            .clamp(1, 256)
+            .min(self.frames.len() / 4)
+            .max(1);
+        // Pages in flight at once (runs are submitted without waiting, the
+        // oldest waited for when this is reached): the same quarter of the
+        // cache.
         let flight_max = (self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
         {
@@ -306,6 +322,14 @@ impl Inner {
                 // find them here. Under the tree lock, which a later take
                 // also takes. Relaxed: ordered by that lock.
                 fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
+            }
+            // Blocks and length up to the last dirty page's end (never past
+            // the file's length), so the writes below are overwrites the
+            // filesystem runs concurrently.
+            if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
+                // Acquire: as in `run_buffers`.
+                let len = fs.len.load(Ordering::Acquire);
+                w.allocate_to(len.min((last + 1) << self.shift));
             }
             let mut flight = InFlight {
                 record,
@@ -347,7 +371,11 @@ impl Inner {
                 if !run.is_empty() {
                     self.start_run(fs, size, run, &mut flight, &mut first_err);
                     if flight.pages >= flight_max {
-                        self.finish_flight(fs, &mut flight, &mut first_err);
+                        // A sliding window: wait for the oldest runs until
+                        // one more fits, so the device never runs dry
+                        // while we wait (waiting for all would).
+                        let keep = flight_max.saturating_sub(run_max);
+                        self.finish_flight_to(fs, &mut flight, keep, &mut first_err);
                     }
                 }
             }
@@ -417,7 +445,7 @@ impl Inner {
                     done: Box::new(w.done()),
                 }]);
                 flight.pages += run.len();
-                flight.runs.push((run, Some(w)));
+                flight.runs.push_back((run, Some(w)));
             }
             res => {
                 // Nothing to write (past end of file), or no descriptor.
@@ -440,7 +468,24 @@ impl Inner {
         flight: &mut InFlight,
         first_err: &mut Option<io::Error>,
     ) {
-        for (run, w) in flight.runs.drain(..) {
+        self.finish_flight_to(fs, flight, 0, first_err);
+    }
+
+    /// Waits for the oldest runs in flight, ends their write-back and drops
+    /// their pins, until at most `keep` pages are in flight. Context: may
+    /// sleep (waits for the I/O).
+    fn finish_flight_to(
+        &self,
+        fs: &FileShared,
+        flight: &mut InFlight,
+        keep: usize,
+        first_err: &mut Option<io::Error>,
+    ) {
+        while flight.pages > keep {
+            let Some((run, w)) = flight.runs.pop_front() else {
+                break;
+            };
+            flight.pages -= run.len();
             let res = w.map_or(Ok(()), |w| w.wait().map(|_| ()));
             if let Err(e) = self.end_run(fs, &run, res, flight.record) {
                 first_err.get_or_insert(e);
@@ -449,7 +494,6 @@ impl Inner {
                 self.release(f);
             }
         }
-        flight.pages = 0;
     }
 
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
