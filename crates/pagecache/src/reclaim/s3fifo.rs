@@ -276,8 +276,11 @@ impl Queues {
     }
 
     /// Eviction (the reclaimer's steps 1-2): candidates from shard `c`
-    /// first, then the others; every pending batch is drained before its
-    /// shard is searched. Returns the number of entries examined.
+    /// first, then the others, each examined up to `limit` entries (a
+    /// budget per shard: a shared one let a shard full of busy pages, reads
+    /// in flight inserted on this CPU, hide every other shard's cold
+    /// pages); every pending batch is drained before its shard is
+    /// searched. Returns the number of entries examined.
     pub fn evict(
         &self,
         c: usize,
@@ -289,14 +292,14 @@ impl Queues {
         let n = self.shards.len();
         let mut examined = 0;
         for d in 0..n {
-            if out.len() >= want || examined >= limit {
+            if out.len() >= want {
                 break;
             }
             let j = (c + d) % n;
             self.drain(j);
             let cell = &self.shards[j];
             let mut s = cell.q.lock();
-            examined += s.evict(out, want, limit - examined, &mut judge);
+            examined += s.evict(out, want, limit, &mut judge);
             cell.note_len(&s);
         }
         examined
@@ -480,6 +483,34 @@ mod tests {
         assert_eq!(out.iter().map(|x| x.frame).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(s.len(), 1, "busy kept, gone dropped");
         assert!(n <= 100);
+    }
+
+    /// The reclaimer's own shard full of busy pages (reads in flight,
+    /// inserted on this CPU) must not hide the other shards' cold ones: a
+    /// single sequential reader whose thread moved between CPUs got
+    /// `OutOfMemory` with 65 408 of 65 536 frames evictable in the other
+    /// shard, because every call spent its whole examination budget on
+    /// the first shard's 128 busy entries.
+    #[test]
+    fn a_shard_full_of_busy_pages_does_not_hide_the_others() {
+        let q = Queues::new(2, 1000);
+        for f in 0..200 {
+            q.submit(0, e(f), |_| true); // busy, on the reclaimer's CPU
+        }
+        for f in 1000..1100 {
+            q.submit(1, e(f), |_| true); // cold, on the other CPU
+        }
+        let mut out = Vec::new();
+        let want = 16;
+        q.evict(0, &mut out, want, 4 * want + 64, |x| {
+            if x.frame < 1000 {
+                Verdict::Busy
+            } else {
+                Verdict::Cold
+            }
+        });
+        assert_eq!(out.len(), want, "cold pages of the other shard found");
+        assert!(out.iter().all(|x| x.frame >= 1000));
     }
 
     #[test]
