@@ -38,11 +38,25 @@ type WbRun = Vec<(u64, FrameNo)>;
 /// A flush's runs whose writes are in flight, pinned.
 #[derive(Default)]
 struct InFlight {
-    /// Oldest first.
-    runs: std::collections::VecDeque<(WbRun, Option<Arc<Oneshot>>)>,
+    /// Oldest first: a run still to be ended by whoever waits for it, or
+    /// (`Ended`) one its completion ended, the pins dropped already.
+    runs: std::collections::VecDeque<Flying>,
     pages: usize,
     /// Record failures in the file's `wb_error` (see `end_run`).
     record: bool,
+    /// The cache and the file, owned, for completions that end their run
+    /// themselves (`None`: the waiter ends each run).
+    owner: Option<(Arc<Inner>, Arc<FileShared>)>,
+}
+
+/// One run of an [`InFlight`].
+enum Flying {
+    /// Written; ended (and unpinned) by the waiter.
+    Pinned(WbRun, Arc<Oneshot>),
+    /// Ended by its completion, which dropped the pins as soon as the
+    /// write finished (writers of those pages wait only for their own
+    /// write, not for the rest of the pass); the result of `end_run`.
+    Ended(usize, Arc<Oneshot<io::Result<()>>>),
 }
 
 /// Outcome of pinning a tagged page for write-back.
@@ -331,8 +345,15 @@ impl Inner {
                 let len = fs.len.load(Ordering::Acquire);
                 w.allocate_to(len.min((last + 1) << self.shift));
             }
+            // The file's own handle (as registered) and the cache's, so
+            // that each completion can end its run on the engine's thread.
+            let owner = self.me.get().and_then(std::sync::Weak::upgrade).zip(
+                self.file_by_id(fs.id)
+                    .filter(|a| std::ptr::eq(Arc::as_ptr(a), fs)),
+            );
             let mut flight = InFlight {
                 record,
+                owner,
                 ..InFlight::default()
             };
             let mut i = 0;
@@ -436,16 +457,39 @@ impl Inner {
     ) {
         match self.run_buffers(fs, &run) {
             Ok(Some((file, offset, iov))) => {
-                let w = Oneshot::new();
+                let pages = run.len();
+                let (done, flying): (crate::io::engine::Done, Flying) = match &flight.owner {
+                    Some((inner, owned)) => {
+                        let w = Oneshot::new();
+                        let signal = w.done();
+                        let (inner, owned, record) = (inner.clone(), owned.clone(), flight.record);
+                        (
+                            Box::new(move |res: io::Result<usize>| {
+                                // Steps 4-5 here, at once: end the pages'
+                                // write-back, then drop their pins.
+                                let r = inner.end_run(&owned, &run, res.map(|_| ()), record);
+                                for &(_, f) in &run {
+                                    inner.release(f);
+                                }
+                                signal(r);
+                            }),
+                            Flying::Ended(pages, w),
+                        )
+                    }
+                    None => {
+                        let w = Oneshot::new();
+                        (Box::new(w.done()), Flying::Pinned(run, w))
+                    }
+                };
                 self.engine.submit(vec![Op {
                     file,
                     dir: Dir::Write,
                     iov,
                     offset,
-                    done: Box::new(w.done()),
+                    done,
                 }]);
-                flight.pages += run.len();
-                flight.runs.push_back((run, Some(w)));
+                flight.pages += pages;
+                flight.runs.push_back(flying);
             }
             res => {
                 // Nothing to write (past end of file), or no descriptor.
@@ -482,16 +526,26 @@ impl Inner {
         first_err: &mut Option<io::Error>,
     ) {
         while flight.pages > keep {
-            let Some((run, w)) = flight.runs.pop_front() else {
+            let Some(flying) = flight.runs.pop_front() else {
                 break;
             };
-            flight.pages -= run.len();
-            let res = w.map_or(Ok(()), |w| w.wait().map(|_| ()));
-            if let Err(e) = self.end_run(fs, &run, res, flight.record) {
+            let res = match flying {
+                Flying::Pinned(run, w) => {
+                    flight.pages -= run.len();
+                    let res = w.wait().map(|_| ());
+                    let r = self.end_run(fs, &run, res, flight.record);
+                    for &(_, f) in &run {
+                        self.release(f);
+                    }
+                    r
+                }
+                Flying::Ended(pages, w) => {
+                    flight.pages -= pages;
+                    w.wait()
+                }
+            };
+            if let Err(e) = res {
                 first_err.get_or_insert(e);
-            }
-            for &(_, f) in &run {
-                self.release(f);
             }
         }
     }
