@@ -16,6 +16,15 @@
 //!  5. release the pins
 //! ```
 //!
+//! Steps 4-5 of a `sync`'s or the flusher's write run on the I/O engine's
+//! thread when the write completes (the pins go as soon as their own write
+//! ends); the pass still holds the size lock shared until every run has
+//! ended, so a truncate never overtakes one. Eviction writes a dirty victim
+//! with its dirty neighbours in one blocking write (split where a page
+//! stopped being dirty). Before a pass, blocks and length are allocated up
+//! to its last dirty page (never past the file's length), so the filesystem
+//! runs its direct writes as concurrent overwrites.
+//!
 //! A failed write leaves its pages dirty; eviction records its error in the
 //! file's `wb_error` for the next `sync`. Never wait for a latch while
 //! holding pins (lock rule 6): a run stops at a latched page, is written,
