@@ -410,6 +410,31 @@ fn cache(sz: &Size) -> io::Result<PageCache> {
     })
 }
 
+/// One sequential pass over `total` bytes: `step(pos)` moves the chunk at
+/// `pos` and returns its length (0: end of file, the pass ends early);
+/// `finish` (a sync) runs before the clock stops. Returns bytes per second
+/// over the bytes moved, and each step's latency.
+fn sequential(
+    total: u64,
+    mut step: impl FnMut(u64) -> io::Result<usize>,
+    finish: impl FnOnce() -> io::Result<()>,
+) -> io::Result<(f64, Hist)> {
+    let mut lat = Hist::new();
+    let t0 = Instant::now();
+    let mut pos = 0u64;
+    while pos < total {
+        let t = Instant::now();
+        let n = step(pos)?;
+        if n == 0 {
+            break;
+        }
+        lat.record(t.elapsed());
+        pos += n as u64;
+    }
+    finish()?;
+    Ok((pos as f64 / t0.elapsed().as_secs_f64(), lat))
+}
+
 /// One configuration, measured once. The file is cold on entry.
 fn run_one(
     design: Design,
@@ -459,32 +484,16 @@ fn run_one(
             let c = cache(sz)?;
             let f = c.open(data)?;
             let mut b = vec![0u8; MB];
-            let mut lat = Hist::new();
-            let t0 = Instant::now();
-            let mut pos = 0;
-            while pos < sz.file {
-                let t = Instant::now();
-                pos += f.read_at(&mut b, pos)? as u64;
-                lat.record(t.elapsed());
-            }
-            (sz.file as f64 / t0.elapsed().as_secs_f64(), lat, data)
+            let (r, l) = sequential(sz.file, |pos| f.read_at(&mut b, pos), || Ok(()))?;
+            (r, l, data)
         }
         (Design::Pagecache, Work::SeqWrite) => {
             let _ = std::fs::remove_file(out);
             let c = cache(sz)?;
             let f = c.open_with(out, OpenOptions::new().read(true).write(true).create(true))?;
             let b = vec![0x77u8; MB];
-            let mut lat = Hist::new();
-            let t0 = Instant::now();
-            let mut pos = 0;
-            while pos < sz.file {
-                let t = Instant::now();
-                f.write_at(&b, pos)?;
-                lat.record(t.elapsed());
-                pos += MB as u64;
-            }
-            f.sync()?;
-            (sz.file as f64 / t0.elapsed().as_secs_f64(), lat, out)
+            let (r, l) = sequential(sz.file, |pos| f.write_at(&b, pos).map(|()| MB), || f.sync())?;
+            (r, l, out)
         }
         (Design::Buffered | Design::Direct, Work::Random | Work::Mix) => {
             let mut o = std::fs::OpenOptions::new();
@@ -522,18 +531,17 @@ fn run_one(
             let f = File::open(data)?;
             let m = Map::new(&f, sz.file as usize, libc::MADV_SEQUENTIAL)?;
             let mut b = vec![0u8; MB];
-            let mut lat = Hist::new();
-            let t0 = Instant::now();
-            let mut pos = 0usize;
-            while pos < sz.file as usize {
-                let n = MB.min(sz.file as usize - pos);
-                let t = Instant::now();
-                m.copy(pos, &mut b[..n]);
-                std::hint::black_box(&b);
-                lat.record(t.elapsed());
-                pos += n;
-            }
-            (sz.file as f64 / t0.elapsed().as_secs_f64(), lat, data)
+            let (r, l) = sequential(
+                sz.file,
+                |pos| {
+                    let n = MB.min((sz.file - pos) as usize);
+                    m.copy(pos as usize, &mut b[..n]);
+                    std::hint::black_box(&b);
+                    Ok(n)
+                },
+                || Ok(()),
+            )?;
+            (r, l, data)
         }
         (Design::Buffered | Design::Direct, Work::SeqScan) => {
             let mut o = std::fs::OpenOptions::new();
@@ -543,34 +551,18 @@ fn run_one(
             }
             let mut f = o.open(data)?;
             let mut a = Aligned::new(MB);
-            let mut lat = Hist::new();
-            let t0 = Instant::now();
-            let mut total = 0u64;
-            loop {
-                let t = Instant::now();
-                let n = f.read(a.buf())?;
-                if n == 0 {
-                    break;
-                }
-                lat.record(t.elapsed());
-                total += n as u64;
-            }
-            (total as f64 / t0.elapsed().as_secs_f64(), lat, data)
+            let (r, l) = sequential(sz.file, |_| f.read(a.buf()), || Ok(()))?;
+            (r, l, data)
         }
         (Design::Buffered, Work::SeqWrite) => {
-            let mut f = File::create(out)?;
+            let f = File::create(out)?;
             let b = vec![0x77u8; MB];
-            let mut lat = Hist::new();
-            let t0 = Instant::now();
-            let mut pos = 0;
-            while pos < sz.file {
-                let t = Instant::now();
-                f.write_all(&b)?;
-                lat.record(t.elapsed());
-                pos += MB as u64;
-            }
-            f.sync_data()?;
-            (sz.file as f64 / t0.elapsed().as_secs_f64(), lat, out)
+            let (r, l) = sequential(
+                sz.file,
+                |_| (&f).write_all(&b).map(|()| MB),
+                || f.sync_data(),
+            )?;
+            (r, l, out)
         }
         (d, w) => {
             return Err(io::Error::other(format!(

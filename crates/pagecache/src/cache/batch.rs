@@ -363,10 +363,13 @@ impl Inner {
         self.counters.add(Counter::ReadaheadPages, n);
     }
 
-    /// Readahead's largest window in pages (0: off).
-    /// Bounded by a 32nd of the cache: S3-FIFO's probationary queue holds
-    /// a tenth of it, and a window larger than that would be evicted
-    /// before its reader gets there (readahead thrashing).
+    /// Readahead's largest window in pages (0: off), bounded by a 32nd of
+    /// the cache. Not bound enough: a reader's windows land in its CPU's
+    /// S3-FIFO shard, whose probationary queue holds a tenth of the shard,
+    /// and at the bound itself (8 MiB of a 256 MiB cache, 2 CPUs) pages
+    /// are evicted before the reader gets there and read twice (measured,
+    /// docs/benchmarks.md); the default `Config::readahead_max` (2 MiB)
+    /// stays clear of it.
     fn ra_max(&self) -> u64 {
         self.readahead_max.min(self.frames.len() as u64 / 32)
     }

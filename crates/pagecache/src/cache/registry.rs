@@ -55,7 +55,8 @@ pub(crate) struct FileShared {
     /// (A) pages of this file under write-back right now (any writer:
     /// sync, eviction, the flusher); `sync` waits for 0.
     pub(crate) writeback: AtomicUsize,
-    /// (M) write-back error from eviction, reported by the next `sync`.
+    /// (M) write-back error from eviction or the flusher, reported once by
+    /// the next `sync` or close.
     pub(crate) wb_error: Mutex<Option<io::Error>>,
     /// The file's contents on disk as loom sees them: every read, write
     /// and length change of the file touches it first (nothing without

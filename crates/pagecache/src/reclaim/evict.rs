@@ -7,10 +7,12 @@
 //!     (re-validated here, never trusted)        LATCHED
 //!  2. try_pin(Evict): fails at once on a     3. identity re-check
 //!     latch or a free frame, never parks
-//!  3. dirty: write back under the size lock
-//!     (shared, only *tried*: the allocating
-//!     thread may hold it); failure keeps the
-//!     page and records the error for sync
+//!  3. dirty: write back, with its dirty
+//!     neighbours pinned too (one write),
+//!     under the size lock shared (recursive:
+//!     the allocating thread may hold it);
+//!     failure keeps the pages dirty and
+//!     records the error for sync
 //!  4. tree lock; A. freeze {cache + ours}
 //!     -> 0 (fails if a reader pinned it, or
 //!     it was dirtied, latched, removed);

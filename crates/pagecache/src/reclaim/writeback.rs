@@ -44,7 +44,7 @@ use std::sync::Arc;
 /// A run of consecutive pages `(index, frame)`, pinned for write-back.
 type WbRun = Vec<(u64, FrameNo)>;
 
-/// A flush's runs whose writes are in flight, pinned.
+/// A flush's runs whose writes are in flight.
 #[derive(Default)]
 struct InFlight {
     /// Oldest first: a run still to be ended by whoever waits for it, or
@@ -54,7 +54,7 @@ struct InFlight {
     /// Record failures in the file's `wb_error` (see `end_run`).
     record: bool,
     /// The cache and the file, owned, for completions that end their run
-    /// themselves (`None`: the waiter ends each run).
+    /// themselves (`None`, at teardown: the waiter ends each run).
     owner: Option<(Arc<Inner>, Arc<FileShared>)>,
 }
 
@@ -279,7 +279,7 @@ impl Inner {
     /// Context: may sleep (I/O, latch waits with no pins held); takes the
     /// size lock shared (exclusive-free: `read_recursive`), the tree lock
     /// briefly; the caller holds no `PageMut` of this file.
-    pub(crate) fn flush(&self, fs: &FileShared, durable: bool) -> io::Result<()> {
+    pub(crate) fn flush(&self, fs: &Arc<FileShared>, durable: bool) -> io::Result<()> {
         // One sync of a file at a time, and none while the flusher writes
         // it back (it skips the file while we hold this).
         let _flushing = fs.flushing.lock();
@@ -314,13 +314,19 @@ impl Inner {
         }
     }
 
-    /// Writes every dirty page of `fs` back: every run submitted to the
-    /// engine at once (up to the pin bound), then waited for. Returns the
-    /// first error; failed pages stay dirty. Context: may sleep (I/O, latch
-    /// waits with no pins held); the caller holds, proved by `size`, the
-    /// size lock shared.
+    /// Writes every dirty page of `fs` back: runs submitted to the engine
+    /// without waiting, in a sliding window of a quarter of the cache, each
+    /// ended (pins dropped) by its completion; returns once every run has
+    /// ended. Returns the first error; failed pages stay dirty. Context: may
+    /// sleep (I/O, latch waits with no pins held); the caller holds, proved
+    /// by `size`, the size lock shared.
     /// `record` as for [`Inner::end_run`].
-    fn write_dirty(&self, fs: &FileShared, size: &SizeShared<'_>, record: bool) -> io::Result<()> {
+    fn write_dirty(
+        &self,
+        fs: &Arc<FileShared>,
+        size: &SizeShared<'_>,
+        record: bool,
+    ) -> io::Result<()> {
         // Pages per write: up to 1 MiB (256 pages of 4 KiB; the size the
         // kernel's write-back sends down), but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
@@ -354,12 +360,14 @@ impl Inner {
                 let len = fs.len.load(Ordering::Acquire);
                 w.allocate_to(len.min((last + 1) << self.shift));
             }
-            // The file's own handle (as registered) and the cache's, so
-            // that each completion can end its run on the engine's thread.
-            let owner = self.me.get().and_then(std::sync::Weak::upgrade).zip(
-                self.file_by_id(fs.id)
-                    .filter(|a| std::ptr::eq(Arc::as_ptr(a), fs)),
-            );
+            // The cache and the file, owned, so that each completion can end
+            // its run on the engine's thread (no cache to own while it is
+            // being dropped: `flush_all` at teardown ends them here).
+            let owner = self
+                .me
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .map(|inner| (inner, fs.clone()));
             let mut flight = InFlight {
                 record,
                 owner,
@@ -417,7 +425,7 @@ impl Inner {
     /// [`Inner::write_dirty`] for the flusher: takes the size lock shared
     /// itself. Context: as `write_dirty`; no lock held.
     /// Skips (`Ok`) a file that a sync or close is flushing now.
-    pub(crate) fn write_dirty_file(&self, fs: &FileShared) -> io::Result<()> {
+    pub(crate) fn write_dirty_file(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let Some(_flushing) = fs.flushing.try_lock() else {
             return Ok(());
         };
