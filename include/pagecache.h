@@ -32,7 +32,7 @@
 
 // The version of this ABI: bumped when a struct's layout or a function's
 // meaning changes.
-#define PC_ABI_VERSION 1
+#define PC_ABI_VERSION 2
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -90,6 +90,11 @@ typedef struct pc_config {
   uint32_t dirty_background_percent;
   // Percent of the capacity dirty before writers wait.
   uint32_t dirty_limit_percent;
+  // Nonzero: a writer of a page whose write-back is in flight waits for
+  // that write (stable pages). Zero (the default): it goes ahead and the
+  // page is written again later. Files on btrfs, ZFS or a device asking
+  // for stable writes get stable pages either way. (Added in ABI 2.)
+  uint32_t stable_writes;
 } pc_config;
 
 // The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.

@@ -79,6 +79,7 @@ static void test_version_and_defaults(void) {
   EXPECT(cfg.capacity == 256u << 20);
   EXPECT(cfg.direct_io != 0);
   EXPECT(cfg.dirty_background_percent <= cfg.dirty_limit_percent);
+  EXPECT(cfg.stable_writes == 0); /* writers do not wait for write-back */
   EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
 }
 

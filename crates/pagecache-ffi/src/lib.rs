@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
 /// meaning changes.
-pub const PC_ABI_VERSION: u32 = 1;
+pub const PC_ABI_VERSION: u32 = 2;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -82,6 +82,11 @@ pub struct pc_config {
     pub dirty_background_percent: u32,
     /// Percent of the capacity dirty before writers wait.
     pub dirty_limit_percent: u32,
+    /// Nonzero: a writer of a page whose write-back is in flight waits for
+    /// that write (stable pages). Zero (the default): it goes ahead and the
+    /// page is written again later. Files on btrfs, ZFS or a device asking
+    /// for stable writes get stable pages either way. (Added in ABI 2.)
+    pub stable_writes: u32,
 }
 
 /// The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.
@@ -325,6 +330,7 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                 readahead_max: d.readahead_max as u64,
                 dirty_background_percent: d.dirty_background_percent,
                 dirty_limit_percent: d.dirty_limit_percent,
+                stable_writes: d.stable_writes as u32,
             })
         };
         Ok(())
@@ -353,6 +359,7 @@ fn to_config(c: &pc_config) -> io::Result<Config> {
         readahead_max: size(c.readahead_max, "readahead_max")?,
         dirty_background_percent: c.dirty_background_percent,
         dirty_limit_percent: c.dirty_limit_percent,
+        stable_writes: c.stable_writes != 0,
         ..Config::default()
     })
 }

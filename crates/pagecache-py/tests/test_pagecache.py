@@ -271,7 +271,13 @@ def test_close_with_a_page_still_exported_syncs_and_keeps_it_valid(cache, tmp_pa
 def test_engines_and_buffered_io(tmp_path):
     for engine in ("threads", "uring"):
         try:
-            c = pagecache.PageCache(capacity=16 * PS, io_engine=engine, direct_io=False)
+            # Stable pages with one engine: writers wait for write-back.
+            c = pagecache.PageCache(
+                capacity=16 * PS,
+                io_engine=engine,
+                direct_io=False,
+                stable_writes=engine == "uring",
+            )
         except OSError:
             assert engine == "uring"  # refused by this kernel: fine
             continue

@@ -75,6 +75,16 @@ pub struct Config {
     /// waits for the flusher (dirty throttling; default 30). At least
     /// `dirty_background_percent`, at most 100.
     pub dirty_limit_percent: u32,
+    /// Stable pages under write-back: a writer of a page whose write to the
+    /// file is in flight waits for that write to end (default: off). Off,
+    /// the writer goes ahead at once, as the kernel's writers do: the page
+    /// is dirty again and written again later, so everything a completed
+    /// `sync` covered is on disk either way; only the on-disk copy of bytes
+    /// no sync has covered may mix the two writes until the next one. Files
+    /// whose direct writes must not change in flight (a filesystem that
+    /// checksums data, btrfs or ZFS, or a device whose
+    /// `queue/stable_writes` is 1) get stable pages whatever this says.
+    pub stable_writes: bool,
 }
 
 impl Default for Config {
@@ -91,6 +101,7 @@ impl Default for Config {
             readahead_max: 2 << 20,
             dirty_background_percent: 10,
             dirty_limit_percent: 30,
+            stable_writes: false,
         }
     }
 }

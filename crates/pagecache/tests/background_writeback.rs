@@ -143,3 +143,63 @@ fn dirty_thresholds_are_checked() {
         assert!(e.to_string().contains("dirty_background_percent"), "{e}");
     }
 }
+
+/// A writer of a page whose write-back is in flight goes ahead at once (the
+/// write-back's pin does not hold it: the page is simply dirty again), and
+/// what the sync covered plus the rewrite both reach the disk. With
+/// `Config::stable_writes` the writer waits for that write to end instead.
+/// The device takes 1.5 s per write, so "went ahead" is plain to see: the
+/// rewrite returns while the sync's write is still in flight (no write-back
+/// has ended yet), or, stable, only after it ended.
+#[test]
+fn a_rewrite_does_not_wait_for_the_write_of_its_page_unless_stable() {
+    let d = TempDir::new("bgwb-rewrite");
+    let p = d.path("f");
+    make_file(&p, 4 * PS as u64);
+    for e in ENGINES {
+        for stable in [false, true] {
+            let faults = Faults::new();
+            let c = PageCache::with_backend(
+                Config {
+                    capacity: 64 * PS,
+                    io_engine: e,
+                    stable_writes: stable,
+                    ..Config::default()
+                },
+                FaultyBackend::new(PosixBackend, faults.clone()),
+            )
+            .unwrap();
+            let f = c.open(&p).unwrap();
+            let first = vec![0xa1u8; PS];
+            let second = vec![0xb2u8; 100];
+            f.write_at(&first, PS as u64).unwrap();
+            faults.delay_io(Duration::from_millis(1500));
+            let writes = faults.writes();
+            std::thread::scope(|s| {
+                let syncer = s.spawn(|| f.sync());
+                wait_until("the sync's write is issued", || faults.writes() > writes);
+                f.write_at(&second, PS as u64 + 10).unwrap();
+                let ended = c.stats().writebacks;
+                if stable {
+                    assert_eq!(ended, 1, "{e:?}: stable pages: the rewrite waited");
+                } else {
+                    assert_eq!(ended, 0, "{e:?}: the rewrite did not wait for the write");
+                }
+                syncer.join().unwrap().unwrap();
+            });
+            faults.delay_io(Duration::ZERO);
+            assert_eq!(
+                f.dirty_pages(),
+                1,
+                "{e:?} stable {stable}: the rewrite is dirty"
+            );
+            c.validate();
+            f.sync().unwrap();
+            let mut want = first.clone();
+            want[10..110].copy_from_slice(&second);
+            let disk = std::fs::read(&p).unwrap();
+            assert_eq!(&disk[PS..2 * PS], &want[..], "{e:?} stable {stable}");
+            assert_eq!(f.dirty_pages(), 0);
+        }
+    }
+}

@@ -24,6 +24,7 @@ class PageCache:
         readahead_max: int = 2 << 20,
         dirty_background_percent: int = 10,
         dirty_limit_percent: int = 30,
+        stable_writes: bool = False,
     ) -> None: ...
     def open(
         self,

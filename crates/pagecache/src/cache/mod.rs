@@ -128,6 +128,8 @@ pub(crate) struct Inner {
     pub(crate) flusher: crate::reclaim::Flusher,
     /// (C) the largest readahead window, in pages (0: no readahead).
     pub(crate) readahead_max: u64,
+    /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
+    pub(crate) stable_writes: bool,
     /// (C) this cache, for completions that outlive the call that
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
@@ -227,6 +229,7 @@ impl Inner {
             dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
             flusher: Default::default(),
             readahead_max,
+            stable_writes: config.stable_writes,
             me: std::sync::OnceLock::new(),
         })
     }

@@ -10,10 +10,10 @@
 //! # The state word
 //!
 //! ```text
-//!  63      41  40    39      38     37     36    35     34     33     32   31              0
-//! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
-//! | (unused) |UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
-//! +----------+-----+-------+------+------+-----+------+------+------+------+----------------+
+//!  63    42  41   40    39      38     37     36    35     34     33     32   31              0
+//! +--------+----+-----+-------+------+------+-----+------+------+------+------+----------------+
+//! |(unused)|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
+//! +--------+----+-----+-------+------+------+-----+------+------+------+------+----------------+
 //! ```
 //!
 //! * `refcount` (bits 0-31): the cache's own reference (1 while the page is in
@@ -32,7 +32,19 @@
 //!   read failed; such a page is removed before it is unlatched.
 //! * `DIRTY`: the bytes differ from the file; write-back clears it *before*
 //!   writing and sets it again if the write fails, so no dirty data is lost.
-//! * `WRITEBACK`: a write of these bytes to the file is in flight.
+//! * `WRITEBACK`: a write of these bytes to the file is in flight. The
+//!   write-back holds one pin of the page from before it sets the bit until
+//!   after it clears it. That pin does not keep a latch holder waiting
+//!   (`latch_base` counts it), so a writer rewrites a page under write-back
+//!   at once, as the kernel's writers do where the device does not need
+//!   stable pages: the page is dirty again and written again later; only the
+//!   on-disk copy of bytes no sync has covered yet may mix the two writes.
+//!   The pin still keeps the frame from being freed or reused under the I/O.
+//! * `STABLE`: set with `WRITEBACK` when the write needs its bytes unchanged
+//!   until it completes (the file's device or filesystem checksums data in
+//!   flight, or `Config::stable_writes`): then the write-back's pin counts
+//!   like any other and writers wait for the write (the kernel's
+//!   `folio_wait_stable`).
 //! * `ACCESSED`: the replacement policy's accessed bit (S3-FIFO's one-bit
 //!   frequency, CLOCK's reference bit). Set by the pin compare-and-swap
 //!   itself (free: no extra write), and by optimistic readers only when
@@ -73,6 +85,7 @@ const WRITEBACK: u64 = 1 << 37;
 const ACCESSED: u64 = 1 << 38;
 const REMOVED: u64 = 1 << 39;
 const UNEVICTABLE: u64 = 1 << 40;
+const STABLE: u64 = 1 << 41;
 
 /// Owner id of a frame that holds no page.
 pub const NO_OWNER: u64 = 0;
@@ -164,14 +177,22 @@ impl State {
     pub const fn is_idle(self) -> bool {
         self.refs() >= 1 && self.0 & (LATCHED | REMOVED) == 0 && self.is_uptodate()
     }
-    /// References a latch holder must wait for before it has the page
-    /// alone: its own, plus the cache's unless the page was removed.
+    /// A write-back in flight needs these bytes unchanged until it ends.
+    #[inline]
+    pub const fn is_stable(self) -> bool {
+        self.0 & STABLE != 0
+    }
+    /// References a latch holder may leave in place and still have the
+    /// bytes to itself: its own, the cache's unless the page was removed,
+    /// and the pin of a write-back in flight unless that write needs stable
+    /// bytes (see `WRITEBACK` in the module docs).
     #[inline]
     pub const fn latch_base(self) -> u64 {
-        if self.is_removed() {
-            1
+        let base = if self.is_removed() { 1 } else { 2 };
+        if self.0 & (WRITEBACK | STABLE) == WRITEBACK {
+            base + 1
         } else {
-            2
+            base
         }
     }
 }
@@ -189,6 +210,7 @@ impl std::fmt::Debug for State {
             (ACCESSED, "ACCESSED"),
             (REMOVED, "REMOVED"),
             (UNEVICTABLE, "UNEVICTABLE"),
+            (STABLE, "STABLE"),
         ] {
             if self.0 & bit != 0 {
                 write!(f, " {name}")?;
@@ -590,31 +612,58 @@ impl FrameDesc {
 
     // ----- write-back ---------------------------------------------------------
 
-    /// Write-back step 1: clears `DIRTY` and sets `WRITEBACK` unless the page
-    /// was removed. Returns whether the caller must write the page. The caller
-    /// holds a pin, so the bytes cannot change until it releases it.
+    /// Write-back step 1: clears `DIRTY` and sets `WRITEBACK` (and, with
+    /// `stable`, `STABLE`) unless the page was removed or a write of it is
+    /// in flight already. Returns whether the caller must write the page.
+    /// The caller holds a pin, which it keeps until after `end_writeback`:
+    /// from here on that pin stands for the write-back (see `latch_base`),
+    /// so a writer draining pins is woken to count again.
     /// Context: any, no sleep.
     #[must_use = "true means the caller owns the write-back and must end it"]
-    pub fn start_writeback(&self) -> bool {
+    pub fn start_writeback(&self, stable: bool) -> bool {
+        let mark = if stable {
+            WRITEBACK | STABLE
+        } else {
+            WRITEBACK
+        };
         // AcqRel: orders against truncate setting REMOVED (both RMW on this
         // word) and against the dirty tag clear that preceded it.
-        self.state
+        let r = self
+            .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
                 if s & (DIRTY | REMOVED | WRITEBACK) == DIRTY {
-                    Some((s & !DIRTY) | WRITEBACK)
+                    Some((s & !DIRTY) | mark)
                 } else {
                     None
                 }
-            })
-            .is_ok()
+            });
+        match r {
+            Ok(old) => {
+                // A latch holder parked for our pin may go now: the same
+                // handshake as `release` (it re-checks under the queue lock).
+                if !stable && State(old).is_draining() {
+                    self.wake_drainer();
+                }
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Write-back step 2: the write finished; on failure the page is dirty
-    /// again so a later `sync` retries it. Returns the state before.
-    /// Context: any, no sleep.
+    /// again so a later `sync` retries it. Returns the state before (a page
+    /// rewritten during the write is dirty already). The caller still holds
+    /// the write-back's pin. Context: any, no sleep.
     pub fn end_writeback(&self, failed: bool) -> State {
         let set = if failed { DIRTY } else { 0 };
-        self.update(set, WRITEBACK)
+        self.update(set, WRITEBACK | STABLE)
+    }
+
+    /// Parks until no write of page `(owner, index)` is in flight (or the
+    /// frame holds another page). Context: may sleep; no pin of this page
+    /// held: the write's end needs no lock and waits for nothing.
+    pub fn wait_writeback_as(&self, owner: u64, index: u64) {
+        self.wait_clear(WRITEBACK, Some((owner, index)));
     }
 
     // ----- removal (5.2, 5.6) ----------------------------------------------------
@@ -785,6 +834,7 @@ mod tests {
             ACCESSED,
             REMOVED,
             UNEVICTABLE,
+            STABLE,
         ] {
             assert_eq!(bit & REFS, 0);
             assert_eq!(bit.count_ones(), 1);
@@ -856,7 +906,7 @@ mod tests {
         assert!(f.freeze(2).is_err());
         dirty(&f);
         assert!(f.freeze(1).is_err());
-        assert!(f.start_writeback());
+        assert!(f.start_writeback(false));
         let _ = f.end_writeback(false);
         let frozen = f.freeze(1).unwrap();
         assert_eq!(frozen.refs(), 1);
@@ -877,20 +927,95 @@ mod tests {
     fn writeback_clears_dirty_and_failure_restores_it() {
         let f = cached_frame();
         dirty(&f);
-        assert!(f.start_writeback());
+        assert!(f.start_writeback(false));
         let s = f.snapshot();
         assert!(!s.is_dirty() && s.is_under_writeback());
         assert!(
-            !f.start_writeback(),
+            !f.start_writeback(false),
             "no second write-back while one is in flight"
         );
         let _ = f.end_writeback(true);
         let s = f.snapshot();
         assert!(s.is_dirty() && !s.is_under_writeback());
-        assert!(f.start_writeback());
+        assert!(f.start_writeback(false));
         let _ = f.end_writeback(false);
         let s = f.snapshot();
         assert!(!s.is_dirty() && !s.is_under_writeback());
+    }
+
+    #[test]
+    fn a_writer_drains_past_a_writeback_pin_unless_pages_are_stable() {
+        for stable in [false, true] {
+            let f = cached_frame();
+            dirty(&f);
+            f.try_pin(PinKind::Writeback).unwrap(); // the write-back's pin
+            assert!(f.start_writeback(stable));
+            f.try_pin(PinKind::User).unwrap(); // the writer's pin
+            assert!(f.try_latch());
+            let s = f.snapshot();
+            assert_eq!(s.refs(), 3);
+            assert_eq!(s.is_stable(), stable);
+            assert_eq!(
+                s.refs() <= s.latch_base(),
+                !stable,
+                "stable {stable}: the writer {} for the write",
+                if stable { "waits" } else { "does not wait" }
+            );
+            // A second write-back pin never passes a drained writer.
+            if !stable {
+                assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Latched));
+                f.wait_drained(); // returns at once
+                let old = f.unlatch_dirty();
+                assert!(old.is_under_writeback() && !old.is_dirty());
+                assert_eq!(f.release(), Released::Alive);
+                // The write ends (successfully): the rewrite stays dirty.
+                let old = f.end_writeback(false);
+                assert!(old.is_dirty());
+                let s = f.snapshot();
+                assert!(s.is_dirty() && !s.is_under_writeback() && !s.is_stable());
+            } else {
+                // Ends the write, then drops its pin: the writer may go.
+                let _ = f.end_writeback(false);
+                assert_eq!(f.release(), Released::Alive);
+                f.wait_drained();
+                let _ = f.unlatch_dirty();
+                assert_eq!(f.release(), Released::Alive);
+                assert!(f.snapshot().is_dirty());
+                continue;
+            }
+            assert_eq!(f.release(), Released::Alive); // the write-back's pin
+            assert_eq!(f.snapshot().refs(), 1);
+        }
+    }
+
+    #[test]
+    fn starting_writeback_wakes_a_writer_parked_on_its_pin() {
+        let f = std::sync::Arc::new(cached_frame());
+        dirty(&f);
+        f.try_pin(PinKind::Writeback).unwrap(); // the write-back's pin
+        f.try_pin(PinKind::User).unwrap(); // the writer's pin
+        assert!(f.try_latch());
+        let g = f.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The writer parks: the pin is not yet a write-back's.
+        std::thread::spawn(move || {
+            g.wait_drained();
+            let _ = g.unlatch_dirty();
+            assert_eq!(g.release(), Released::Alive);
+            tx.send(()).unwrap();
+        });
+        while !f.snapshot().is_draining() {
+            std::thread::yield_now();
+        }
+        // Past its last check, asleep (most likely: it parks right after
+        // advertising DRAIN; if not yet, its check sees the write-back).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(f.start_writeback(false));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer was not woken when the pin became a write-back's");
+        let _ = f.end_writeback(false);
+        assert_eq!(f.release(), Released::Alive);
+        assert!(f.snapshot().is_dirty());
     }
 
     #[test]

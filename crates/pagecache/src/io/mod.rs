@@ -164,6 +164,15 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn is_direct(&self) -> bool {
         false
     }
+    /// Whether a write's bytes must not change until it completes: direct
+    /// writes to a filesystem that checksums data as it goes (btrfs, ZFS)
+    /// or to a device that says so (`queue/stable_writes`: integrity
+    /// metadata, data digests). Write-back then keeps writers of those
+    /// pages waiting (see `Config::stable_writes`). The default: no (a
+    /// buffered write copies the bytes into the kernel's cache at once).
+    fn stable_writes(&self) -> bool {
+        false
+    }
 }
 
 /// Reads a whole page at `offset`: loops over short reads, retries EINTR,
@@ -259,6 +268,8 @@ pub struct PosixFile {
     /// (A) false once the filesystem refused a direct transfer.
     direct_ok: AtomicBool,
     max_len: u64,
+    /// (C) direct writes need stable bytes (`BackendFile::stable_writes`).
+    stable: bool,
 }
 
 fn aligned(x: usize) -> bool {
@@ -300,6 +311,34 @@ fn is_pseudo_fs(file: &fs::File) -> bool {
         return false;
     }
     matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+}
+
+/// Whether direct writes to `file` (on device `dev`) need bytes that do not
+/// change in flight: the filesystem checksums data (btrfs, ZFS) or the
+/// block device asks for stable pages (`/sys/dev/block/M:m/queue/
+/// stable_writes`, or the partition's parent disk's). Unknown (no sysfs,
+/// an unreadable attribute) is no, like the kernel's default.
+fn needs_stable_writes(file: &fs::File, dev: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    const ZFS_SUPER_MAGIC: i64 = 0x2fc1_2fc1;
+    // SAFETY: `statfs` is plain old data; fstatfs fills it or fails.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: our own descriptor and a valid out pointer.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0
+        && matches!(st.f_type as i64, BTRFS_SUPER_MAGIC | ZFS_SUPER_MAGIC)
+    {
+        return true;
+    }
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{base}/queue/stable_writes"),
+        format!("{base}/../queue/stable_writes"),
+    ]
+    .iter()
+    .find_map(|p| fs::read_to_string(p).ok())
+    .is_some_and(|v| v.trim() == "1")
 }
 
 /// The largest file the filesystem holding `dir` allows (its `s_maxbytes`),
@@ -415,11 +454,13 @@ impl Backend for PosixBackend {
                     .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
                     && clear_nonblock(d).is_ok()
             });
+        let stable = direct.is_some() && needs_stable_writes(&file, meta.dev());
         Ok(Arc::new(PosixFile {
             file,
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             max_len,
+            stable,
         }))
     }
 }
@@ -492,6 +533,10 @@ impl BackendFile for PosixFile {
 
     fn is_direct(&self) -> bool {
         self.direct().is_some()
+    }
+
+    fn stable_writes(&self) -> bool {
+        self.stable
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -851,6 +896,10 @@ impl BackendFile for FaultyFile {
 
     fn is_direct(&self) -> bool {
         self.inner.is_direct()
+    }
+
+    fn stable_writes(&self) -> bool {
+        self.inner.stable_writes()
     }
 
     fn sync_data(&self) -> io::Result<()> {

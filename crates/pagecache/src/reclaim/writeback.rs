@@ -7,14 +7,30 @@
 //!     the tags (index S1)                    protocol, D1-D2)
 //!  2. pin each (PinKind::Writeback passes
 //!     a writer still draining: rule 7);
-//!     start_writeback: DIRTY -> WRITEBACK
-//!     (RMW; a removed page is skipped)
+//!     start_writeback: DIRTY -> WRITEBACK    a writer latching the page now
+//!     (RMW; a removed page is skipped; one   does not wait for the write-
+//!     already under write-back and dirty     back's pin (latch_base counts
+//!     again: wait for that write to end      it) unless pages are STABLE; it
+//!     first, with no pins held)              rewrites the bytes under the
+//!                                            I/O, sets DIRTY, re-tags
 //!  3. read the length (Acquire) and write    truncate stores the new length
 //!     the run's bytes below it, one I/O      before removing pages, and waits
 //!  4. end_writeback: clear WRITEBACK; on     for the size lock exclusively,
 //!     failure set DIRTY again and re-tag     so no write lands past it
 //!  5. release the pins
 //! ```
+//!
+//! Rewrites during the I/O: the page is dirty again when its write ends, so
+//! the next pass writes it again; a sync covers only writes that ended
+//! before it began, and those bytes are in the frame before its pass starts
+//! the write, so they reach the disk whatever a concurrent writer does to
+//! other bytes. What a crash may leave is a page mixing the two writes,
+//! the same as the kernel's buffered writes to devices without stable
+//! pages: readers of the cache never see that (they see pages wholly
+//! before or after each write, 5.4/5.5). The pin is what keeps the frame
+//! from being evicted, freed or reused under the I/O; it is held from
+//! before `start_writeback` until after `end_writeback` (the frame
+//! invariant `latch_base` relies on: WRITEBACK set means that pin exists).
 //!
 //! Steps 4-5 of a `sync`'s or the flusher's write run on the I/O engine's
 //! thread when the write completes (the pins go as soon as their own write
@@ -74,7 +90,8 @@ enum WbPin {
     Pinned,
     /// Not this file's dirty page any more.
     Skip,
-    /// Latched by a writer; retry with no pins held.
+    /// Latched by a writer, or dirty with an earlier write of it still in
+    /// flight; retry with no pins held.
     Busy,
 }
 
@@ -174,9 +191,12 @@ impl Inner {
             let old = d.end_writeback(failed);
             if failed && !old.is_removed() {
                 fs.tree.tag_dirty(&self.nodes, index);
-                // Counted, but no kick: a flusher whose writes fail must
-                // not wake itself to fail again at once.
-                self.redirtied();
+                // Counted (unless a writer rewrote the page during the
+                // write: dirty and counted already), but no kick: a flusher
+                // whose writes fail must not wake itself to fail again.
+                if !old.is_dirty() {
+                    self.redirtied();
+                }
             }
         }
         let res = match res {
@@ -201,6 +221,13 @@ impl Inner {
         // happen-before a waiting sync's Acquire load of the count.
         fs.writeback.fetch_sub(run.len(), Ordering::Release);
         res
+    }
+
+    /// Whether write-back of `fs` must keep its pages' bytes stable until
+    /// each write ends (writers wait; see `FrameDesc::start_writeback`).
+    /// Context: any.
+    fn stable_pages(&self, fs: &FileShared) -> bool {
+        self.stable_writes || fs.write_fd.get().is_some_and(|w| w.stable_writes())
     }
 
     /// Write-back started on one page of `fs` outside `write_dirty` (its
@@ -250,6 +277,7 @@ impl Inner {
         pages: &[(u64, FrameNo)],
     ) -> io::Result<()> {
         let mut res = Ok(());
+        let stable = self.stable_pages(fs);
         let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(pages.len());
         for &(index, f) in pages {
             if run.last().is_some_and(|&(last, _)| index != last + 1) {
@@ -257,7 +285,7 @@ impl Inner {
                 res = res.and(r);
                 run.clear();
             }
-            if self.desc(f).start_writeback() {
+            if self.desc(f).start_writeback(stable) {
                 self.wb_started(fs);
                 run.push((index, f));
             } else if !run.is_empty() {
@@ -398,8 +426,9 @@ impl Inner {
                             break;
                         }
                         WbPin::Busy if run.is_empty() => {
-                            // Latched: finish what is in flight, then wait
-                            // for it with no pins held.
+                            // Latched (or its older write in flight): finish
+                            // what is in flight, then wait for it with no
+                            // pins held.
                             self.finish_flight(fs, &mut flight, &mut first_err);
                             break;
                         }
@@ -570,18 +599,39 @@ impl Inner {
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
     /// dirty, and starts write-back on it. Waits for a latch only if `wait`.
     /// Context: may sleep only if `wait` (then the caller holds no pins); no lock held.
+    ///
+    /// A page rewritten while an earlier write of it is still in flight
+    /// (eviction's, which a writer does not wait for unless pages are
+    /// stable) is dirty and under write-back at once: its new write waits
+    /// for the old one to end, as the kernel's `folio_wait_writeback`
+    /// before a data-integrity write — two writes of one page in flight
+    /// could land in either order, the older last.
     fn pin_for_writeback(&self, fs: &FileShared, index: u64, f: FrameNo, wait: bool) -> WbPin {
         let d = self.desc(f);
+        let stable = self.stable_pages(fs);
         loop {
             match d.try_pin(PinKind::Writeback) {
                 Ok(s) => {
-                    if s.is_removed() || d.identity() != (fs.id, index) || !d.start_writeback() {
+                    if s.is_removed() || d.identity() != (fs.id, index) {
                         self.release(f);
                         return WbPin::Skip;
                     }
-                    // Counted in `fs.writeback` since `write_dirty` took it.
-                    self.cleaned();
-                    return WbPin::Pinned;
+                    if d.start_writeback(stable) {
+                        // Counted in `fs.writeback` since `write_dirty` took it.
+                        self.cleaned();
+                        return WbPin::Pinned;
+                    }
+                    let now = d.snapshot();
+                    self.release(f);
+                    if !now.is_dirty() || now.is_removed() {
+                        return WbPin::Skip;
+                    }
+                    // Dirty, and a write of it was in flight a moment ago
+                    // (we took its tag: it must not be skipped).
+                    if !wait {
+                        return WbPin::Busy;
+                    }
+                    d.wait_writeback_as(fs.id, index);
                 }
                 Err(PinFail::Latched) if wait => d.wait_unlatched_as(fs.id, index),
                 Err(PinFail::Latched) => return WbPin::Busy,
