@@ -363,15 +363,11 @@ impl Inner {
         self.counters.add(Counter::ReadaheadPages, n);
     }
 
-    /// Readahead's largest window in pages (0: off), bounded by a 32nd of
-    /// the cache. Not bound enough: a reader's windows land in its CPU's
-    /// S3-FIFO shard, whose probationary queue holds a tenth of the shard,
-    /// and at the bound itself (8 MiB of a 256 MiB cache, 2 CPUs) pages
-    /// are evicted before the reader gets there and read twice (measured,
-    /// docs/benchmarks.md); the default `Config::readahead_max` (2 MiB)
-    /// stays clear of it.
+    /// Readahead's largest window in pages (0: off): `Config::readahead_max`
+    /// bounded by a 32nd of the cache and by a quarter of the policy's
+    /// `readahead_room` (see `Inner::new`).
     fn ra_max(&self) -> u64 {
-        self.readahead_max.min(self.frames.len() as u64 / 32)
+        self.readahead_max
     }
 
     /// A `read_at` of pages `first..=last` missed at `first`: decides the

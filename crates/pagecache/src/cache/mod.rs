@@ -126,7 +126,8 @@ pub(crate) struct Inner {
     pub(crate) dirty_limit: usize,
     /// (C) the background flusher (its own leaf mutex).
     pub(crate) flusher: crate::reclaim::Flusher,
-    /// (C) the largest readahead window, in pages (0: no readahead).
+    /// (C) the largest readahead window, in pages (0: no readahead), with
+    /// the bounds of `Inner::new` applied.
     pub(crate) readahead_max: u64,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
@@ -184,7 +185,6 @@ impl Inner {
             config.policy,
             config.page_locks,
         );
-        let readahead_max = (config.readahead_max / page_size) as u64;
         page_locks.check()?;
         let frames = FrameTable::new(nframes, page_size)?;
         let shift = page_size.trailing_zeros();
@@ -197,6 +197,15 @@ impl Inner {
             .filter(|&n| n < u32::MAX as usize)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity too large"))?;
         let policy = policy.build(nframes);
+        // Readahead's largest window in pages: what the user asked for,
+        // at most a 32nd of the cache, and at most a quarter of the new
+        // pages the policy keeps unreferenced (two windows are in flight,
+        // the one being read and the next; the rest is room for others):
+        // a window past that is evicted before the reader gets there and
+        // read twice (8 MiB windows on a 256 MiB cache with 2 CPUs did).
+        let readahead_max = ((config.readahead_max / page_size) as u64)
+            .min(nframes as u64 / 32)
+            .min(policy.readahead_room().map_or(u64::MAX, |r| r as u64 / 4));
         let page_locks = PageLocks::new(page_locks);
         let hooks = if policy.wants_hits() { HOOK_HITS } else { 0 }
             | if page_locks.is_some() {

@@ -90,6 +90,14 @@ mod imp {
         /// baselines list them (the kernel's LRU does); the default
         /// policies never look at unevictable pages.
         fn anon_inserted(&self, _frames: &FrameTable, _f: FrameNo) {}
+        /// New pages a reader may have cached ahead of use (inserted, not
+        /// yet referenced) before this policy evicts them first: readahead
+        /// keeps its two windows in flight inside it. S3-FIFO: the
+        /// probationary queue of one CPU's shard (a reader's pages land in
+        /// its CPU's shard). The default: no bound beyond the cache's.
+        fn readahead_room(&self) -> Option<usize> {
+            None
+        }
         /// The frames on a list policy's list (`None` for others), for
         /// `validate`; `Err` if its links are broken.
         fn listed(&self) -> Option<Result<Vec<FrameNo>, String>> {

@@ -237,6 +237,16 @@ impl Queues {
         self.shards.len()
     }
 
+    /// The smallest shard's probationary (small) queue target: how many
+    /// new, unreferenced pages one CPU's shard keeps before evicting them.
+    pub fn small_target(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|c| c.q.lock().small_target)
+            .min()
+            .unwrap_or(1)
+    }
+
     /// Submission (steps 1-3 of the inserter). `is_live` tells whether an
     /// entry still stands for a cached page; it is consulted only when the
     /// shard has grown past twice its capacity and is pruned.
@@ -387,6 +397,10 @@ mod policy {
     }
 
     impl ReplacementPolicy for S3Fifo {
+        fn readahead_room(&self) -> Option<usize> {
+            Some(self.queues.small_target())
+        }
+
         fn inserted(&self, frames: &FrameTable, f: FrameNo) {
             let c = crate::frame::alloc::current_cpu();
             self.queues
