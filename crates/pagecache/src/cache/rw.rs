@@ -265,7 +265,7 @@ impl Inner {
     }
 
     /// Context: may sleep (latch and drain waits, reads of partial pages, eviction); takes the size lock shared (recursively); the caller holds no pin of the pages written and no `PageMut` of this file.
-    pub(crate) fn write_at(&self, fs: &FileShared, buf: &[u8], offset: u64) -> io::Result<()> {
+    pub(crate) fn write_at(&self, fs: &Arc<FileShared>, buf: &[u8], offset: u64) -> io::Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -288,6 +288,20 @@ impl Inner {
         }
         // Dirty throttling, before any lock (reclaim/flusher.rs).
         self.balance_dirty();
+        // 5.3 for a write: the only pages it must read are a partial first
+        // and a partial last page. A missing last one is read
+        // asynchronously now, so that its read is in flight with the first
+        // page's (or while the pages between are copied): one wait, not two
+        // in a row. A hint: its error, if any, surfaces when the loop below
+        // reads the page itself. Before the size lock (reads may evict).
+        let last = (end - 1) >> self.shift;
+        if last > offset >> self.shift && end & (self.page_size as u64 - 1) != 0 {
+            // Acquire: as `fill`.
+            let below_eof = last << self.shift < fs.len.load(Ordering::Acquire);
+            if below_eof && fs.tree.lookup(&self.nodes, last).is_none() {
+                self.read_async(fs, last, last + 1);
+            }
+        }
         let size = fs.size.read_recursive();
         let ps = self.page_size;
         let mut done = 0;

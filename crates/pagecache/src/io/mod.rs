@@ -679,6 +679,9 @@ pub struct Faults {
     /// Every read and write sleeps this long first (µs, 0 = off): a slow
     /// or saturated device.
     delay_us: AtomicU64,
+    /// Calls in their delay right now, and the most there ever were.
+    delayed_now: AtomicU64,
+    delayed_max: AtomicU64,
 }
 
 impl Faults {
@@ -739,6 +742,12 @@ impl Faults {
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
     }
+    /// The most reads and writes that were in their [`Faults::delay_io`]
+    /// delay at the same time (how many I/Os a caller had in flight at
+    /// once on the slow device).
+    pub fn max_concurrent(&self) -> u64 {
+        self.delayed_max.load(Ordering::SeqCst)
+    }
     /// `fdatasync` calls so far.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::SeqCst)
@@ -768,9 +777,13 @@ struct FaultyFile {
 impl FaultyFile {
     /// Sleeps for the injected device latency, if any.
     fn delay(&self) {
-        let us = self.faults.delay_us.load(Ordering::SeqCst);
+        let f = &self.faults;
+        let us = f.delay_us.load(Ordering::SeqCst);
         if us > 0 {
+            let now = f.delayed_now.fetch_add(1, Ordering::SeqCst) + 1;
+            f.delayed_max.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_micros(us));
+            f.delayed_now.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
