@@ -203,3 +203,40 @@ fn a_rewrite_does_not_wait_for_the_write_of_its_page_unless_stable() {
         }
     }
 }
+
+/// The flusher writes the file dirtied longest ago first (the kernel's
+/// `dirtied_when` order) and stops once the count is under its goal (half
+/// the background threshold): A (20 pages) is dirtied before B (10 pages),
+/// B's write crosses the threshold (25 pages of 256 frames), the flusher's
+/// first write is A's, and A's pages alone bring the count to the goal (12),
+/// so B stays dirty until its sync.
+#[test]
+fn the_flusher_writes_the_oldest_dirtied_file_first() {
+    let d = TempDir::new("bgwb-oldest");
+    for e in ENGINES {
+        let (c, faults) = faulty(e, 256);
+        let (pa, pb) = (d.path(&format!("a-{e:?}")), d.path(&format!("b-{e:?}")));
+        make_file(&pa, 0);
+        make_file(&pb, 0);
+        let a = c.open(&pa).unwrap();
+        let b = c.open(&pb).unwrap();
+        faults.log_writes();
+        a.write_at(&vec![1u8; 20 * PS], 0).unwrap();
+        assert!(
+            faults.logged_writes().is_empty(),
+            "{e:?}: under the threshold"
+        );
+        b.write_at(&vec![2u8; 10 * PS], 0).unwrap();
+        wait_until("the flusher writes", || a.dirty_pages() == 0);
+        c.validate(); // waits for the flusher to be idle
+        let log = faults.logged_writes();
+        assert_eq!(
+            log[0].0, pa,
+            "{e:?}: the oldest dirtied file first: {log:?}"
+        );
+        assert_eq!(b.dirty_pages(), 10, "{e:?}: stopped at the goal: {log:?}");
+        b.sync().unwrap();
+        assert_eq!(std::fs::read(&pb).unwrap(), vec![2u8; 10 * PS]);
+        assert_eq!(std::fs::read(&pa).unwrap(), vec![1u8; 20 * PS]);
+    }
+}

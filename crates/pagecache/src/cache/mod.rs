@@ -131,6 +131,8 @@ pub(crate) struct Inner {
     pub(crate) readahead_max: u64,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
+    /// (A) the dirty sequence: the next `FileShared::dirtied_when`.
+    pub(crate) dirty_seq: crate::sync::unmodelled::AtomicU64,
     /// (C) this cache, for completions that outlive the call that
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
@@ -239,6 +241,7 @@ impl Inner {
             flusher: Default::default(),
             readahead_max,
             stable_writes: config.stable_writes,
+            dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),
         })
     }
@@ -462,6 +465,7 @@ impl Drop for FrameLatch<'_> {
                 if !old.is_dirty() && !old.is_removed() {
                     fs.tree.tag_dirty(&self.cache.nodes, index);
                     self.cache.dirtied();
+                    self.cache.file_dirtied(fs);
                 }
             }
             None => d.unlatch(),

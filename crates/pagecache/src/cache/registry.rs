@@ -55,6 +55,11 @@ pub(crate) struct FileShared {
     /// (A) pages of this file under write-back right now (any writer:
     /// sync, eviction, the flusher); `sync` waits for 0.
     pub(crate) writeback: AtomicUsize,
+    /// (A) when the file last became dirty, in the cache's dirty sequence
+    /// (`Inner::file_dirtied`; 0: no page dirtied since its dirty pages
+    /// were last taken for write-back): the kernel's `dirtied_when`, the
+    /// flusher's order. A hint (see `Inner::flush_pass`).
+    pub(crate) dirtied_when: crate::sync::unmodelled::AtomicU64,
     /// (M) write-back error from eviction or the flusher, reported once by
     /// the next `sync` or close.
     pub(crate) wb_error: Mutex<Option<io::Error>>,
@@ -111,6 +116,7 @@ impl Inner {
             write_fd,
             handles: AtomicUsize::new(1),
             writeback: AtomicUsize::new(0),
+            dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             flushing: Mutex::with_class((), LockClass::Other),
             wb_error: Mutex::with_class(None, LockClass::Other),
             disk: Witness::default(),

@@ -682,6 +682,8 @@ pub struct Faults {
     /// Calls in their delay right now, and the most there ever were.
     delayed_now: AtomicU64,
     delayed_max: AtomicU64,
+    /// `(path, offset)` of every write issued, in order, while logging.
+    write_log: crate::sync::unmodelled::Mutex<Option<Vec<(std::path::PathBuf, u64)>>>,
 }
 
 impl Faults {
@@ -748,6 +750,15 @@ impl Faults {
     pub fn max_concurrent(&self) -> u64 {
         self.delayed_max.load(Ordering::SeqCst)
     }
+    /// Starts (or restarts, empty) a log of the writes issued: which file
+    /// (the path it was opened by) and where, in the order they were made.
+    pub fn log_writes(&self) {
+        *self.write_log.lock() = Some(Vec::new());
+    }
+    /// The writes logged since [`Faults::log_writes`].
+    pub fn logged_writes(&self) -> Vec<(std::path::PathBuf, u64)> {
+        self.write_log.lock().clone().unwrap_or_default()
+    }
     /// `fdatasync` calls so far.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::SeqCst)
@@ -772,6 +783,7 @@ impl<B: Backend> FaultyBackend<B> {
 struct FaultyFile {
     inner: Arc<dyn BackendFile>,
     faults: Arc<Faults>,
+    path: std::path::PathBuf,
 }
 
 impl FaultyFile {
@@ -802,6 +814,9 @@ impl FaultyFile {
     /// writes are failing or it ends past the ENOSPC limit.
     fn write_fault(&self, offset: u64, len: u64) -> io::Result<()> {
         let f = &self.faults;
+        if let Some(log) = f.write_log.lock().as_mut() {
+            log.push((self.path.clone(), offset));
+        }
         let n = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
         let from = f.fail_write_from.load(Ordering::SeqCst);
         if from != 0 && n >= from {
@@ -821,6 +836,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         Ok(Arc::new(FaultyFile {
             inner: self.inner.open(path, opts)?,
             faults: self.faults.clone(),
+            path: path.to_path_buf(),
         }))
     }
 }

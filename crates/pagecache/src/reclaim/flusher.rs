@@ -9,7 +9,8 @@
 //! - Past the background threshold (`Config::dirty_background_percent` of
 //!   the capacity) the flusher thread wakes and writes dirty files back
 //!   (every dirty run of a file submitted at once, as `sync` does, without
-//!   `fdatasync`), until the count is below half the threshold or a pass
+//!   `fdatasync`; the file dirtied longest ago first, as the kernel's
+//!   `dirtied_when` order), until the count is below half the threshold or a pass
 //!   writes nothing (judged by the cache's write-back counter, so others'
 //!   write-backs during the pass count as progress too).
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
@@ -80,6 +81,22 @@ impl Inner {
     pub(crate) fn redirtied(&self) {
         // Relaxed: as `dirtied`.
         self.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A page of `fs` became dirty: unless the file has a dirty time
+    /// already, it gets the next one (the kernel's `inode->dirtied_when`;
+    /// the flusher writes files oldest-dirtied first). Context: any, no
+    /// sleep.
+    #[inline]
+    pub(crate) fn file_dirtied(&self, fs: &crate::cache::FileShared) {
+        // Relaxed: an order for the flusher, which also writes files that
+        // have none (last), so a lost race costs order, never data.
+        if fs.dirtied_when.load(Ordering::Relaxed) == 0 {
+            let t = self.dirty_seq.fetch_add(1, Ordering::Relaxed);
+            let _ = fs
+                .dirtied_when
+                .compare_exchange(0, t, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// A page stopped being dirty. Context: any, no sleep.
@@ -181,13 +198,23 @@ impl Inner {
         }
     }
 
-    /// One pass: writes back every registered file's dirty pages. Errors
-    /// are kept in the file's `wb_error` by the write-back itself; a file
-    /// with no handle whose pages are now clean is released. Context: may
-    /// sleep (I/O); no lock held.
-    fn flush_pass(&self) {
-        let files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
+    /// One pass: writes back registered files' dirty pages, the file
+    /// dirtied longest ago first (files with no dirty time last: clean as
+    /// far as known, but a race may have lost a time), until the dirty
+    /// count is at most `goal`. Errors are kept in the file's `wb_error` by
+    /// the write-back itself; a file with no handle whose pages are now
+    /// clean is released. Context: may sleep (I/O); no lock held.
+    fn flush_pass(&self, goal: usize) {
+        let mut files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
+        // Relaxed: a hint (see `file_dirtied`).
+        files.sort_by_key(|fs| match fs.dirtied_when.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            t => t,
+        });
         for fs in files {
+            if self.dirty_pages() <= goal {
+                break;
+            }
             // Relaxed: a hint, re-checked under the registry lock.
             if self.write_dirty_file(&fs).is_ok() && fs.handles.load(Ordering::Relaxed) == 0 {
                 self.release_idle(&fs);
@@ -232,7 +259,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
             // Progress is pages written, not the count going down: writers
             // may dirty pages faster than one pass writes them.
             let written = inner.counters.sum(crate::stats::Counter::Writebacks);
-            inner.flush_pass();
+            inner.flush_pass(goal);
             let progress = inner.counters.sum(crate::stats::Counter::Writebacks) > written;
             {
                 let mut st = inner.flusher.state.lock();

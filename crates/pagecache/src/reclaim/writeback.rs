@@ -196,6 +196,7 @@ impl Inner {
                 // whose writes fail must not wake itself to fail again.
                 if !old.is_dirty() {
                     self.redirtied();
+                    self.file_dirtied(fs);
                 }
             }
         }
@@ -373,6 +374,11 @@ impl Inner {
             let mut dirty = Vec::new();
             {
                 let g = fs.tree.lock();
+                // Taken now: a page dirtied from here on gives the file a new
+                // dirty time (a hint: a race only reorders the flusher).
+                // Relaxed: see `FileShared::dirtied_when`.
+                fs.dirtied_when
+                    .store(0, crate::sync::unmodelled::Ordering::Relaxed);
                 g.take_dirty(&self.nodes, &mut dirty);
                 // The taken pages count as under write-back from now on (not
                 // from their pin): a sync that finds their tags gone must
