@@ -443,6 +443,7 @@ impl Inner {
                 }
                 if !run.is_empty() {
                     self.start_run(fs, size, run, &mut flight, &mut first_err);
+                    self.wake_throttled();
                     if flight.pages >= flight_max {
                         // A sliding window: wait for the oldest runs until
                         // one more fits, so the device never runs dry
