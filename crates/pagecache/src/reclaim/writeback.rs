@@ -27,7 +27,15 @@
 //! other bytes. What a crash may leave is a page mixing the two writes,
 //! the same as the kernel's buffered writes to devices without stable
 //! pages: readers of the cache never see that (they see pages wholly
-//! before or after each write, 5.4/5.5). The pin is what keeps the frame
+//! before or after each write, 5.4/5.5). Soundness: the write's reads of
+//! the frame are the kernel's (a DMA or `copy_from_user`), outside Rust's
+//! abstract machine, like a device reading shared memory; no Rust code
+//! reads those bytes while the writer holds its `&mut`, and what the write
+//! takes of bytes being changed is unspecified but never used again (the
+//! page is dirty again and rewritten). Transiently, after `end_writeback`
+//! and before the pin's release, a write-back pin can pass an active
+//! writer (rule 7's test sees one pin more than `latch_base`): such a
+//! write-back starts on a page being rewritten, the same case. The pin is what keeps the frame
 //! from being evicted, freed or reused under the I/O; it is held from
 //! before `start_writeback` until after `end_writeback` (the frame
 //! invariant `latch_base` relies on: WRITEBACK set means that pin exists).
