@@ -87,7 +87,9 @@ pub struct Config {
     /// no sync has covered may mix the two writes until the next one. Files
     /// whose direct writes must not change in flight (a filesystem that
     /// checksums data, btrfs or ZFS, or a device whose
-    /// `queue/stable_writes` is 1) get stable pages whatever this says.
+    /// `queue/stable_writes` is 1), and files of a custom [`Backend`] that
+    /// keeps the default [`BackendFile::write_raw`], get stable pages
+    /// whatever this says.
     pub stable_writes: bool,
 }
 

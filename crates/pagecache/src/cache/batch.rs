@@ -350,7 +350,7 @@ impl Inner {
                 return; // another reader of this handle got there first
             }
             let start = w.start + w.size;
-            let size = (w.size * 2).min(self.ra_max()).max(1);
+            let size = (w.size * 2).min(self.readahead_max).max(1);
             *w = Window {
                 start,
                 size,
@@ -363,13 +363,6 @@ impl Inner {
         self.counters.add(Counter::ReadaheadPages, n);
     }
 
-    /// Readahead's largest window in pages (0: off): `Config::readahead_max`
-    /// bounded by a 32nd of the cache and by a quarter of the policy's
-    /// `readahead_room` (see `Inner::new`).
-    fn ra_max(&self) -> u64 {
-        self.readahead_max
-    }
-
     /// A `read_at` of pages `first..=last` missed at `first`: decides the
     /// window. Sequential (the miss is where the last missing request ended,
     /// inside or just past the window, or at page 0): the request is read,
@@ -378,7 +371,7 @@ impl Inner {
     /// page. Random: readahead stops. Returns the end of the window
     /// (exclusive). Context: no sleep (a leaf mutex).
     pub(crate) fn readahead_miss(&self, ra: &Readahead, first: u64, last: u64) -> u64 {
-        let max = self.ra_max();
+        let max = self.readahead_max;
         let req = last - first + 1;
         let mut w = ra.window.lock();
         let sequential = max > 0

@@ -293,14 +293,15 @@ impl Inner {
         // asynchronously now, so that its read is in flight with the first
         // page's (or while the pages between are copied): one wait, not two
         // in a row. A hint: its error, if any, surfaces when the loop below
-        // reads the page itself. Before the size lock (reads may evict).
+        // reads the page itself; `read_async` skips a page past end of file
+        // (the lookup only spares it a cached page). Before the size lock
+        // (reads may evict).
         let last = (end - 1) >> self.shift;
-        if last > offset >> self.shift && end & (self.page_size as u64 - 1) != 0 {
-            // Acquire: as `fill`.
-            let below_eof = last << self.shift < fs.len.load(Ordering::Acquire);
-            if below_eof && fs.tree.lookup(&self.nodes, last).is_none() {
-                self.read_async(fs, last, last + 1);
-            }
+        if last > offset >> self.shift
+            && end & (self.page_size as u64 - 1) != 0
+            && fs.tree.lookup(&self.nodes, last).is_none()
+        {
+            self.read_async(fs, last, last + 1);
         }
         let size = fs.size.read_recursive();
         let ps = self.page_size;

@@ -111,47 +111,30 @@ impl Op {
     /// Transfers the bytes from `skip` on with blocking calls on this
     /// thread. Returns the total done, `skip` included.
     fn transfer_from(&self, skip: usize) -> io::Result<usize> {
-        let mut left = skip;
+        let rest = super::iov_after(&self.iov, skip);
         match self.dir {
             Dir::Read => {
-                let mut bufs = Vec::with_capacity(self.iov.len());
-                for v in &self.iov {
-                    if left >= v.iov_len {
-                        left -= v.iov_len;
-                        continue;
-                    }
-                    // SAFETY: the module's contract: the buffer is valid and
-                    // ours until `done` runs.
-                    let b = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            (v.iov_base as *mut u8).add(left),
-                            v.iov_len - left,
-                        )
-                    };
-                    bufs.push(IoSliceMut::new(b));
-                    left = 0;
-                }
+                let mut bufs: Vec<IoSliceMut<'_>> = rest
+                    .iter()
+                    .map(|v| {
+                        // SAFETY: the module's contract: the buffer is valid
+                        // and ours (latched, nobody else touches it) until
+                        // `done` runs.
+                        let b = unsafe {
+                            std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len)
+                        };
+                        IoSliceMut::new(b)
+                    })
+                    .collect();
                 Ok(skip + read_vectored_full(&*self.file, &mut bufs, self.offset + skip as u64)?)
             }
             Dir::Write => {
-                let mut bufs: Vec<&[u8]> = Vec::with_capacity(self.iov.len());
-                for v in &self.iov {
-                    if left >= v.iov_len {
-                        left -= v.iov_len;
-                        continue;
-                    }
-                    // SAFETY: as above; write-back only reads the frames.
-                    let b = unsafe {
-                        std::slice::from_raw_parts(
-                            (v.iov_base as *const u8).add(left),
-                            v.iov_len - left,
-                        )
-                    };
-                    bufs.push(b);
-                    left = 0;
-                }
-                write_full(&*self.file, &bufs, self.offset + skip as u64)?;
-                Ok(self.total())
+                // Raw buffers, no `&[u8]`: a writer may be changing these
+                // frames (see `BackendFile::write_raw`).
+                // SAFETY: the module's contract: the buffers are valid
+                // until `done` runs.
+                unsafe { write_full(&*self.file, &rest, self.offset + skip as u64) }
+                    .map(|()| self.total())
             }
         }
     }

@@ -134,6 +134,28 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     }
     /// One positioned gathered write (`pwritev`); may be short.
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize>;
+    /// One positioned gathered write from raw buffers; may be short.
+    /// Write-back writes through this, never through `write_at`: without
+    /// stable pages a writer may change a frame while its write is in
+    /// flight, so the cache makes no `&[u8]` of the frames it writes (that
+    /// would assert bytes nobody changes); the kernel copies whatever they
+    /// hold. The default builds `IoSlice`s and calls `write_at`, sound only
+    /// while nobody changes the bytes: a backend that keeps it must keep
+    /// the default [`BackendFile::stable_writes`] (true), under which the
+    /// cache's writers wait for the write.
+    ///
+    /// # Safety
+    /// Each iovec is valid for reads of `iov_len` bytes until the call
+    /// returns.
+    unsafe fn write_raw(&self, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+        let bufs: Vec<IoSlice<'_>> = iov
+            .iter()
+            // SAFETY: valid for reads (the caller's contract) and unchanged
+            // for the call (stable pages: the default `stable_writes`).
+            .map(|v| IoSlice::new(unsafe { raw_bytes(v) }))
+            .collect();
+        self.write_at(&bufs, offset)
+    }
     /// Length of the file on disk.
     fn len(&self) -> io::Result<u64>;
     /// `ftruncate`.
@@ -167,11 +189,13 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     /// Whether a write's bytes must not change until it completes: direct
     /// writes to a filesystem that checksums data as it goes (btrfs, ZFS)
     /// or to a device that says so (`queue/stable_writes`: integrity
-    /// metadata, data digests). Write-back then keeps writers of those
-    /// pages waiting (see `Config::stable_writes`). The default: no (a
-    /// buffered write copies the bytes into the kernel's cache at once).
+    /// metadata, data digests), or a backend that writes through `&[u8]`
+    /// (the default [`BackendFile::write_raw`]). Write-back then keeps
+    /// writers of those pages waiting (see `Config::stable_writes`). The
+    /// default: yes; a backend that implements `write_raw` with raw
+    /// buffers says when it needs them.
     fn stable_writes(&self) -> bool {
-        false
+        true
     }
 }
 
@@ -214,24 +238,49 @@ pub fn read_vectored_full(
     Ok(done)
 }
 
-/// Writes all of `bufs` at `offset`: loops over short writes, retries EINTR.
-/// A write that makes no progress is `WriteZero`.
-pub fn write_full(f: &dyn BackendFile, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
+/// The bytes an iovec points at.
+///
+/// # Safety
+/// `v` is valid for reads of `iov_len` bytes, and nothing changes them
+/// while the slice lives.
+unsafe fn raw_bytes<'a>(v: &libc::iovec) -> &'a [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) }
+}
+
+/// The buffers of `iov` from byte `skip` on (pointers only: nothing is
+/// read).
+pub(crate) fn iov_after(iov: &[libc::iovec], mut skip: usize) -> Vec<libc::iovec> {
+    let mut rest = Vec::with_capacity(iov.len());
+    for v in iov {
+        if skip >= v.iov_len {
+            skip -= v.iov_len;
+            continue;
+        }
+        rest.push(libc::iovec {
+            // `wrapping_add` stays within the buffer (`skip < iov_len`)
+            // without asserting anything about the pointer.
+            iov_base: v.iov_base.cast::<u8>().wrapping_add(skip).cast(),
+            iov_len: v.iov_len - skip,
+        });
+        skip = 0;
+    }
+    rest
+}
+
+/// Writes all of `iov` at `offset` through [`BackendFile::write_raw`]:
+/// loops over short writes, retries EINTR. A write that makes no progress
+/// is `WriteZero`. Raw buffers, so that write-back makes no `&[u8]` of
+/// frames a writer may be changing (see `write_raw`).
+///
+/// # Safety
+/// Each iovec is valid for reads of `iov_len` bytes until this returns.
+pub unsafe fn write_full(f: &dyn BackendFile, iov: &[libc::iovec], offset: u64) -> io::Result<()> {
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let mut done = 0usize;
     while done < total {
-        // Rebuild the iovec from the first unwritten byte.
-        let mut skip = done;
-        let mut iov = Vec::with_capacity(bufs.len());
-        for b in bufs {
-            if skip >= b.len() {
-                skip -= b.len();
-                continue;
-            }
-            iov.push(IoSlice::new(&b[skip..]));
-            skip = 0;
-        }
-        match f.write_at(&iov, offset + done as u64) {
+        // SAFETY: sub-ranges of the caller's valid buffers.
+        match unsafe { f.write_raw(&iov_after(iov, done), offset + done as u64) } {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
@@ -298,19 +347,21 @@ impl PosixFile {
     }
 }
 
-/// Whether `file` lives on procfs or sysfs, whose files report a size of
-/// 0 (or 4096) whatever they hold.
-fn is_pseudo_fs(file: &fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
-    const SYSFS_MAGIC: i64 = 0x6265_6572;
+/// The magic number of the filesystem holding `file` (`fstatfs`'s
+/// `f_type`), if it can be had.
+fn fs_magic(file: &fs::File) -> Option<i64> {
     // SAFETY: `statfs` is plain old data; fstatfs fills it or fails.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: our own descriptor and a valid out pointer.
-    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
-        return false;
-    }
-    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+    (unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0).then_some(st.f_type as i64)
+}
+
+/// Whether `file` lives on procfs or sysfs, whose files report a size of
+/// 0 (or 4096) whatever they hold.
+fn is_pseudo_fs(file: &fs::File) -> bool {
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    matches!(fs_magic(file), Some(PROC_SUPER_MAGIC | SYSFS_MAGIC))
 }
 
 /// Whether direct writes to `file` (on device `dev`) need bytes that do not
@@ -319,15 +370,9 @@ fn is_pseudo_fs(file: &fs::File) -> bool {
 /// stable_writes`, or the partition's parent disk's). Unknown (no sysfs,
 /// an unreadable attribute) is no, like the kernel's default.
 fn needs_stable_writes(file: &fs::File, dev: u64) -> bool {
-    use std::os::fd::AsRawFd;
     const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
     const ZFS_SUPER_MAGIC: i64 = 0x2fc1_2fc1;
-    // SAFETY: `statfs` is plain old data; fstatfs fills it or fails.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: our own descriptor and a valid out pointer.
-    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } == 0
-        && matches!(st.f_type as i64, BTRFS_SUPER_MAGIC | ZFS_SUPER_MAGIC)
-    {
+    if matches!(fs_magic(file), Some(BTRFS_SUPER_MAGIC | ZFS_SUPER_MAGIC)) {
         return true;
     }
     let (major, minor) = (libc::major(dev), libc::minor(dev));
@@ -510,21 +555,34 @@ impl BackendFile for PosixFile {
     }
 
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
+        // guarantees it), and borrowed slices are valid for the call.
+        unsafe {
+            self.write_raw(
+                std::slice::from_raw_parts(bufs.as_ptr().cast(), bufs.len()),
+                offset,
+            )
+        }
+    }
+
+    unsafe fn write_raw(&self, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
         // The aligned whole pages at the front go direct; the rest (a
         // partial last page) buffered, by the caller's next call.
         if let Some(d) = self.direct() {
-            let k = bufs
+            let k = iov
                 .iter()
-                .take_while(|b| aligned(b.len()) && aligned(b.as_ptr() as usize))
+                .take_while(|v| aligned(v.iov_len) && aligned(v.iov_base as usize))
                 .count();
             if k > 0 && aligned(offset as usize) {
-                match pwritev(d, &bufs[..k], offset) {
+                // SAFETY: the caller's contract.
+                match unsafe { pwritev(d, &iov[..k], offset) } {
                     Err(e) if self.refused(&e) => {}
                     r => return r,
                 }
             }
         }
-        pwritev(&self.file, bufs, offset)
+        // SAFETY: the caller's contract.
+        unsafe { pwritev(&self.file, iov, offset) }
     }
 
     fn len(&self) -> io::Result<u64> {
@@ -536,7 +594,10 @@ impl BackendFile for PosixFile {
     }
 
     fn stable_writes(&self) -> bool {
-        self.stable
+        // Raw buffers (`write_raw`): only the filesystem or device asks,
+        // and only of direct writes (a buffered write's bytes are copied
+        // into the kernel's cache during the call).
+        self.stable && self.is_direct()
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -616,14 +677,18 @@ fn syscall_len(n: isize) -> io::Result<usize> {
 }
 
 /// One `pwritev` of `bufs` at `offset` on `file`.
-fn pwritev(file: &fs::File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
-    let cnt = bufs.len().min(libc::UIO_MAXIOV as usize);
-    // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
-    // guarantees it); `cnt` entries are valid for reads for the call.
+/// `pwritev` of the first `UIO_MAXIOV` buffers of `iov`.
+///
+/// # Safety
+/// Each iovec is valid for reads of `iov_len` bytes for the call.
+unsafe fn pwritev(file: &fs::File, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+    let cnt = iov.len().min(libc::UIO_MAXIOV as usize);
+    // SAFETY: `cnt` entries, valid for reads for the call (the caller's
+    // contract); the kernel reads them outside Rust's abstract machine.
     let n = unsafe {
         libc::pwritev(
             file.as_raw_fd(),
-            bufs.as_ptr().cast(),
+            iov.as_ptr(),
             cnt as libc::c_int,
             offset as libc::off_t,
         )
@@ -899,6 +964,14 @@ impl BackendFile for FaultyFile {
         self.inner.write_at(bufs, offset)
     }
 
+    unsafe fn write_raw(&self, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+        let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+        self.write_fault(offset, total)?;
+        self.delay();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.write_raw(iov, offset) }
+    }
+
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
@@ -991,10 +1064,20 @@ mod tests {
         let f = b
             .open(&p, OpenOptions::new().read(true).write(true))
             .unwrap();
-        write_full(&*f, &[b"abc", b"def"], 2).unwrap();
+        let iov = |bufs: &[&[u8]]| -> Vec<libc::iovec> {
+            bufs.iter()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_ptr() as *mut _,
+                    iov_len: b.len(),
+                })
+                .collect()
+        };
+        // SAFETY: iovecs of live byte strings.
+        unsafe { write_full(&*f, &iov(&[b"abc", b"def"]), 2) }.unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"\0\0abcdef");
         faults.enospc_past(5);
-        let e = write_full(&*f, &[b"xyz"], 4).unwrap_err();
+        // SAFETY: as above.
+        let e = unsafe { write_full(&*f, &iov(&[b"xyz"]), 4) }.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull);
         fs::remove_file(p).unwrap();
     }

@@ -9,16 +9,17 @@
 //! - Past the background threshold (`Config::dirty_background_percent` of
 //!   the capacity) the flusher thread wakes and writes dirty files back
 //!   (every dirty run of a file submitted at once, as `sync` does, without
-//!   `fdatasync`; the file dirtied longest ago first, as the kernel's
-//!   `dirtied_when` order), until the count is below half the threshold or a pass
-//!   writes nothing (judged by the cache's write-back counter, so others'
-//!   write-backs during the pass count as progress too).
+//!   `fdatasync`; the file dirtied longest ago first, the kernel's
+//!   `dirtied_when` order), until the count is below half the threshold
+//!   (checked between files) or a pass writes nothing (judged by the
+//!   cache's write-back counter, so others' write-backs during the pass
+//!   count as progress too).
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
-//!   waits, before taking any lock, for the flusher to bring the count down
-//!   (woken as soon as write-back takes enough pages, not at the end of a
-//!   pass)
-//!   (or for a pass that writes nothing: a failing disk must not hang
-//!   writers; at most 2 s per call).
+//!   waits, before taking any lock, until write-back brings the count back
+//!   under it (it wakes waiting writers as soon as the pages it takes do,
+//!   not at the end of a pass), a pass writes nothing (a failing disk must
+//!   not hang writers), or 2 s pass. `PageMut` is not throttled: its
+//!   callers may hold other latches, which the flusher waits for.
 //! - A write-back error of the flusher is kept in the file's `wb_error` and
 //!   reported by its next `sync` or `close`, once, as eviction's are; the
 //!   pages stay dirty.
@@ -64,7 +65,7 @@ pub(crate) struct Flusher {
     /// (A) kicked and not yet idle again: `dirtied` kicks only when clear.
     busy: AtomicBool,
     /// (A) writers waiting in `throttle` right now.
-    throttled: std::sync::atomic::AtomicUsize,
+    throttled: crate::sync::unmodelled::AtomicUsize,
 }
 
 impl Inner {
@@ -307,7 +308,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
 }
 
 /// Decrements a count when dropped (a throttled writer leaving `throttle`).
-struct Uncount<'a>(&'a std::sync::atomic::AtomicUsize);
+struct Uncount<'a>(&'a crate::sync::unmodelled::AtomicUsize);
 
 impl Drop for Uncount<'_> {
     fn drop(&mut self) {

@@ -29,15 +29,18 @@
 //! pages: readers of the cache never see that (they see pages wholly
 //! before or after each write, 5.4/5.5). Soundness: the write's reads of
 //! the frame are the kernel's (a DMA or `copy_from_user`), outside Rust's
-//! abstract machine, like a device reading shared memory; no Rust code
-//! reads those bytes while the writer holds its `&mut`, and what the write
-//! takes of bytes being changed is unspecified but never used again (the
-//! page is dirty again and rewritten). Transiently, after `end_writeback`
-//! and before the pin's release, a write-back pin can pass an active
-//! writer (rule 7's test sees one pin more than `latch_base`): such a
-//! write-back starts on a page being rewritten, the same case. The pin is what keeps the frame
-//! from being evicted, freed or reused under the I/O; it is held from
-//! before `start_writeback` until after `end_writeback` (the frame
+//! abstract machine, like a device reading shared memory, and write-back
+//! makes no `&[u8]` of the frames it writes: raw iovecs all the way to the
+//! syscall (`BackendFile::write_raw`, `io::write_full`; a backend that
+//! writes through slices keeps the default `stable_writes`, so its pages
+//! are stable). What the write takes of bytes being changed is unspecified
+//! and never used again (the page is dirty again and rewritten).
+//! Transiently, after `end_writeback` and before the pin's release, a
+//! write-back pin can pass an active writer (rule 7's test sees one pin
+//! more than `latch_base`): such a write-back starts on a page being
+//! rewritten, the same case. The pin is what keeps the frame from being
+//! evicted, freed or reused under the I/O; it is held from before
+//! `start_writeback` until after `end_writeback` (the frame
 //! invariant `latch_base` relies on: WRITEBACK set means that pin exists).
 //!
 //! Steps 4-5 of a `sync`'s or the flusher's write run on the I/O engine's
@@ -65,31 +68,21 @@ use crate::sync::Ordering;
 use std::io;
 use std::sync::Arc;
 
-/// A run of consecutive pages `(index, frame)`, pinned for write-back.
-type WbRun = Vec<(u64, FrameNo)>;
-
 /// A flush's runs whose writes are in flight.
 #[derive(Default)]
 struct InFlight {
-    /// Oldest first: a run still to be ended by whoever waits for it, or
-    /// (`Ended`) one its completion ended, the pins dropped already.
-    runs: std::collections::VecDeque<Flying>,
+    /// Oldest first: each run's page count and the result of its
+    /// completion, which ends the run's write-back and drops its pins as
+    /// soon as the write finishes (writers of those pages wait only for
+    /// their own write, not for the rest of the pass).
+    runs: std::collections::VecDeque<(usize, Arc<Oneshot<io::Result<()>>>)>,
     pages: usize,
     /// Record failures in the file's `wb_error` (see `end_run`).
     record: bool,
-    /// The cache and the file, owned, for completions that end their run
-    /// themselves (`None`, at teardown: the waiter ends each run).
+    /// The cache and the file, owned, for those completions (`None` at
+    /// teardown, with no cache to own: runs are then written one at a
+    /// time on the calling thread).
     owner: Option<(Arc<Inner>, Arc<FileShared>)>,
-}
-
-/// One run of an [`InFlight`].
-enum Flying {
-    /// Written; ended (and unpinned) by the waiter.
-    Pinned(WbRun, Arc<Oneshot>),
-    /// Ended by its completion, which dropped the pins as soon as the
-    /// write finished (writers of those pages wait only for their own
-    /// write, not for the rest of the pass); the result of `end_run`.
-    Ended(usize, Arc<Oneshot<io::Result<()>>>),
 }
 
 /// Outcome of pinning a tagged page for write-back.
@@ -108,7 +101,7 @@ impl Inner {
     /// caller has pinned, `start_writeback()` succeeded on, and (for sync)
     /// ordered, with one blocking I/O on this thread. Caller holds the size
     /// lock shared. Ends write-back on each page (dirty again on failure,
-    /// re-tagged) but keeps the pins.
+    /// re-tagged) but keeps the pins. `record` as for [`Inner::end_run`].
     /// Context: may sleep (I/O); the caller holds the run's pins and, proved
     /// by `_size`, the file's size lock shared; no tree lock.
     fn write_pages(
@@ -116,23 +109,17 @@ impl Inner {
         fs: &FileShared,
         _size: &SizeShared<'_>,
         run: &[(u64, FrameNo)],
+        record: bool,
     ) -> io::Result<()> {
         let res = match self.run_buffers(fs, run) {
             Err(e) => Err(e),
             Ok(None) => Ok(()),
-            Ok(Some((w, offset, iov))) => {
-                let slices: Vec<&[u8]> = iov
-                    .iter()
-                    // SAFETY: the frames are pinned by the caller, so the
-                    // bytes do not change; lengths are within the frames.
-                    .map(|v| unsafe {
-                        std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len)
-                    })
-                    .collect();
-                write_full(&*w, &slices, offset)
-            }
+            // SAFETY: the frames are pinned by the caller, so the buffers
+            // stay valid (the bytes may change: raw buffers, see
+            // `BackendFile::write_raw`); lengths are within the frames.
+            Ok(Some((w, offset, iov))) => unsafe { write_full(&*w, &iov, offset) },
         };
-        self.end_run(fs, run, res, true)
+        self.end_run(fs, run, res, record)
     }
 
     /// Step 3's buffers for `run`: the pages' bytes below the length read
@@ -290,7 +277,7 @@ impl Inner {
         let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(pages.len());
         for &(index, f) in pages {
             if run.last().is_some_and(|&(last, _)| index != last + 1) {
-                let r = self.write_pages(fs, size, &run);
+                let r = self.write_pages(fs, size, &run, true);
                 res = res.and(r);
                 run.clear();
             }
@@ -298,13 +285,13 @@ impl Inner {
                 self.wb_started(fs);
                 run.push((index, f));
             } else if !run.is_empty() {
-                let r = self.write_pages(fs, size, &run);
+                let r = self.write_pages(fs, size, &run, true);
                 res = res.and(r);
                 run.clear();
             }
         }
         if !run.is_empty() {
-            res = res.and(self.write_pages(fs, size, &run));
+            res = res.and(self.write_pages(fs, size, &run, true));
         }
         res
     }
@@ -378,91 +365,89 @@ impl Inner {
         // cache.
         let flight_max = (self.frames.len() / 4).max(1);
         let mut first_err: Option<io::Error> = None;
+        let mut dirty = Vec::new();
         {
-            let mut dirty = Vec::new();
-            {
-                let g = fs.tree.lock();
-                // Taken now: a page dirtied from here on gives the file a new
-                // dirty time (a hint: a race only reorders the flusher).
-                // Relaxed: see `FileShared::dirtied_when`.
-                fs.dirtied_when
-                    .store(0, crate::sync::unmodelled::Ordering::Relaxed);
-                g.take_dirty(&self.nodes, &mut dirty);
-                // The taken pages count as under write-back from now on (not
-                // from their pin): a sync that finds their tags gone must
-                // find them here. Under the tree lock, which a later take
-                // also takes. Relaxed: ordered by that lock.
-                fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
-            }
-            // Blocks and length up to the last dirty page's end (never past
-            // the file's length), so the writes below are overwrites the
-            // filesystem runs concurrently.
-            if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
-                // Acquire: as in `run_buffers`.
-                let len = fs.len.load(Ordering::Acquire);
-                w.allocate_to(len.min((last + 1) << self.shift));
-            }
-            // The cache and the file, owned, so that each completion can end
-            // its run on the engine's thread (no cache to own while it is
-            // being dropped: `flush_all` at teardown ends them here).
-            let owner = self
-                .me
-                .get()
-                .and_then(std::sync::Weak::upgrade)
-                .map(|inner| (inner, fs.clone()));
-            let mut flight = InFlight {
-                record,
-                owner,
-                ..InFlight::default()
-            };
-            let mut i = 0;
-            while i < dirty.len() {
-                // Gather a run of consecutive dirty pages, pinned. Never wait
-                // for a latch while holding pins (the latch holder may be
-                // waiting, through a pending writer, for one of them): runs
-                // in flight are finished first.
-                let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(run_max);
-                while i < dirty.len() && run.len() < run_max {
-                    let (index, f) = dirty[i];
-                    if run.last().is_some_and(|&(li, _)| index != li + 1) {
+            let g = fs.tree.lock();
+            // Taken now: a page dirtied from here on gives the file a new
+            // dirty time (a hint: a race only reorders the flusher).
+            // Relaxed: see `FileShared::dirtied_when`.
+            fs.dirtied_when
+                .store(0, crate::sync::unmodelled::Ordering::Relaxed);
+            g.take_dirty(&self.nodes, &mut dirty);
+            // The taken pages count as under write-back from now on (not
+            // from their pin): a sync that finds their tags gone must
+            // find them here. Under the tree lock, which a later take
+            // also takes. Relaxed: ordered by that lock.
+            fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
+        }
+        // Blocks and length up to the last dirty page's end (never past
+        // the file's length), so the writes below are overwrites the
+        // filesystem runs concurrently.
+        if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
+            // Acquire: as in `run_buffers`.
+            let len = fs.len.load(Ordering::Acquire);
+            w.allocate_to(len.min((last + 1) << self.shift));
+        }
+        // The cache and the file, owned, so that each completion can end
+        // its run on the engine's thread (no cache to own while it is
+        // being dropped: `flush_all` at teardown writes each run here).
+        let owner = self
+            .me
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .map(|inner| (inner, fs.clone()));
+        let mut flight = InFlight {
+            record,
+            owner,
+            ..InFlight::default()
+        };
+        let mut i = 0;
+        while i < dirty.len() {
+            // Gather a run of consecutive dirty pages, pinned. Never wait
+            // for a latch while holding pins (the latch holder may be
+            // waiting, through a pending writer, for one of them): runs
+            // in flight are finished first.
+            let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(run_max);
+            while i < dirty.len() && run.len() < run_max {
+                let (index, f) = dirty[i];
+                if run.last().is_some_and(|&(li, _)| index != li + 1) {
+                    break;
+                }
+                let wait = run.is_empty() && flight.pages == 0;
+                match self.pin_for_writeback(fs, index, f, wait) {
+                    WbPin::Pinned => {
+                        run.push((index, f));
+                        i += 1;
+                    }
+                    WbPin::Skip => {
+                        // Release: as `end_run`'s decrement.
+                        fs.writeback.fetch_sub(1, Ordering::Release);
+                        i += 1;
                         break;
                     }
-                    let wait = run.is_empty() && flight.pages == 0;
-                    match self.pin_for_writeback(fs, index, f, wait) {
-                        WbPin::Pinned => {
-                            run.push((index, f));
-                            i += 1;
-                        }
-                        WbPin::Skip => {
-                            // Release: as `end_run`'s decrement.
-                            fs.writeback.fetch_sub(1, Ordering::Release);
-                            i += 1;
-                            break;
-                        }
-                        WbPin::Busy if run.is_empty() => {
-                            // Latched (or its older write in flight): finish
-                            // what is in flight, then wait for it with no
-                            // pins held.
-                            self.finish_flight(fs, &mut flight, &mut first_err);
-                            break;
-                        }
-                        WbPin::Busy => break,
+                    WbPin::Busy if run.is_empty() => {
+                        // Latched (or its older write in flight): finish
+                        // what is in flight, then wait for it with no
+                        // pins held.
+                        self.finish_flight(&mut flight, &mut first_err);
+                        break;
                     }
-                }
-                if !run.is_empty() {
-                    self.start_run(fs, size, run, &mut flight, &mut first_err);
-                    self.wake_throttled();
-                    if flight.pages >= flight_max {
-                        // A sliding window: wait for the oldest runs until
-                        // one more fits, so the device never runs dry
-                        // while we wait (waiting for all would).
-                        let keep = flight_max.saturating_sub(run_max);
-                        self.finish_flight_to(fs, &mut flight, keep, &mut first_err);
-                    }
+                    WbPin::Busy => break,
                 }
             }
-            self.finish_flight(fs, &mut flight, &mut first_err);
+            if !run.is_empty() {
+                self.start_run(fs, size, run, &mut flight, &mut first_err);
+                self.wake_throttled();
+                if flight.pages >= flight_max {
+                    // A sliding window: wait for the oldest runs until
+                    // one more fits, so the device never runs dry
+                    // while we wait (waiting for all would).
+                    let keep = flight_max.saturating_sub(run_max);
+                    self.finish_flight_to(&mut flight, keep, &mut first_err);
+                }
+            }
         }
+        self.finish_flight(&mut flight, &mut first_err);
         first_err.map_or(Ok(()), Err)
     }
 
@@ -511,101 +496,69 @@ impl Inner {
     fn start_run(
         &self,
         fs: &FileShared,
-        _size: &SizeShared<'_>,
+        size: &SizeShared<'_>,
         run: Vec<(u64, FrameNo)>,
         flight: &mut InFlight,
         first_err: &mut Option<io::Error>,
     ) {
-        match self.run_buffers(fs, &run) {
-            Ok(Some((file, offset, iov))) => {
-                let pages = run.len();
-                let (done, flying): (crate::io::engine::Done, Flying) = match &flight.owner {
-                    Some((inner, owned)) => {
-                        let w = Oneshot::new();
-                        let signal = w.done();
-                        let (inner, owned, record) = (inner.clone(), owned.clone(), flight.record);
-                        (
-                            Box::new(move |res: io::Result<usize>| {
-                                // Steps 4-5 here, at once: end the pages'
-                                // write-back, then drop their pins.
-                                let r = inner.end_run(&owned, &run, res.map(|_| ()), record);
-                                for &(_, f) in &run {
-                                    inner.release(f);
-                                }
-                                signal(r);
-                            }),
-                            Flying::Ended(pages, w),
-                        )
-                    }
-                    None => {
-                        let w = Oneshot::new();
-                        (Box::new(w.done()), Flying::Pinned(run, w))
-                    }
-                };
+        let record = flight.record;
+        let res = match (&flight.owner, self.run_buffers(fs, &run)) {
+            (Some((inner, owned)), Ok(Some((file, offset, iov)))) => {
+                let w = Oneshot::new();
+                let signal = w.done();
+                let (inner, owned, pages) = (inner.clone(), owned.clone(), run.len());
                 self.engine.submit(vec![Op {
                     file,
                     dir: Dir::Write,
                     iov,
                     offset,
-                    done,
+                    done: Box::new(move |res: io::Result<usize>| {
+                        // Steps 4-5 here, at once: end the pages'
+                        // write-back, then drop their pins.
+                        let r = inner.end_run(&owned, &run, res.map(|_| ()), record);
+                        for &(_, f) in &run {
+                            inner.release(f);
+                        }
+                        signal(r);
+                    }),
                 }]);
                 flight.pages += pages;
-                flight.runs.push_back(flying);
+                flight.runs.push_back((pages, w));
+                return;
             }
-            res => {
-                // Nothing to write (past end of file), or no descriptor.
-                let res = res.map(|_| ());
-                if let Err(e) = self.end_run(fs, &run, res, flight.record) {
-                    first_err.get_or_insert(e);
-                }
-                for &(_, f) in &run {
-                    self.release(f);
-                }
-            }
+            // Teardown: one blocking write.
+            (None, Ok(Some(_))) => self.write_pages(fs, size, &run, record),
+            // Nothing to write (past end of file), or no descriptor.
+            (_, res) => self.end_run(fs, &run, res.map(|_| ()), record),
+        };
+        if let Err(e) = res {
+            first_err.get_or_insert(e);
+        }
+        for &(_, f) in &run {
+            self.release(f);
         }
     }
 
-    /// Waits for every run in flight, ends their write-back and drops
-    /// their pins. Context: may sleep (waits for the I/O).
-    fn finish_flight(
-        &self,
-        fs: &FileShared,
-        flight: &mut InFlight,
-        first_err: &mut Option<io::Error>,
-    ) {
-        self.finish_flight_to(fs, flight, 0, first_err);
+    /// Waits for every run in flight (their completions end them).
+    /// Context: may sleep (waits for the I/O).
+    fn finish_flight(&self, flight: &mut InFlight, first_err: &mut Option<io::Error>) {
+        self.finish_flight_to(flight, 0, first_err);
     }
 
-    /// Waits for the oldest runs in flight, ends their write-back and drops
-    /// their pins, until at most `keep` pages are in flight. Context: may
-    /// sleep (waits for the I/O).
+    /// Waits for the oldest runs in flight until at most `keep` pages are
+    /// in flight. Context: may sleep (waits for the I/O).
     fn finish_flight_to(
         &self,
-        fs: &FileShared,
         flight: &mut InFlight,
         keep: usize,
         first_err: &mut Option<io::Error>,
     ) {
         while flight.pages > keep {
-            let Some(flying) = flight.runs.pop_front() else {
+            let Some((pages, w)) = flight.runs.pop_front() else {
                 break;
             };
-            let res = match flying {
-                Flying::Pinned(run, w) => {
-                    flight.pages -= run.len();
-                    let res = w.wait().map(|_| ());
-                    let r = self.end_run(fs, &run, res, flight.record);
-                    for &(_, f) in &run {
-                        self.release(f);
-                    }
-                    r
-                }
-                Flying::Ended(pages, w) => {
-                    flight.pages -= pages;
-                    w.wait()
-                }
-            };
-            if let Err(e) = res {
+            flight.pages -= pages;
+            if let Err(e) = w.wait() {
                 first_err.get_or_insert(e);
             }
         }
