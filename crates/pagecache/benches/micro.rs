@@ -646,13 +646,27 @@ fn main() {
         ));
     }
 
-    // 6. gang of 16 vs 16 single lookups, sequential
+    // 6. gang of 16 vs 16 single lookups, sequential: pages() (a pin per
+    // page) and run() (one leaf pin per run, protocol 5.7); the lookups
+    // only, no byte of the pages read
     let span = npages - 16;
     if let Some(r) = measure(
         &o,
-        "gang lookup: 16 consecutive pages, pages() vs 16 x page(), 1 thread",
+        "gang lookup: 16 consecutive pages, pages() and run() vs 16 x page(), 1 thread",
         "ns/op",
         vec![
+            (
+                "run(start, 16)".into(),
+                Box::new(|| {
+                    let mut pos = 0;
+                    let f: &File = &file;
+                    rate1(o.dur, |_| {
+                        let run = f.run(pos, 16).unwrap();
+                        black_box(run.len());
+                        pos = (pos + 16) % span;
+                    })
+                }),
+            ),
             (
                 "pages(start, 16)".into(),
                 Box::new(|| {
@@ -681,7 +695,18 @@ fn main() {
             ),
         ],
     ) {
-        rows.push((r, vec![(0, 1, "gang speed-up per page", 3.0)]));
+        rows.push((
+            r,
+            vec![
+                (0, 2, "gang speed-up per page, run() (one leaf pin)", 3.0),
+                (
+                    1,
+                    2,
+                    "gang speed-up per page, pages() (a pin per page)",
+                    0.0,
+                ),
+            ],
+        ));
     }
 
     // 7. frame allocator: per-CPU caches vs one global lock, bursts of 32

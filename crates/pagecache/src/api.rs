@@ -2,8 +2,11 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
-use crate::cache::{FileShared, FrameLatch, FramePin, Handle, Inner, Readahead};
+use crate::cache::{
+    FileShared, FrameLatch, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX,
+};
 pub use crate::frame::alloc::PoolKind;
+use crate::frame::FrameNo;
 use crate::io::engine::Engine;
 pub use crate::io::IoEngine;
 pub use crate::io::{
@@ -13,6 +16,7 @@ pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 use crate::sync::Ordering;
 use std::io;
+use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
@@ -507,6 +511,62 @@ impl File {
         Ok(out.len())
     }
 
+    /// A run: pins up to `max` consecutive pages from `start` with one pin
+    /// of their index leaf (protocol 5.7), so a scan of cached pages costs
+    /// two atomic operations per run instead of two per page. `max` is
+    /// capped at [`File::RUN_MAX`]. The run ends early at end of file, at
+    /// the end of `start`'s aligned group of [`File::RUN_GROUP`] pages (one
+    /// index leaf), and, when `start` is cached, at
+    /// the first page that is not cached and idle (reading it could wait);
+    /// when `start` itself is not cached and idle, the pages up to `max`
+    /// are read as [`File::pages`] reads them, each pinned on its own. So a
+    /// run is empty only at or past end of file. Writers of the run's pages
+    /// wait until it is dropped.
+    ///
+    /// While the run lives, its thread must not wait for its pages through
+    /// other calls (`page_mut`, `write_at`, `set_len` of them): as with a
+    /// [`PageRef`], that waits for the run itself.
+    #[inline]
+    pub fn run(&self, start: u64, max: usize) -> io::Result<PageRun<'_>> {
+        let mut run = PageRun {
+            file: self,
+            start,
+            len: 0,
+            leaf: None,
+            frames: [MaybeUninit::uninit(); RUN_MAX],
+        };
+        let npages = self.npages();
+        if start >= npages || max == 0 {
+            return Ok(run);
+        }
+        let group_end = (start | (LEAF_PAGES - 1)).saturating_add(1);
+        let end = npages
+            .min(start.saturating_add(max.min(RUN_MAX) as u64))
+            .min(group_end);
+        let n = (end - start) as usize;
+        if let Some((leaf, k)) = self
+            .inner()
+            .run_pin(&self.shared, start, n, &mut run.frames)
+        {
+            run.len = k;
+            run.leaf = Some(leaf);
+            return Ok(run);
+        }
+        // Per-page pins (a miss is read with the rest of its run). `len`
+        // counts each pin as it is taken, so an error releases them.
+        let PageRun { frames, len, .. } = &mut run;
+        self.inner().gang(&self.shared, start, end, |_, f| {
+            frames[*len] = MaybeUninit::new(f);
+            *len += 1;
+        })?;
+        Ok(run)
+    }
+
+    /// The most pages a [`File::run`] holds.
+    pub const RUN_MAX: usize = RUN_MAX;
+    /// A run never crosses a multiple of this many pages (an index leaf).
+    pub const RUN_GROUP: u64 = LEAF_PAGES;
+
     /// Starts reading the pages of `len` bytes from `offset` that are not
     /// cached, and returns without waiting: the reads run in the I/O engine,
     /// many at once, and a later `read_at` or `page` of those pages finds
@@ -619,6 +679,107 @@ impl Deref for PageRef<'_> {
     #[inline]
     fn deref(&self) -> &[u8] {
         &self.pin
+    }
+}
+
+/// Consecutive pages of one file, pinned together (see [`File::run`]).
+/// `run.page(k)` is page `run.start() + k`; the bytes do not change while
+/// the run lives.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-run-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("run.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.write_at(&vec![7u8; 40 * 4096], 0)?;
+/// let (mut pos, mut sum) = (0, 0u64);
+/// loop {
+///     let run = file.run(pos, 16)?;
+///     if run.is_empty() {
+///         break; // end of file
+///     }
+///     for page in run.iter() {
+///         sum += page.iter().map(|&b| b as u64).sum::<u64>();
+///     }
+///     pos += run.len() as u64;
+/// }
+/// assert_eq!(sum, 7 * 40 * 4096);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+pub struct PageRun<'a> {
+    file: &'a File,
+    start: u64,
+    len: usize,
+    /// The leaf whose run pins hold the pages, or `None`: one pin each.
+    leaf: Option<&'a crate::index::Node>,
+    /// The frames of pages `start..start + len` (the rest uninitialised).
+    frames: [MaybeUninit<FrameNo>; RUN_MAX],
+}
+
+impl<'a> PageRun<'a> {
+    /// The index of the first page.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// How many pages it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none (`start` was at or past end of file).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether one leaf pin holds the pages (cached pages), rather than
+    /// one pin each (`start` had to be read, or was busy).
+    pub fn one_pin(&self) -> bool {
+        self.leaf.is_some()
+    }
+
+    /// The bytes of page `start() + k`. Panics if `k >= len()`.
+    #[inline]
+    pub fn page(&self, k: usize) -> &[u8] {
+        assert!(k < self.len, "page {k} of a run of {}", self.len);
+        // SAFETY: the frame is pinned for the run's life, by its own pin or
+        // by the leaf's run pin (protocol 5.7: no writer changes it and it
+        // is not freed or reused until `drop`).
+        // `frames[k]` is initialised: k < len.
+        unsafe { self.file.cache.frames.bytes(self.frames[k].assume_init()) }
+    }
+
+    /// The pages in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len).map(move |k| self.page(k))
+    }
+}
+
+impl std::fmt::Debug for PageRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageRun")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .field("leaf_pin", &self.leaf.is_some())
+            .finish()
+    }
+}
+
+impl Drop for PageRun<'_> {
+    fn drop(&mut self) {
+        let inner = self.file.inner();
+        match self.leaf {
+            Some(leaf) => inner.run_unpin(&self.file.shared, leaf, self.start, self.len, true),
+            None => {
+                for f in &self.frames[..self.len] {
+                    // SAFETY: the first `len` frames are initialised.
+                    inner.release(unsafe { f.assume_init() });
+                }
+            }
+        }
     }
 }
 

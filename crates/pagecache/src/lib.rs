@@ -44,7 +44,7 @@
 //! # Memory overhead
 //!
 //! Per frame: 64 bytes of descriptor. Per cached page: its share of index
-//! nodes (576 bytes per 64 consecutive pages, so 9 bytes a page for dense
+//! nodes (640 bytes per 64 consecutive pages, so 10 bytes a page for dense
 //! files). Counters: 128 stripes of 128 bytes per cache.
 //!
 //! # Semantics users must know

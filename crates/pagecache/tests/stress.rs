@@ -123,7 +123,39 @@ fn reader(files: &[File], m: &Model, seed: u64, oom: &AtomicU64) {
         let f = r.below(FILES as u64) as usize;
         let i = r.below(PAGES);
         let lo = m.committed[f][i as usize].load(SeqCst);
-        match r.below(4) {
+        match r.below(5) {
+            4 => {
+                // a run (one leaf pin, protocol 5.7): bytes checked, then
+                // checked again after other threads ran (writers of these
+                // pages wait for the run)
+                let n = 1 + r.below(4);
+                let start = i.min(PAGES - n);
+                let los: Vec<u64> = (start..start + n)
+                    .map(|j| m.committed[f][j as usize].load(SeqCst))
+                    .collect();
+                let run = retry(oom, || files[f].run(start, n as usize));
+                assert!(!run.is_empty() && run.len() as u64 <= n);
+                assert_eq!(run.start(), start);
+                let seen: Vec<u64> = run
+                    .iter()
+                    .enumerate()
+                    .map(|(k, pg)| {
+                        let j = start + k as u64;
+                        let c = decode(pg, f, j);
+                        m.check(f, j, los[k], c);
+                        c
+                    })
+                    .collect();
+                std::thread::yield_now();
+                for (k, pg) in run.iter().enumerate() {
+                    assert_eq!(
+                        decode(pg, f, start + k as u64),
+                        seen[k],
+                        "page {} of file {f} changed under a run",
+                        start + k as u64
+                    );
+                }
+            }
             0 => {
                 // whole-page read_at
                 retry(oom, || files[f].read_exact_at(&mut buf, i * PS as u64));
@@ -227,6 +259,24 @@ fn trunc_reader(t: &File, done: &AtomicBool, seed: u64, oom: &AtomicU64) {
             }
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::UnexpectedEof | ErrorKind::OutOfMemory) => {}
+            Err(e) => panic!("{e}"),
+        }
+        // A run over pages a truncate may remove while it holds them: the
+        // bytes stay whole (zero or a valid page) until it is dropped.
+        match t.run(i, TRUNC_PAGES as usize) {
+            Ok(run) => {
+                let check = |run: &pagecache::PageRun<'_>| {
+                    for (k, pg) in run.iter().enumerate() {
+                        if pg.iter().any(|&b| b != 0) {
+                            decode(pg, FILES, i + k as u64);
+                        }
+                    }
+                };
+                check(&run);
+                std::thread::yield_now();
+                check(&run);
+            }
+            Err(e) if e.kind() == ErrorKind::OutOfMemory => {}
             Err(e) => panic!("{e}"),
         }
     }

@@ -11,6 +11,7 @@
 //! | `batch.rs` | 5.3, asynchronous form: misses in runs, readahead, prefetch |
 //! | `rw.rs` | 5.4 optimistic read vs 5.5 write under the latch; `read_at`, `write_at` |
 //! | `truncate.rs` | 5.6 truncate (`set_len`) |
+//! | `run.rs` | 5.7 runs: a leaf-level pin over consecutive pages, vs writers, eviction, truncate |
 //! | `registry.rs` | the file registry: one shared state per (device, inode) |
 //! | `validate.rs` | cache-wide invariants (tests) |
 //! | `copy.rs` | per-word atomic copies between frames and buffers |
@@ -68,6 +69,8 @@ pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
 mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
+mod run;
+pub(crate) use run::{LEAF_PAGES, RUN_MAX};
 mod rw;
 mod truncate;
 mod validate;
@@ -103,6 +106,11 @@ pub(crate) struct Inner {
     pub(crate) registry: RwLock<Registry>,
     /// (A) next file id.
     pub(crate) next_id: AtomicU64,
+    /// (Q) frames of truncated pages a run may still read (`run.rs` T3);
+    /// a leaf lock.
+    deferred: crate::sync::Mutex<Vec<run::Deferred>>,
+    /// (A) entries in `deferred` (a run's drop reads it after its fence).
+    deferred_n: AtomicUsize,
     /// (A) reclaimers holding eviction candidates right now: frames in their
     /// hands are in no policy queue, so an empty queue means "wait", not
     /// "out of memory", while this is non-zero. A hint.
@@ -230,6 +238,8 @@ impl Inner {
                 LockClass::Registry,
             ),
             next_id: AtomicU64::new(1),
+            deferred: crate::sync::Mutex::with_class(Vec::new(), LockClass::Other),
+            deferred_n: AtomicUsize::new(0),
             reclaiming: CachePadded::new(AtomicUsize::new(0)),
             page_size,
             shift,

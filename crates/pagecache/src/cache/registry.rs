@@ -108,7 +108,7 @@ impl Inner {
             id,
             path: path.to_path_buf(),
             ident,
-            tree: Tree::default(),
+            tree: Tree::new(id),
             len: AtomicU64::new(len),
             max_len: fd.max_len(),
             size: RwLock::with_classes((), LockClass::SizeLock, LockClass::SizeLock),

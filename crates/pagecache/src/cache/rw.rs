@@ -77,6 +77,8 @@ impl Inner {
                 Got::Hit(f) => {
                     self.count(Counter::Hits);
                     if self.latch_pinned(f, fs.id, index) {
+                        // Protocol 5.7 W2-W3: a run may be reading it.
+                        self.wait_run_pins(fs, index);
                         return Ok(f);
                     }
                 }

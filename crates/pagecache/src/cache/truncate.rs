@@ -66,17 +66,30 @@ impl Inner {
     pub(crate) fn remove_pages_from(&self, fs: &FileShared, first: u64) {
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
+        let mut deferred = Vec::new();
         {
             let mut g = fs.tree.lock();
             g.entries_from(&self.nodes, first, &mut victims);
             for &(index, f) in &victims {
-                if g.remove(&self.nodes, index, f) {
-                    let (released, old) = self.desc(f).orphan_state();
-                    if old.is_dirty() {
-                        self.cleaned();
-                    }
-                    if released == Released::Last {
-                        to_free.push(f);
+                let d = self.desc(f);
+                // T1 of protocol 5.7 (`run.rs`): REMOVED, keeping the
+                // cache's reference for now.
+                let old = d.mark_removed();
+                // T2: a run may hold the page.
+                crate::sync::fence(Ordering::SeqCst);
+                let run = g.run_pinned(&self.nodes, index);
+                let removed = g.remove(&self.nodes, index, f);
+                debug_assert!(removed, "page {index} listed but not removed");
+                if old.is_dirty() {
+                    self.cleaned();
+                }
+                // T3.
+                match run {
+                    Some(leaf) => deferred.push((leaf, (index & 63) as usize, f)),
+                    None => {
+                        if d.release() == Released::Last {
+                            to_free.push(f);
+                        }
                     }
                 }
             }
@@ -84,6 +97,7 @@ impl Inner {
         for f in to_free {
             self.free_frame(f);
         }
+        self.defer_frees(deferred);
     }
 
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last
@@ -181,7 +195,13 @@ impl Inner {
             return Tail::Busy;
         }
         let s = d.snapshot();
-        if s.is_removed() || s.refs() > s.latch_base() {
+        // Protocol 5.7 W2 without W3: a run holding the page makes it busy.
+        crate::sync::fence(Ordering::SeqCst);
+        let run = fs
+            .tree
+            .leaf(&self.nodes, index)
+            .is_some_and(|l| l.slot_pinned((index & 63) as usize));
+        if s.is_removed() || s.refs() > s.latch_base() || run {
             d.unlatch();
             self.release(f);
             return if s.is_removed() {
@@ -199,6 +219,7 @@ impl Inner {
     fn wait_idle(&self, fs: &FileShared, index: u64) -> io::Result<()> {
         while let Some(f) = self.find_get(fs, index)? {
             if self.latch_pinned(f, fs.id, index) {
+                self.wait_run_pins(fs, index);
                 // Latched and drained: idle. Let go; the caller retries.
                 self.desc(f).unlatch();
                 self.release(f);

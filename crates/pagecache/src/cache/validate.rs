@@ -48,6 +48,11 @@ impl Inner {
                 }
             });
         }
+        assert_eq!(
+            self.deferred_len(),
+            0,
+            "truncated frames still deferred with no run alive (run.rs T3)"
+        );
         let free = self.alloc.free_count();
         let cached = in_index.iter().filter(|&&b| b).count();
         let is_anon: Vec<bool> = (0..self.frames.len() as FrameNo)

@@ -9,7 +9,7 @@
 //!
 //! Memory overhead per frame: 64 bytes of descriptor (one cache line, so
 //! pins of different frames never share a line) plus the index's share
-//! (a 64-way leaf node of 576 bytes covers 64 pages: 9 bytes a page for a
+//! (a 64-way leaf node of 640 bytes covers 64 pages: 10 bytes a page for a
 //! dense file).
 
 pub mod state;

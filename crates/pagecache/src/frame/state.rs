@@ -696,6 +696,34 @@ impl FrameDesc {
             .map_err(State)
     }
 
+    /// Protocol 5.7 E3: undoes a [`FrameDesc::freeze`] that found the page
+    /// pinned by a run: restores the frozen state (`frozen`, what `freeze`
+    /// returned). Nobody else changes a frozen word except to set
+    /// `ACCESSED` (an optimistic reader), which the OR keeps.
+    /// Context: no sleep; the caller froze it and holds the tree lock.
+    pub fn unfreeze(&self, frozen: State) {
+        // Release: as the freeze never happened; the refcount is back.
+        let old = self.state.fetch_or(frozen.0, Ordering::Release);
+        debug_assert_eq!(old & !ACCESSED, 0, "unfreeze of a word that changed");
+    }
+
+    /// Protocol 5.6/5.7 T1: marks a page past the new end of file
+    /// `REMOVED` and clears `DIRTY`, keeping the cache's reference (the
+    /// caller drops it, or keeps it for a run that still reads the page).
+    /// Returns the state before. Context: no sleep; under the tree lock.
+    pub fn mark_removed(&self) -> State {
+        // AcqRel RMW: T1 of protocol 5.7 (the SeqCst fence follows), and
+        // ordered with write-back's `start_writeback` as `orphan` is.
+        let old = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |s| {
+                debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
+                Some((s | REMOVED) & !DIRTY)
+            })
+            .unwrap_or_else(|s| s);
+        State(old)
+    }
+
     /// Protocol 5.6 step for a page past the new end of file: marks it
     /// `REMOVED`, clears `DIRTY` (its bytes no longer belong to the file) and
     /// drops the cache's reference, all in one atomic step. The caller has

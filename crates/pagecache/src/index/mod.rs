@@ -65,6 +65,8 @@
 //! dirtier's bit, or the dirtier's RMW reads from the grower's and then sees
 //! the new root.
 
+mod pins;
+
 use crate::frame::FrameNo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{LockClass, Mutex, MutexGuard};
@@ -86,8 +88,20 @@ pub struct Node {
     slots: [AtomicU64; FANOUT],
     /// (A) dirty tag bitmap, see the module docs.
     dirty: AtomicU64,
-    /// (T) number of non-empty slots.
+    /// (T, RMW) number of non-empty slots (an RMW: run unpinners read it,
+    /// see `pins.rs`).
     count: AtomicU32,
+    /// (T) the owning tree's id while the node is linked; 0 once it is
+    /// retired (see `pins.rs`: how a run knows its pinned leaf is real).
+    owner: AtomicU64,
+    /// (T) where the node sits: the first index it covers, plus its level
+    /// (a leaf's low [`SHIFT`] bits are 0). Fixed while linked.
+    pos: AtomicU64,
+    /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 16` of word
+    /// `s / 16`), see `pins.rs`.
+    pins: [AtomicU64; 4],
+    /// (A) slots whose writer waits for their run pins to go.
+    pin_waiters: AtomicU64,
 }
 
 /// The cache-wide arena of index nodes (type-stable, see module docs).
@@ -176,7 +190,22 @@ impl NodeArena {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
             dirty: AtomicU64::new(0),
             count: AtomicU32::new(0),
+            owner: AtomicU64::new(0),
+            pos: AtomicU64::new(0),
+            pins: std::array::from_fn(|_| AtomicU64::new(0)),
+            pin_waiters: AtomicU64::new(0),
         });
+        Ok(id)
+    }
+
+    /// A fresh node for tree `owner` at `pos` (see [`Node::pos`]).
+    /// Publication: the caller links it with a Release store.
+    fn alloc_at(&self, owner: u64, pos: u64) -> io::Result<u32> {
+        let id = self.alloc()?;
+        let n = self.get(id as u64).expect("fresh node");
+        // Relaxed: published by the Release store that links the node.
+        n.pos.store(pos, Ordering::Relaxed);
+        n.owner.store(owner, Ordering::Relaxed);
         Ok(id)
     }
 
@@ -188,6 +217,9 @@ impl NodeArena {
         // Relaxed: stray tag bits may have landed (see module docs); clear
         // them so a reused node starts clean. Racing taggers are harmless.
         n.dirty.store(0, Ordering::Relaxed);
+        // Relaxed: `retire` already cleared it with an RMW (pins.rs); a
+        // node never linked as a leaf is cleared here.
+        n.owner.store(0, Ordering::Relaxed);
         self.free.lock().push(id);
     }
 
@@ -223,14 +255,13 @@ pub struct Tree {
     /// (T) root node id in the low 32 bits, height in the high 32 (0 = empty).
     root: AtomicU64,
     lock: Mutex<()>,
+    /// The id its nodes carry while linked (the file's id; never 0).
+    owner: u64,
 }
 
 impl Default for Tree {
     fn default() -> Self {
-        Tree {
-            root: AtomicU64::new(0),
-            lock: Mutex::with_class((), LockClass::Tree),
-        }
+        Tree::new(u64::MAX)
     }
 }
 
@@ -254,6 +285,17 @@ fn capacity(height: u32) -> u64 {
     }
 }
 
+/// The first index a node at `level` (0 = leaf) on `index`'s path covers.
+#[inline]
+pub fn node_base(index: u64, level: u32) -> u64 {
+    let bits = (level + 1) * SHIFT;
+    if bits >= 64 {
+        0
+    } else {
+        index & !((1u64 << bits) - 1)
+    }
+}
+
 #[inline]
 fn slot_at(index: u64, level: u32) -> usize {
     if level * SHIFT >= 64 {
@@ -264,6 +306,22 @@ fn slot_at(index: u64, level: u32) -> usize {
 }
 
 impl Tree {
+    /// An empty index whose nodes carry `owner` (not 0).
+    pub fn new(owner: u64) -> Self {
+        assert_ne!(owner, 0, "tree owner 0 marks retired nodes");
+        Tree {
+            root: AtomicU64::new(0),
+            lock: Mutex::with_class((), LockClass::Tree),
+            owner,
+        }
+    }
+
+    /// The id its nodes carry.
+    #[inline]
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
     /// Takes the tree lock.
     pub fn lock(&self) -> TreeLocked<'_> {
         TreeLocked {
@@ -395,12 +453,13 @@ impl<'a> TreeLocked<'a> {
         frame: FrameNo,
     ) -> io::Result<Result<(), FrameNo>> {
         let (mut root_id, mut height) = self.root();
+        let owner = self.tree.owner;
         if height == 0 {
-            root_id = arena.alloc()? as u64;
             height = 1;
             while index >= capacity(height) {
                 height += 1;
             }
+            root_id = arena.alloc_at(owner, (height - 1) as u64)? as u64;
             // Release: publishes the new (zeroed) root node.
             self.tree
                 .root
@@ -408,7 +467,7 @@ impl<'a> TreeLocked<'a> {
         }
         while index >= capacity(height) {
             // Grow: a new root whose slot 0 is the old root.
-            let new_id = arena.alloc()?;
+            let new_id = arena.alloc_at(owner, height as u64)?;
             let new = arena.get(new_id as u64).expect("fresh node");
             let old = arena.get(root_id).expect("root node");
             // Relaxed: the new node is unpublished until the root store.
@@ -435,7 +494,9 @@ impl<'a> TreeLocked<'a> {
             // Relaxed: under the lock, we are the only writer.
             let child = node.slots[s].load(Ordering::Relaxed);
             let child = if child == 0 {
-                let id = arena.alloc()? as u64;
+                let cl = level - 1;
+                let base = node_base(index, cl);
+                let id = arena.alloc_at(owner, base | cl as u64)? as u64;
                 // Release: publishes the zeroed child to lock-free readers.
                 node.slots[s].store(id, Ordering::Release);
                 node.count.fetch_add(1, Ordering::Relaxed);
@@ -461,9 +522,66 @@ impl<'a> TreeLocked<'a> {
     /// Clears the slot of `index` if it holds `frame` (5.2 step C, first
     /// half), freeing nodes that become empty. Returns whether it did.
     pub fn remove(&mut self, arena: &NodeArena, index: u64, frame: FrameNo) -> bool {
+        let Some((path, depth)) = self.leaf_path(arena, index) else {
+            return false;
+        };
+        let (leaf_id, s) = path[depth - 1];
+        let leaf = arena.get(leaf_id).expect("leaf");
+        // Relaxed: under the tree lock, the only writer.
+        if leaf.slots[s].load(Ordering::Relaxed) != frame as u64 + 1 {
+            return false;
+        }
+        // Release: readers that still load the old entry pin and re-check
+        // identity; those that load 0 go to the locked miss path.
+        leaf.slots[s].store(0, Ordering::Release);
+        leaf.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
+        // AcqRel RMW: run unpinners read `count` after their unpin (pins.rs
+        // R4); `retire` decides for an empty leaf.
+        if leaf.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.free_path(arena, &path[..depth]);
+        }
+        true
+    }
+
+    /// Frees the empty node at the end of `path` (root first) and every
+    /// ancestor left empty by unlinking it; stops at a node a run still
+    /// pins (it stays linked, empty, until the run's drop prunes it).
+    fn free_path(&mut self, arena: &NodeArena, path: &[(u64, usize)]) {
+        for d in (0..path.len()).rev() {
+            let (nid, _) = path[d];
+            let node = arena.get(nid).expect("node on a locked path");
+            if !arena.retire(node, d == path.len() - 1) {
+                return; // pinned: stays linked (and its ancestors with it)
+            }
+            if d == 0 {
+                // Release: readers of the old root see height 0 or a root
+                // whose slots are all empty; both are misses.
+                self.tree.root.store(0, Ordering::Release);
+            } else {
+                let (pid, ps) = path[d - 1];
+                let parent = arena.get(pid).expect("node on a locked path");
+                // Release: unlinks the freed child; readers that still reach
+                // it read a recycled node (see module docs).
+                parent.slots[ps].store(0, Ordering::Release);
+                // AcqRel: the tag protocol's RMW discipline (module docs).
+                parent.dirty.fetch_and(!(1 << ps), Ordering::AcqRel);
+                arena.free_node(nid as u32);
+                // AcqRel: as in `remove`.
+                if parent.count.fetch_sub(1, Ordering::AcqRel) != 1 {
+                    return;
+                }
+                continue;
+            }
+            arena.free_node(nid as u32);
+        }
+    }
+
+    /// The path (root first) to the leaf covering `index`, and its length;
+    /// `None` if there is none.
+    fn leaf_path(&self, arena: &NodeArena, index: u64) -> Option<([(u64, usize); 12], usize)> {
         let (root_id, height) = self.root();
         if height == 0 || index >= capacity(height) {
-            return false;
+            return None;
         }
         let mut path: [(u64, usize); 12] = [(0, 0); 12];
         let mut id = root_id;
@@ -475,49 +593,37 @@ impl<'a> TreeLocked<'a> {
             path[depth] = (id, s);
             depth += 1;
             if level == 0 {
-                break;
+                return Some((path, depth));
             }
             // Relaxed: under the tree lock, the only writer.
             id = node.slots[s].load(Ordering::Relaxed);
             if id == 0 {
-                return false;
+                return None;
             }
             level -= 1;
         }
-        let (leaf_id, s) = path[depth - 1];
-        let leaf = arena.get(leaf_id).expect("leaf");
-        // Relaxed: under the tree lock, the only writer.
-        if leaf.slots[s].load(Ordering::Relaxed) != frame as u64 + 1 {
-            return false;
+    }
+
+    /// The leaf covering `index` if a run pins `index`'s slot. The caller
+    /// has just changed the page's state word and issued a SeqCst fence
+    /// (protocol 5.7, `cache/run.rs`).
+    pub fn run_pinned(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
+        let (path, depth) = self.leaf_path(arena, index)?;
+        let leaf = arena.get(path[depth - 1].0)?;
+        leaf.slot_pinned((index & MASK) as usize).then_some(leaf)
+    }
+
+    /// Frees the leaf covering `index` if it is empty and no run pins it
+    /// any more (a run's drop, after it unpinned an empty leaf).
+    pub fn prune(&mut self, arena: &NodeArena, index: u64) {
+        let Some((path, depth)) = self.leaf_path(arena, index) else {
+            return;
+        };
+        let leaf = arena.get(path[depth - 1].0).expect("leaf");
+        // Relaxed: `count` only changes under the tree lock we hold.
+        if leaf.count.load(Ordering::Relaxed) == 0 {
+            self.free_path(arena, &path[..depth]);
         }
-        // Release: readers that still load the old entry pin and re-check
-        // identity; those that load 0 go to the locked miss path.
-        leaf.slots[s].store(0, Ordering::Release);
-        leaf.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
-        // Free empty nodes bottom-up.
-        for d in (0..depth).rev() {
-            let (nid, s) = path[d];
-            let node = arena.get(nid).expect("node");
-            if d < depth - 1 {
-                // Release: unlinks the freed child; readers that still reach
-                // it read a recycled node (see module docs).
-                node.slots[s].store(0, Ordering::Release);
-                // AcqRel: the tag protocol's RMW discipline (module docs).
-                node.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
-            }
-            // Relaxed: `count` is only used under the tree lock.
-            let left = node.count.fetch_sub(1, Ordering::Relaxed) - 1;
-            if left > 0 {
-                break;
-            }
-            if d == 0 {
-                // Release: readers of the old root see height 0 or a root
-                // whose slots are all empty; both are misses.
-                self.tree.root.store(0, Ordering::Release);
-            }
-            arena.free_node(nid as u32);
-        }
-        true
     }
 
     /// Every `(index, frame)` with `index >= start`, in index order.
@@ -576,6 +682,11 @@ impl<'a> TreeLocked<'a> {
             }
             assert_eq!(n, node.count.load(Ordering::Relaxed), "node {id} count");
             assert!(n > 0, "empty node {id} left in the tree");
+            assert!(!node.any_pinned(), "node {id} run-pinned with no run alive");
+            assert!(
+                node.owner.load(Ordering::Relaxed) != 0,
+                "linked node {id} retired"
+            );
             pages
         }
         rec(arena, root_id, height - 1, 0, true, &mut check)
@@ -635,7 +746,7 @@ mod tests {
     #[test]
     fn node_is_cache_aligned() {
         assert_eq!(std::mem::align_of::<Node>(), 64);
-        assert_eq!(std::mem::size_of::<Node>(), 576);
+        assert_eq!(std::mem::size_of::<Node>(), 640);
     }
 
     #[test]

@@ -242,7 +242,14 @@ impl Inner {
         }
         let mut g = fs.tree.lock();
         // A. freeze from exactly {cache + our pin}, clean and idle.
-        if d.freeze(2).is_err() {
+        let Ok(frozen) = d.freeze(2) else {
+            drop(g);
+            return self.drop_evict_pin(f);
+        };
+        // Protocol 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
+        crate::sync::fence(Ordering::SeqCst);
+        if g.run_pinned(&self.nodes, index).is_some() {
+            d.unfreeze(frozen);
             drop(g);
             return self.drop_evict_pin(f);
         }

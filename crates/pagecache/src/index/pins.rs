@@ -1,0 +1,216 @@
+//! Run pins: the index side of protocol 5.7 (`cache/run.rs`).
+//!
+//! A run (`File::run`) pins a range of a leaf's slots with one RMW per 16
+//! slots instead of one pin per page. Each slot has a 4-bit count in
+//! [`Node::pins`]; a pin that would take a count past 15 is refused (the
+//! run falls back to per-page pins). Writers, the evictor and truncate
+//! consult a page's slot count after changing the page's state word (see
+//! the protocol in `cache/run.rs`).
+//!
+//! A leaf is freed only when no run pins it ([`NodeArena::retire`]), so a
+//! pinned leaf keeps its place in the tree, and so its identity
+//! ([`Node::owner`], [`Node::pos`]), for as long as the pin lives; an
+//! empty pinned leaf stays linked until its last run's drop prunes it.
+
+use super::{Node, NodeArena, FANOUT};
+use crate::sync::{fence, Ordering};
+
+/// Slots per pin word.
+const PER_WORD: usize = 16;
+/// One in the low bit of every nibble.
+const ONES: u64 = 0x1111_1111_1111_1111;
+
+/// The nibble masks (word, one per slot) of slots `lo..lo + n`.
+#[inline]
+fn words(lo: usize, n: usize) -> impl Iterator<Item = (usize, u64)> {
+    debug_assert!(n > 0 && lo + n <= FANOUT);
+    let end = lo + n;
+    (lo / PER_WORD..=(end - 1) / PER_WORD).map(move |w| {
+        let a = lo.max(w * PER_WORD) - w * PER_WORD;
+        let b = end.min((w + 1) * PER_WORD) - w * PER_WORD;
+        let bits = (b - a) * 4;
+        let m = if bits == 64 {
+            ONES
+        } else {
+            (ONES & ((1u64 << bits) - 1)) << (a * 4)
+        };
+        (w, m)
+    })
+}
+
+/// The bits of `x` set where a nibble is 15 (at the nibble's top bit).
+#[inline]
+fn full_nibbles(x: u64) -> u64 {
+    ((x & (ONES * 7)) + ONES) & x & (ONES << 3)
+}
+
+/// The bitmap (one bit per slot) of slots `lo..lo + n`.
+#[inline]
+pub(crate) fn slot_bits(lo: usize, n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        ((1u64 << n) - 1) << lo
+    }
+}
+
+impl Node {
+    /// Protocol 5.7 R1: adds one run pin to each of slots `lo..lo + n`.
+    /// Fails (changing nothing) if a slot has 15 already. The caller issues
+    /// the SeqCst fence of R1 after it. Context: any, no sleep.
+    pub(crate) fn pin_slots(&self, lo: usize, n: usize) -> bool {
+        let mut done: [(usize, u64); 4] = [(0, 0); 4];
+        let mut k = 0;
+        for (w, m) in words(lo, n) {
+            let word = &self.pins[w];
+            // Relaxed: seeds the CAS.
+            let mut cur = word.load(Ordering::Relaxed);
+            loop {
+                if full_nibbles(cur) & (m << 3) != 0 {
+                    for &(w, m) in &done[..k] {
+                        // Release: as in `unpin_slots` (we read nothing).
+                        self.pins[w].fetch_sub(m, Ordering::Release);
+                    }
+                    return false;
+                }
+                // Acquire: pairs with unpinners' Release (not needed for
+                // the protocol, which rests on the fence; cheap here).
+                match word.compare_exchange_weak(cur, cur + m, Ordering::Acquire, Ordering::Relaxed)
+                {
+                    Ok(_) => break,
+                    Err(c) => cur = c,
+                }
+            }
+            done[k] = (w, m);
+            k += 1;
+        }
+        true
+    }
+
+    /// Protocol 5.7 R4: drops one run pin from each of slots `lo..lo + n`.
+    /// The caller issues the SeqCst fence of R4 after it. Context: any.
+    pub(crate) fn unpin_slots(&self, lo: usize, n: usize) {
+        for (w, m) in words(lo, n) {
+            // Release: the run's reads of the pages happen-before a writer,
+            // evictor or truncate that sees the count drop (Acquire load).
+            let old = self.pins[w].fetch_sub(m, Ordering::Release);
+            let nonzero = old | old >> 1 | old >> 2 | old >> 3;
+            debug_assert_eq!(nonzero & m, m, "unpin of an unpinned slot");
+        }
+    }
+
+    /// Whether a run pins slot `s` (protocol 5.7 W2/E2/T2: after the
+    /// caller's RMW on the page's state and a SeqCst fence). Acquire: a
+    /// zero read from a run's unpin orders that run's reads before ours.
+    #[inline]
+    pub(crate) fn slot_pinned(&self, s: usize) -> bool {
+        let w = self.pins[s / PER_WORD].load(Ordering::Acquire);
+        (w >> ((s % PER_WORD) * 4)) & 15 != 0
+    }
+
+    /// Whether any slot is pinned (after a SeqCst fence).
+    pub(crate) fn any_pinned(&self) -> bool {
+        // Acquire: as in `slot_pinned`.
+        self.pins.iter().any(|w| w.load(Ordering::Acquire) != 0)
+    }
+
+    /// Whether this node is, right now, the leaf of tree `owner` that
+    /// starts at index `base` (a run checks it after pinning, R2).
+    #[inline]
+    pub(crate) fn is_leaf_of(&self, owner: u64, base: u64) -> bool {
+        // Acquire: pairs with the Release that linked the node; a retired
+        // node reads 0 (R2 vs `retire`).
+        self.owner.load(Ordering::Acquire) == owner && self.pos.load(Ordering::Acquire) == base
+    }
+
+    /// Whether the node has no entries (a run's drop checks it after R4's
+    /// fence: an empty leaf it pinned may be waiting for it to be freed).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        // Acquire: pairs with `remove`'s AcqRel decrement.
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    /// W3: registers a writer waiting for slot `s`'s run pins; the caller
+    /// fences (SeqCst) and re-checks before parking.
+    pub(crate) fn add_pin_waiter(&self, s: usize) {
+        // Relaxed: the SeqCst fence after it orders it before the re-check.
+        self.pin_waiters.fetch_or(1 << s, Ordering::Relaxed);
+    }
+
+    /// R4: takes the waiter bits of slots `lo..lo + n` (after the unpin and
+    /// its fence); the caller wakes each slot's key.
+    pub(crate) fn take_pin_waiters(&self, lo: usize, n: usize) -> u64 {
+        let mask = slot_bits(lo, n);
+        // Relaxed: ordered after the unpin by R4's SeqCst fence.
+        let w = self.pin_waiters.load(Ordering::Relaxed) & mask;
+        if w != 0 {
+            // Relaxed: a waiter that re-registers re-checks the pins itself.
+            self.pin_waiters.fetch_and(!w, Ordering::Relaxed);
+        }
+        w
+    }
+
+    /// The wait-queue key of slot `s`'s writers (inside the node: unique).
+    #[inline]
+    pub(crate) fn pin_key(&self, s: usize) -> usize {
+        self as *const Node as usize + s
+    }
+
+    /// Whether slot `s`'s waiter bit is still set (parking's re-check).
+    pub(crate) fn pin_waiter_set(&self, s: usize) -> bool {
+        // Relaxed: evaluated under the queue lock; the unpinner clears the
+        // bit before taking the same lock to unpark.
+        self.pin_waiters.load(Ordering::Relaxed) & (1 << s) != 0
+    }
+}
+
+impl NodeArena {
+    /// Decides whether an empty node may be freed (protocol 5.7 F1-F2):
+    /// clears its owner, then looks for run pins; if a run pins a leaf,
+    /// restores the owner and returns false (the node stays linked; the
+    /// run's drop prunes it). Interior nodes are never pinned by a run
+    /// that keeps its pin (R2 rejects them), so only the owner is cleared.
+    /// Context: under the tree lock.
+    pub(crate) fn retire(&self, node: &Node, leaf: bool) -> bool {
+        // F1. AcqRel RMW: a run whose R2 reads the owner after this sees 0.
+        let owner = node.owner.swap(0, Ordering::AcqRel);
+        if !leaf {
+            return true;
+        }
+        // F2. SeqCst fence, then the pins: either a run's R1 pin is seen
+        // here, or its R2 (after its own fence) sees the cleared owner.
+        fence(Ordering::SeqCst);
+        if node.any_pinned() {
+            // Release: the node stays what it was.
+            node.owner.store(owner, Ordering::Release);
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_cover_exactly_the_slots() {
+        let got: Vec<_> = words(14, 4).collect();
+        assert_eq!(got, vec![(0, 0x11 << 56), (1, 0x11)]);
+        assert_eq!(words(0, 16).collect::<Vec<_>>(), vec![(0, ONES)]);
+        assert_eq!(words(48, 16).collect::<Vec<_>>(), vec![(3, ONES)]);
+        assert_eq!(words(0, 64).count(), 4);
+        assert_eq!(slot_bits(3, 2), 0b11000);
+        assert_eq!(slot_bits(0, 64), u64::MAX);
+    }
+
+    #[test]
+    fn full_nibbles_finds_fifteen_only() {
+        assert_eq!(full_nibbles(0xf), 0x8);
+        assert_eq!(full_nibbles(0xe), 0);
+        assert_eq!(full_nibbles(0x7), 0);
+        assert_eq!(full_nibbles(0xf0f0), 0x8080);
+        assert_eq!(full_nibbles(u64::MAX), ONES << 3);
+    }
+}
