@@ -60,8 +60,7 @@ impl Node {
     /// the SeqCst fence of R1 after it. Context: any, no sleep.
     pub(crate) fn pin_slots(&self, lo: usize, n: usize) -> bool {
         let mut done: [(usize, u64); 4] = [(0, 0); 4];
-        let mut k = 0;
-        for (w, m) in words(lo, n) {
+        for (k, (w, m)) in words(lo, n).enumerate() {
             let word = &self.pins[w];
             // Relaxed: seeds the CAS.
             let mut cur = word.load(Ordering::Relaxed);
@@ -82,7 +81,6 @@ impl Node {
                 }
             }
             done[k] = (w, m);
-            k += 1;
         }
         true
     }
