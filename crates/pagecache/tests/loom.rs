@@ -8,8 +8,8 @@
 //! locks and yields), so these models drive the code users run: the public
 //! API (`PageCache`, `File`, `AnonRegion`) over real files, and through it
 //! the real index, lookup (5.1), eviction (5.2), miss (5.3), optimistic read
-//! and write (5.4/5.5), truncate (5.6), dirty tags and anonymous first
-//! touch. The queue, allocator and list models drive those structures'
+//! and write (5.4/5.5), truncate (5.6), runs (5.7), dirty tags and
+//! anonymous first touch. The queue, allocator and list models drive those structures'
 //! real code directly. No protocol code is copied here.
 //!
 //! Frame bytes are not modelled as atomics (see `crate::sync`); every copy
@@ -463,6 +463,114 @@ fn writeback_pin_vs_rewrite() {
             assert!(!s.is_under_writeback() && !s.is_latched() && s.refs() == 1);
         });
     }
+}
+
+/// 5.7 vs 5.5: a run (one leaf pin, no pin of the frame) holds page 0
+/// while another thread writes it. The run's bytes never change while it
+/// lives: the writer waits for it (W2-W3), or the run saw the latch and
+/// took a pin of its own after the write. Drops either SeqCst fence (R1 or
+/// W2) and loom finds the write under the run.
+#[test]
+fn run_vs_write() {
+    model(3, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let fw = f.clone();
+        let writer = thread::spawn(move || fw.write_at(&[7u8; 64], 0).unwrap());
+        {
+            let run = f.run(0, 1).unwrap();
+            assert_eq!(run.len(), 1);
+            let first = run.page(0)[0];
+            assert!(first == 1 || first == 7);
+            // Let the writer run as far as it can while the run lives.
+            thread::yield_now();
+            assert!(
+                run.page(0)[..64].iter().all(|&b| b == first),
+                "page changed under a run"
+            );
+        }
+        writer.join().unwrap();
+        let mut buf = [0u8; 64];
+        f.read_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [7; 64]);
+        c.validate();
+    });
+}
+
+/// 5.7 vs 5.2: the cache is full (two file pages, two anonymous pages) and
+/// a run holds page 0 while another thread misses page 2, which must evict.
+/// The evictor puts page 0 back when it sees the run (E2-E3) and takes page
+/// 1: the run's frame is never reused under it.
+#[test]
+fn run_vs_eviction() {
+    model(1, || {
+        let t = TempFile::new(3);
+        let c = cache();
+        let f = open(&c, &t);
+        let anon = c.anon(2 * PS as u64).unwrap();
+        anon.page_mut(0).unwrap()[0] = 9;
+        anon.page_mut(1).unwrap()[0] = 9;
+        assert_eq!(f.page(0).unwrap()[0], 1);
+        assert_eq!(f.page(1).unwrap()[0], 2);
+        let f2 = f.clone();
+        let other = thread::spawn(move || {
+            let p = f2.page(2).unwrap();
+            assert!(p.iter().all(|&b| b == 3));
+        });
+        {
+            let run = f.run(0, 1).unwrap();
+            assert!(run.page(0).iter().all(|&b| b == 1));
+            thread::yield_now();
+            assert!(
+                run.page(0).iter().all(|&b| b == 1),
+                "a run's frame was reused"
+            );
+        }
+        other.join().unwrap();
+        drop(anon);
+        c.validate();
+    });
+}
+
+/// 5.7 vs 5.6: a run holds pages 0-1 while `set_len(0)` removes both, which
+/// also empties their leaf, and a write of page 0 then takes a free frame.
+/// The truncate does not wait: the run keeps the old bytes (T3 keeps the
+/// frames until the run ends, F2 keeps the leaf), and after it the frames
+/// are free, the leaf pruned (`validate`), and the regrown page 1 reads
+/// zeros. Drop T2's fence and loom finds a frame reused under the run.
+#[test]
+fn run_vs_truncate() {
+    model(2, || {
+        let (_t, c, f) = cached_file(2, 1);
+        assert_eq!(f.page(0).unwrap()[0], 1);
+        let f2 = f.clone();
+        // Then a write that takes a free frame: one the truncate freed too
+        // early would be reused under the run.
+        let trunc = thread::spawn(move || {
+            f2.set_len(0).unwrap();
+            f2.write_at(&[9u8; PS], 0).unwrap();
+        });
+        {
+            let run = f.run(0, 2).unwrap();
+            let firsts: Vec<u8> = run.iter().map(|p| p[0]).collect();
+            for (k, p) in run.iter().enumerate() {
+                // The old bytes, zeros read after the file was cut, or
+                // page 0 as written after.
+                let v = firsts[k];
+                assert!(v == k as u8 + 1 || v == 0 || (k == 0 && v == 9), "{v}");
+                assert!(p.iter().all(|&b| b == firsts[k]), "torn page");
+            }
+            thread::yield_now();
+            for (k, p) in run.iter().enumerate() {
+                assert!(p.iter().all(|&b| b == firsts[k]), "page lost under a run");
+            }
+        }
+        trunc.join().unwrap();
+        c.validate();
+        f.set_len(2 * PS as u64).unwrap();
+        assert!(f.page(0).unwrap().iter().all(|&b| b == 9));
+        assert!(f.page(1).unwrap().iter().all(|&b| b == 0), "stale bytes");
+        c.validate();
+    });
 }
 
 /// Dirty tags against growth: one thread dirties page 0 while another

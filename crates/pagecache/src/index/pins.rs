@@ -178,6 +178,10 @@ impl NodeArena {
         }
         // F2. SeqCst fence, then the pins: either a run's R1 pin is seen
         // here, or its R2 (after its own fence) sees the cleared owner.
+        // (Truncate and eviction fenced already, in T2 and E2, after their
+        // last change; the miss path's `abandon` did not, and a run there
+        // holds no page of the empty leaf: the fence is for the rule, not
+        // a case loom can tell apart.)
         fence(Ordering::SeqCst);
         if node.any_pinned() {
             // Release: the node stays what it was.
