@@ -210,8 +210,8 @@ fn same_file_streams_every_page_under_each_design() {
     let tables = (scenarios::find("same-file").unwrap().run)(&tiny()).unwrap();
     let t = &tables[0];
     assert_eq!(t.columns, ["design", "clients", "GiB/s", "runs min..max"]);
-    assert_eq!(t.rows.len(), 6, "3 designs x 2 client counts");
-    assert_eq!(t.series.len(), 6);
+    assert_eq!(t.rows.len(), 8, "4 designs x 2 client counts");
+    assert_eq!(t.series.len(), 8);
     // Byte counts: every client streams the whole file every pass.
     let dir = pagecache_lab::TempDir::new("same-file-test").unwrap();
     let p = dir.path().join("f");
@@ -222,9 +222,14 @@ fn same_file_streams_every_page_under_each_design() {
     })
     .unwrap();
     let f = c.open(&p).unwrap();
-    for gang in [1, 16] {
-        let s = same_file::ours(&f, 256, 3, gang, 2).unwrap();
-        assert_eq!(s.ops, 2 * 3 * (1 << 20), "gang {gang}");
+    for how in [
+        same_file::Lookup::Page,
+        same_file::Lookup::Gang(16),
+        same_file::Lookup::Run(16),
+        same_file::Lookup::Run(5), // runs that straddle 16-page and leaf boundaries
+    ] {
+        let s = same_file::ours(&f, 256, 3, how, 2).unwrap();
+        assert_eq!(s.ops, 2 * 3 * (1 << 20), "{how:?}");
     }
     let s = same_file::kernel(&p, 1 << 20, 3, 2).unwrap();
     assert_eq!(s.ops, 2 * 3 * (1 << 20), "splice moved every byte");

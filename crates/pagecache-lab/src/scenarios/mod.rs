@@ -34,7 +34,7 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "same-file",
-        about: "seed 001: clients stream one cached file into a sink; page() per page vs 16-page gang lookups, kernel splice to /dev/null beside",
+        about: "seed 001: clients stream one cached file into a sink; page() per page vs 16-page gang lookups vs 16-page runs (one leaf pin), kernel splice to /dev/null beside",
         run: same_file::run,
     },
     Scenario {

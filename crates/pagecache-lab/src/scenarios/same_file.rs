@@ -1,9 +1,11 @@
 //! `same-file` (seed 001, Axboe 2006): T clients stream the same cached
 //! file page by page into a sink that never touches the bytes, Jens Axboe's
 //! "find_get_page() micro benchmark". Designs: one `page()` lookup per page
-//! (pin, sink, release) and 16-page gang lookups (`File::pages`, protocol
-//! 5.1 over one leaf); beside them the kernel's own path from the seed:
-//! `splice` from the file into a pipe and from the pipe to `/dev/null`.
+//! (pin, sink, release), 16-page gang lookups (`File::pages`, protocol 5.1
+//! over one leaf: a pin per page), and 16-page runs (`File::run`, protocol
+//! 5.7: one pin of the leaf per run); beside them the kernel's own path
+//! from the seed: `splice` from the file into a pipe and from the pipe to
+//! `/dev/null`.
 //! Columns: design, clients, GiB/s (median of the runs), runs min..max.
 
 use crate::ministat::Summary;
@@ -33,37 +35,58 @@ fn sink(page: &[u8]) {
     black_box(page.as_ptr());
 }
 
-/// `clients` threads stream every page of `file` `passes` times, one
-/// lookup per page (`gang == 1`) or `gang` pages per lookup. Returns the
-/// sample with `ops` = bytes streamed.
+/// How a client looks pages up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// One `page()` per page.
+    Page,
+    /// `File::pages` of this many pages: a pin per page.
+    Gang(usize),
+    /// `File::run` of this many pages: one leaf pin per run.
+    Run(usize),
+}
+
+/// `clients` threads stream every page of `file` `passes` times, looking
+/// pages up as `how` says. Returns the sample with `ops` = bytes streamed.
 pub fn ours(
     file: &pagecache::File,
     pages: u64,
     passes: usize,
-    gang: usize,
+    how: Lookup,
     clients: usize,
 ) -> io::Result<crate::runner::Sample> {
     measure(clients, |_| {
         let mut bytes = 0u64;
-        let mut got = Vec::with_capacity(gang);
+        let mut got = Vec::with_capacity(16);
         for _ in 0..passes {
             let mut i = 0;
             while i < pages {
-                if gang == 1 {
-                    sink(&file.page(i)?);
-                    i += 1;
-                } else {
-                    let n = file.pages(i, &mut got, gang)?;
-                    if n == 0 {
-                        return Err(io::Error::other(format!(
-                            "gang lookup at page {i} found nothing"
-                        )));
+                let n = match how {
+                    Lookup::Page => {
+                        sink(&file.page(i)?);
+                        1
                     }
-                    for p in got.drain(..) {
-                        sink(&p);
+                    Lookup::Gang(g) => {
+                        let n = file.pages(i, &mut got, g)?;
+                        for p in got.drain(..) {
+                            sink(&p);
+                        }
+                        n
                     }
-                    i += n as u64;
+                    Lookup::Run(g) => {
+                        let run = file.run(i, g)?;
+                        for p in run.iter() {
+                            sink(p);
+                        }
+                        run.len()
+                    }
+                };
+                if n == 0 {
+                    return Err(io::Error::other(format!(
+                        "{how:?} at page {i} found nothing"
+                    )));
                 }
+                i += n as u64;
             }
             bytes += pages * PS as u64;
         }
@@ -154,13 +177,15 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     let designs = [
         "pagecache page() per page",
         "pagecache 16-page gang",
+        "pagecache 16-page run (leaf pin)",
         "kernel splice to /dev/null",
     ];
     for &n in &o.threads {
         for (k, name) in designs.iter().enumerate() {
             let samples = repeat(o, &format!("same-file {name}, {n} clients"), || match k {
-                0 => ours(&file, pages, passes, 1, n),
-                1 => ours(&file, pages, passes, 16, n),
+                0 => ours(&file, pages, passes, Lookup::Page, n),
+                1 => ours(&file, pages, passes, Lookup::Gang(16), n),
+                2 => ours(&file, pages, passes, Lookup::Run(16), n),
                 _ => kernel(&path, len, passes, n),
             })?;
             let gib: Vec<f64> = samples
