@@ -31,8 +31,8 @@
 #include <stdlib.h>
 
 // The version of this ABI: bumped when a struct's layout or a function's
-// meaning changes.
-#define PC_ABI_VERSION 2
+// meaning changes, or functions are added (3: `pc_file_run`).
+#define PC_ABI_VERSION 3
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -60,6 +60,12 @@
 
 // `pc_config.io_engine`: a pool of I/O threads doing `preadv`/`pwritev`.
 #define PC_IO_THREADS 2
+
+// The most pages a `pc_run` holds.
+#define PC_RUN_MAX 16
+
+// Words of private storage in a `pc_run`.
+#define PC_RUN_PRIVATE_WORDS 14
 
 // Words of private storage in a `pc_pin`.
 #define PC_PIN_PRIVATE_WORDS 10
@@ -153,6 +159,32 @@ typedef struct pc_pin {
   // Private to the library: the pin itself.
   uint64_t private_[PC_PIN_PRIVATE_WORDS];
 } pc_pin;
+
+// Up to `PC_RUN_MAX` consecutive pages of one file, pinned together by
+// `pc_file_run` (one pin of their index leaf when they are cached) until
+// `pc_run_release`. Caller-owned, like `pc_pin`; only one copy may be
+// released.
+typedef struct pc_run {
+  // `pages[k]` is page `start + k`'s bytes (`page_size` of them,
+  // read-only) for `k < count`; the rest are NULL.
+  const uint8_t *pages[PC_RUN_MAX];
+  // Pages held: 0 only at or past end of file.
+  size_t count;
+  // The page size in bytes.
+  size_t page_size;
+  // The first page's index.
+  uint64_t start;
+  // 1 if one pin of the index leaf holds the pages (they were cached),
+  // 0 if each has its own pin (some had to be read).
+  uint32_t one_pin;
+  // Private: padding.
+  uint32_t pad_;
+  // Private: whether a run is held (0 when not: releasing again is
+  // `-EINVAL`).
+  uint64_t held_;
+  // Private to the library: the run itself.
+  uint64_t private_[PC_RUN_PRIVATE_WORDS];
+} pc_run;
 
 #ifdef __cplusplus
 extern "C" {
@@ -335,6 +367,30 @@ int pc_page_latch(const struct pc_file *file_, uint64_t index, struct pc_pin *pi
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_pin_release(struct pc_pin *pin);
+
+// Pins up to `max` consecutive pages from `start` (at most `PC_RUN_MAX`)
+// into `*run`: `run->pages[k]` points to page `start + k`, read-only,
+// unchanged and cached until `pc_run_release`. Cached pages are held by
+// one pin of their index leaf (two atomic operations for the whole run,
+// `run->one_pin` is 1); the run then ends at the first page not cached
+// and idle. When `start` is not cached, the pages up to `max` are read
+// and each pinned (`one_pin` 0). A run never crosses a multiple of 64
+// pages, and `count` is 0 only at or past end of file (release it all the
+// same). Like pins, a run delays writers of its pages: holding one while
+// waiting for such a writer deadlocks.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_file_run(const struct pc_file *file_, uint64_t start, size_t max, struct pc_run *run);
+
+// Releases a run and clears `*run` (`count` 0, `pages` NULL). Releasing a
+// cleared run again is `-EINVAL`.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_run_release(struct pc_run *run);
 
 #ifdef __cplusplus
 }  // extern "C"

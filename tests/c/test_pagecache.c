@@ -249,6 +249,79 @@ static void test_pins_and_latches(void) {
   OK(pc_cache_free(c));
 }
 
+/* runs: consecutive pages under one leaf pin, and what they refuse */
+struct run_writer {
+  pc_file *f;
+  volatile int done;
+  int rc;
+};
+
+static void *write_page_3(void *arg) {
+  struct run_writer *w = arg;
+  unsigned char b[64];
+  memset(b, 0xAB, sizeof b);
+  w->rc = pc_file_write_at(w->f, b, sizeof b, 3 * PS);
+  __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static void test_runs(void) {
+  pc_cache *c = small_cache(128);
+  pc_file *f = open_new(c, "runs");
+  enum { PAGES = 70 };
+  unsigned char *data = malloc((size_t)PAGES * PS);
+  for (size_t i = 0; i < (size_t)PAGES * PS; i++) data[i] = pattern(i);
+  OK(pc_file_write_at(f, data, (size_t)PAGES * PS, 0));
+  pc_run run;
+  /* cached pages: one leaf pin, bytes as written */
+  OK(pc_file_run(f, 2, 16, &run));
+  EXPECT(run.count == 16 && run.start == 2 && run.one_pin == 1 && run.page_size == PS);
+  for (size_t k = 0; k < run.count; k++)
+    EXPECT(run.pages[k] && memcmp(run.pages[k], data + (2 + k) * PS, PS) == 0);
+  EXPECT(run.pages[15] && run.pages[15] != run.pages[0]);
+  /* close refuses while it is held */
+  EXPECT(pc_file_close(f) == -EBUSY);
+  /* a writer of one of its pages waits for it */
+  struct run_writer w = {f, 0, -1};
+  pthread_t t;
+  pthread_create(&t, NULL, write_page_3, &w);
+  usleep(200 * 1000);
+  EXPECT(__atomic_load_n(&w.done, __ATOMIC_SEQ_CST) == 0);
+  EXPECT(memcmp(run.pages[1], data + 3 * PS, PS) == 0); /* unchanged */
+  OK(pc_run_release(&run));
+  pthread_join(t, NULL);
+  OK(w.rc);
+  EXPECT(run.count == 0 && run.pages[0] == NULL);
+  EXPECT(pc_run_release(&run) == -EINVAL); /* double release detected */
+  EXPECT(strstr(pc_last_error(), "released") != NULL);
+  pc_run zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  EXPECT(pc_run_release(&zeroed) == -EINVAL);
+  /* capped at PC_RUN_MAX, never past a multiple of 64 pages, short at EOF */
+  OK(pc_file_run(f, 0, 1000, &run));
+  EXPECT(run.count == PC_RUN_MAX);
+  OK(pc_run_release(&run));
+  OK(pc_file_run(f, 60, 16, &run));
+  EXPECT(run.count == 4);
+  OK(pc_run_release(&run));
+  OK(pc_file_run(f, 66, 16, &run));
+  EXPECT(run.count == 4);
+  OK(pc_run_release(&run));
+  OK(pc_file_run(f, PAGES, 16, &run)); /* at end of file: empty, released all the same */
+  EXPECT(run.count == 0);
+  OK(pc_run_release(&run));
+  EXPECT(pc_file_run(NULL, 0, 16, &run) == -EINVAL);
+  EXPECT(pc_file_run(f, 0, 16, NULL) == -EINVAL);
+  EXPECT(pc_run_release(NULL) == -EINVAL);
+  /* the written page as the writer left it */
+  OK(pc_file_run(f, 3, 1, &run));
+  EXPECT(run.count == 1 && run.pages[0][0] == 0xAB && run.pages[0][64] == pattern(3 * PS + 64));
+  OK(pc_run_release(&run));
+  free(data);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
 static void test_read_only_handle(void) {
   pc_cache *c = small_cache(64);
   pc_file *f = open_new(c, "ro");
@@ -496,6 +569,7 @@ int main(int argc, char **argv) {
   test_open_errors();
   test_write_read_sync();
   test_pins_and_latches();
+  test_runs();
   test_pins_cross_threads();
   test_read_only_handle();
   test_cache_freed_before_its_files();

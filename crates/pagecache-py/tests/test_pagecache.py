@@ -165,6 +165,60 @@ def test_page_is_a_zero_copy_read_only_view_released_on_exit(cache, tmp_path):
     f.close()
 
 
+def test_run_gives_views_of_consecutive_pages_under_one_pin(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 40 * PS))
+    f = cache.open(p, "r+")
+    for start in (0, 16):
+        with f.run(start, 16) as cold:  # read in: a pin per page
+            assert len(cold) == 16
+    run = f.run(2, 16)
+    with run as pages:
+        assert run.held and run.one_pin and run.start == 2
+        assert len(pages) == 16
+        for k, v in enumerate(pages):
+            assert isinstance(v, memoryview) and v.readonly and len(v) == PS
+            assert bytes(v) == pattern((2 + k) * PS, PS)
+        with pytest.raises(TypeError):
+            pages[0][0] = 1
+        # a writer of one of its pages waits for the run
+        done = threading.Event()
+        w = threading.Thread(target=lambda: (f.write_at(b"W", 3 * PS), done.set()))
+        w.start()
+        assert not done.wait(0.2)
+        assert bytes(pages[1][:1]) == pattern(3 * PS, 1)
+    assert not run.held
+    w.join()
+    assert done.is_set() and f.read_at(3 * PS, 1) == b"W"
+    with pytest.raises(ValueError):
+        pages[0][0]  # released: an error, not a crash
+    with pytest.raises(ValueError):
+        with run:  # a Run is entered once
+            pass
+    with f.run(40) as past_end:
+        assert past_end == ()
+    with f.run(60, 16) as tail:  # 40 pages: nothing from 40 on
+        assert tail == ()
+    with f.run(36, 16) as last:
+        assert len(last) == 4
+    f.close()
+
+
+def test_a_view_exported_from_a_run_keeps_it_held(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 4 * PS))
+    f = cache.open(p, "r+")
+    run = f.run(0, 4)
+    with run as pages:
+        kept = memoryview(pages[2])  # a second export of page 2
+    assert run.held, "an export still holds the run"
+    assert bytes(kept[:8]) == pattern(2 * PS, 8)
+    kept.release()
+    assert not run.held
+    f.write_at(b"ok", 0)  # no writer waits for a leaked run
+    f.close()
+
+
 def test_pins_are_released_after_an_exception(cache, tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(pattern(0, PS))

@@ -68,6 +68,12 @@ class File:
     def page(self, index: int) -> Page:
         """Page ``index`` as a context manager yielding a read-only
         memoryview of the cached bytes (no copy)."""
+    def run(self, start: int, max: int = 16) -> Run:
+        """Up to ``max`` (at most 16) consecutive pages from ``start`` as a
+        context manager yielding a tuple of read-only memoryviews, one per
+        page, held by one pin of their index leaf when cached. Shorter at
+        end of file (empty past it), at a multiple of 64 pages, and at the
+        first page not cached and idle."""
     def close(self) -> None:
         """Writes back and closes; reports a write-back error. Idempotent."""
     def discard(self) -> bool:
@@ -103,3 +109,22 @@ class Page:
     def index(self) -> int: ...
     @property
     def pinned(self) -> bool: ...
+
+class Run:
+    """Consecutive pages held for a ``with`` block (see ``File.run``). Its
+    memoryviews are released when the block ends; a buffer still exported
+    from one keeps the whole run held until it goes."""
+
+    def __enter__(self) -> tuple[memoryview, ...]: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def one_pin(self) -> bool: ...
