@@ -1,7 +1,8 @@
 /* The C side of the boundary benchmark (scripts/bench-boundary.sh): a 64 B
  * pc_file_read_at of a cached page and a pc_page_pin + pc_pin_release,
- * next to pread(2) of the same bytes, one thread. Prints `c <op> <ns per
- * op>` lines, the median of RUNS runs. */
+ * next to pread(2) of the same bytes, one thread; and a sequential scan,
+ * per page: a pin + release each, or runs of 16 (pc_file_run). Prints
+ * `c <op> <ns per op>` lines, the median of RUNS runs. */
 #include <fcntl.h>
 #include <pagecache.h>
 #include <stdio.h>
@@ -55,6 +56,41 @@ static double run(int what, pc_file *f, int fd, uint64_t pages) {
   return r[RUNS / 2];
 }
 
+enum { SCAN_PIN, SCAN_RUN };
+
+/* ns per page of a sequential pass over every page, 16 at a time. */
+static double scan(int what, pc_file *f, uint64_t pages) {
+  double r[RUNS];
+  volatile unsigned char sink = 0;
+  uint64_t groups = pages / 16, total = 0;
+  for (int k = 0; k < RUNS; k++) {
+    double t = now_ns();
+    total = 0;
+    for (int pass = 0; total < OPS; pass++) {
+      for (uint64_t g = 0; g < groups; g++) {
+        if (what == SCAN_PIN) {
+          for (uint64_t i = 0; i < 16; i++) {
+            pc_pin pin;
+            if (pc_page_pin(f, g * 16 + i, &pin) != 0) abort();
+            sink = pin.data[7];
+            pc_pin_release(&pin);
+          }
+        } else {
+          pc_run run;
+          if (pc_file_run(f, g * 16, 16, &run) != 0 || run.count != 16) abort();
+          for (size_t i = 0; i < run.count; i++) sink = run.pages[i][7];
+          pc_run_release(&run);
+        }
+        total += 16;
+      }
+    }
+    r[k] = (now_ns() - t) / (double)total;
+  }
+  (void)sink;
+  qsort(r, RUNS, sizeof r[0], cmp);
+  return r[RUNS / 2];
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   pc_config cfg;
@@ -79,6 +115,8 @@ int main(int argc, char **argv) {
   printf("c hot_read_at_64 %.1f\n", run(READ, f, fd, 1));
   printf("c hot_pin_release %.1f\n", run(PIN, f, fd, 1));
   printf("c hot_pread_64 %.1f\n", run(PREAD, f, fd, 1));
+  printf("c scan_pin_per_page %.1f\n", scan(SCAN_PIN, f, pages));
+  printf("c scan_run16_per_page %.1f\n", scan(SCAN_RUN, f, pages));
   close(fd);
   pc_file_close(f);
   pc_cache_free(c);

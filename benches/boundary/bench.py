@@ -1,7 +1,9 @@
 """The Python side of the boundary benchmark (scripts/bench-boundary.sh): a
 64 B read_at (to bytes) and readinto_at (into a bytearray) of a cached page,
 a page pin + release (`with f.page(i)`), next to os.pread of the same bytes,
-one thread. Prints `python <op> <ns per op>` lines, medians of RUNS runs."""
+one thread; and a sequential scan, per page: `with f.page(i)` each, or
+`with f.run(i, 16)` per 16 pages. Prints `python <op> <ns per op>` lines,
+medians of RUNS runs."""
 
 import os
 import statistics
@@ -75,6 +77,24 @@ def main():
     for name, fn in [("hot_read_at_64", read_at), ("hot_pin_release", pin),
                      ("hot_pread_64", pread)]:
         print(f"python {name} {timed(fn, hot):.1f}", flush=True)
+    groups = list(range(0, pages - pages % 16, 16))
+
+    def scan_pin(groups):
+        page = f.page
+        for g in groups:
+            for i in range(g, g + 16):
+                with page(i) as v:
+                    v[7]
+
+    def scan_run(groups):
+        run = f.run
+        for g in groups:
+            with run(g, 16) as views:
+                for v in views:
+                    v[7]
+
+    for name, fn in [("scan_pin_per_page", scan_pin), ("scan_run16_per_page", scan_run)]:
+        print(f"python {name} {timed(fn, groups) / 16:.1f}", flush=True)
     os.close(fd)
     f.close()
 
