@@ -402,6 +402,39 @@ impl Harness {
                     Err(e) => self.allowed(&e, "page_mut"),
                 }
             }
+            82..=89 if rng.chance(50) => {
+                // A run (protocol 5.7): one leaf pin over cached pages, or
+                // per-page pins of pages it reads.
+                let pages = len.div_ceil(PS as u64);
+                let start = rng.below(pages + 1);
+                // Pages it reads are pinned each: at most half the cache.
+                let cap = (File::RUN_MAX as u64).min(self.frames as u64 / 2).max(1);
+                let max = 1 + rng.below(cap) as usize;
+                self.log.op(format!("run({start}, {max})"));
+                match f.run(start, max) {
+                    Ok(run) => {
+                        let n = run.len() as u64;
+                        let leaf_end = (start / File::RUN_GROUP + 1) * File::RUN_GROUP;
+                        let most = pages.min(start + max as u64).min(leaf_end);
+                        self.log.check(
+                            (start >= pages && n == 0) || (n >= 1 && start + n <= most),
+                            || {
+                                format!(
+                                    "run held {n} pages, want 1..={}",
+                                    most.saturating_sub(start)
+                                )
+                            },
+                        );
+                        for (k, p) in run.iter().enumerate() {
+                            if p[..] != self.model_page(start + k as u64)[..] {
+                                self.log
+                                    .fail(format!("run: page {} wrong", start + k as u64));
+                            }
+                        }
+                    }
+                    Err(e) => self.allowed(&e, "run"),
+                }
+            }
             82..=89 => {
                 let pages = len.div_ceil(PS as u64);
                 let start = rng.below(pages + 1);
