@@ -28,12 +28,12 @@
 //! | module (private) | layer (`docs/design.md`) | what it holds |
 //! |---|---|---|
 //! | `frame/` | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
-//! | `index/` | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags |
-//! | `cache/` | 4 cache | one protocol per file: lookup, miss, read/write, truncate, registry |
+//! | `index/` | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags, run pins |
+//! | `cache/` | 4 cache | one protocol per file: lookup, miss, read/write, truncate, runs, registry |
 //! | `anon.rs` | 4 cache | anonymous regions: zero-filled pages in the same budget |
 //! | `reclaim/` | 5 reclaim | replacement policies (one file each), eviction, write-back |
 //! | `io/` | 6 io | backend trait, `pread`/`pwritev`, fault injection |
-//! | `api.rs` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`Config`] |
+//! | `api.rs` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Config`] |
 //!
 //! The public surface is what users need: those types, [`AnonRegion`],
 //! [`Stats`], [`OpenOptions`], the baseline selectors ([`PolicyKind`],

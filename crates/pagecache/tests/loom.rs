@@ -80,6 +80,21 @@ fn cached_file(pages: usize, cached: u64) -> (TempFile, PageCache, File) {
     (t, c, f)
 }
 
+/// A full [`cache`]: pages 0 and 1 of a three-page file cached (bytes
+/// checked) and two anonymous pages, which cannot be evicted, so a miss of
+/// page 2 must evict a file page.
+fn full_cache() -> (TempFile, PageCache, File, AnonRegion) {
+    let t = TempFile::new(3);
+    let c = cache();
+    let f = open(&c, &t);
+    let anon = c.anon(2 * PS as u64).unwrap();
+    anon.page_mut(0).unwrap()[0] = 9;
+    anon.page_mut(1).unwrap()[0] = 9;
+    assert_eq!(f.page(0).unwrap()[0], 1);
+    assert_eq!(f.page(1).unwrap()[0], 2);
+    (t, c, f, anon)
+}
+
 /// Runs `f` under loom with at most `preemptions` preemptions per
 /// execution, and prints how many executions it explored.
 fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
@@ -118,14 +133,7 @@ fn lookup_vs_eviction_and_reuse() {
     // One preemption: two explore about 800 000 executions (3.5 min), one
     // about 9 000 and still catches a missing identity re-check.
     model(1, || {
-        let t = TempFile::new(3);
-        let c = cache();
-        let f = open(&c, &t);
-        let anon = c.anon(2 * PS as u64).unwrap();
-        anon.page_mut(0).unwrap()[0] = 9;
-        anon.page_mut(1).unwrap()[0] = 9;
-        assert_eq!(f.page(0).unwrap()[0], 1);
-        assert_eq!(f.page(1).unwrap()[0], 2);
+        let (_t, c, f, anon) = full_cache();
         let f2 = f.clone();
         let reader = thread::spawn(move || {
             let p = f2.page(0).unwrap();
@@ -503,14 +511,7 @@ fn run_vs_write() {
 #[test]
 fn run_vs_eviction() {
     model(1, || {
-        let t = TempFile::new(3);
-        let c = cache();
-        let f = open(&c, &t);
-        let anon = c.anon(2 * PS as u64).unwrap();
-        anon.page_mut(0).unwrap()[0] = 9;
-        anon.page_mut(1).unwrap()[0] = 9;
-        assert_eq!(f.page(0).unwrap()[0], 1);
-        assert_eq!(f.page(1).unwrap()[0], 2);
+        let (_t, c, f, anon) = full_cache();
         let f2 = f.clone();
         let other = thread::spawn(move || {
             let p = f2.page(2).unwrap();

@@ -224,7 +224,7 @@ impl Inner {
         let orphaned = if g.remove(&self.nodes, index, f) {
             Some(d.orphan())
         } else {
-            None // truncate already orphaned it
+            None // truncate removed it already
         };
         drop(g);
         debug_assert!(orphaned != Some(Released::Last), "caller still holds a pin");

@@ -224,9 +224,24 @@ impl Inner {
         if prune && leaf.is_empty() {
             fs.tree.lock().prune(&self.nodes, start);
         }
+        // Relaxed: after R4's fence, which D1's handshake rests on (T3
+        // queues, then fences in D1 and reads the counts).
         if self.deferred_n.load(Ordering::Relaxed) != 0 {
             self.run_deferred();
         }
+    }
+
+    /// W2: the caller just claimed page `index`'s latch (W1); the page's
+    /// leaf and slot if a run holds the page. The walk is lock-free: the
+    /// page is in its tree while latched and not removed, and a leaf a run
+    /// pins stays linked (F2), so it ends at the run's leaf. Context: any,
+    /// no sleep.
+    pub(crate) fn run_over(&self, fs: &FileShared, index: u64) -> Option<(&Node, usize)> {
+        fence(Ordering::SeqCst);
+        let leaf = fs.tree.leaf(&self.nodes, index)?;
+        let s = (index % LEAF_PAGES) as usize;
+        (leaf.slot_pinned(s) && leaf.is_leaf_of(fs.tree.owner(), index - s as u64))
+            .then_some((leaf, s))
     }
 
     /// W2-W3: the caller just latched page `index` of `fs` (W1) and holds
@@ -234,14 +249,9 @@ impl Inner {
     /// run's R4); holds the page's latch only.
     pub(crate) fn wait_run_pins(&self, fs: &FileShared, index: u64) {
         // W2.
-        fence(Ordering::SeqCst);
-        let Some(leaf) = fs.tree.leaf(&self.nodes, index) else {
+        let Some((leaf, s)) = self.run_over(fs, index) else {
             return;
         };
-        let s = (index % LEAF_PAGES) as usize;
-        if !leaf.slot_pinned(s) || !leaf.is_leaf_of(fs.tree.owner(), index - s as u64) {
-            return;
-        }
         // W3.
         let _timer = wait_timer(LockClass::PageDrainWait);
         loop {
@@ -304,10 +314,5 @@ impl Inner {
         for f in free {
             self.free_frame(f);
         }
-    }
-
-    /// Frames waiting in the deferred queue (tests: 0 when no run lives).
-    pub(crate) fn deferred_len(&self) -> usize {
-        self.deferred.lock().len()
     }
 }

@@ -6,7 +6,9 @@
 //!  1. f = tree.lookup(index)                1. try_latch(): set LATCHED (new
 //!  2. v = version (Acquire); odd -> retry      pins and readers now park)
 //!  3. state has UPTODATE, not REMOVED;      2. wait_drained(): refs down to
-//!     identity == (file, index)                cache + own
+//!     identity == (file, index)                cache + own; a file page
+//!                                              also waits for runs holding
+//!                                              it (5.7 W2-W3, `run.rs`)
 //!  4. copy bytes with per-word relaxed      3. version odd (store + Release
 //!     atomic loads                             fence)
 //!  5. Acquire fence; version == v ->        4. write bytes with per-word
@@ -17,7 +19,8 @@
 //!                                              dirty; drop the pin
 //! ```
 //!
-//! Steps 1-2 are [`Inner::latch_pinned`]; 3-6 are the [`FrameLatch`] guard
+//! Steps 1-2 are [`Inner::latch_pinned`] (then `wait_run_pins` for file
+//! pages: anonymous pages have no runs); 3-6 are the [`FrameLatch`] guard
 //! (`new` makes the version odd, `drop` does 5-6), so every writer
 //! (`write_at`, `PageMut`, `AnonMut`, truncate's tail zeroing) releases the
 //! latch the same way, unwinding included.

@@ -16,12 +16,14 @@
 //!     under the tree lock; drop it           3 sees the new length and
 //!                                            zero-fills past it; one that
 //!                                            inserted before was found in 2
-//!  4. tree lock: clear every slot past the   a lookup that pins before 4 keeps
-//!     new end and orphan() its frame         valid bytes until it releases;
-//!     (REMOVED, DIRTY cleared, the cache's   one after sees REMOVED (5.1 step
-//!     reference dropped, one RMW); frames    3) or an empty slot: a miss past
-//!     nobody pinned are freed now, pinned    EOF reads zeros
-//!     ones by their last release
+//!  4. tree lock: for every page past the    a lookup that pins before 4 keeps
+//!     new end, mark_removed (REMOVED, DIRTY  valid bytes until it releases;
+//!     cleared, one RMW), clear its slot and  one after sees REMOVED (5.1 step
+//!     drop the cache's reference: frames     3) or an empty slot: a miss past
+//!     nobody pinned are freed now, pinned    EOF reads zeros; a run (5.7)
+//!     ones by their last release, and ones   holding the page keeps reading
+//!     a run holds when the run ends (5.7     it, its frame kept for it
+//!     T1-T3, `run.rs`)
 //!  5. zero the tail of the new last page
 //!     under the latch taken in 2; unlatch
 //! ```
@@ -31,7 +33,8 @@
 //! the size lock shared), so none re-extends the file past the new end.
 //!
 //! Waiting for pinned pages past the end is wrong (their holders may wait
-//! for us): they are marked and freed by their last release. No write-back
+//! for us): they are marked and freed by their last release (or, held by
+//! a run, when it ends). No write-back
 //! can race: write-back holds the size lock shared. Waiting for the new
 //! last page is right (the truncate touches it), but not with the size lock
 //! held exclusively: a thread pinning that page may be about to write or
@@ -41,7 +44,7 @@
 //! failure changes nothing. Bytes past the end of the old last page are
 //! zero already (every path that writes a page keeps them so).
 
-use super::{FileShared, FrameLatch, Inner, PinMiss};
+use super::{FileShared, FrameLatch, Inner, PinMiss, LEAF_PAGES};
 use crate::error::context;
 use crate::frame::state::Released;
 use crate::frame::FrameNo;
@@ -85,7 +88,7 @@ impl Inner {
                 }
                 // T3.
                 match run {
-                    Some(leaf) => deferred.push((leaf, (index & 63) as usize, f)),
+                    Some(leaf) => deferred.push((leaf, (index % LEAF_PAGES) as usize, f)),
                     None => {
                         if d.release() == Released::Last {
                             to_free.push(f);
@@ -196,11 +199,7 @@ impl Inner {
         }
         let s = d.snapshot();
         // Protocol 5.7 W2 without W3: a run holding the page makes it busy.
-        crate::sync::fence(Ordering::SeqCst);
-        let run = fs
-            .tree
-            .leaf(&self.nodes, index)
-            .is_some_and(|l| l.slot_pinned((index & 63) as usize));
+        let run = self.run_over(fs, index).is_some();
         if s.is_removed() || s.refs() > s.latch_base() || run {
             d.unlatch();
             self.release(f);

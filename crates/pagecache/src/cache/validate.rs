@@ -49,7 +49,7 @@ impl Inner {
             });
         }
         assert_eq!(
-            self.deferred_len(),
+            self.deferred.lock().len(),
             0,
             "truncated frames still deferred with no run alive (run.rs T3)"
         );

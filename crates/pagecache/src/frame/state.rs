@@ -724,19 +724,16 @@ impl FrameDesc {
         State(old)
     }
 
-    /// Protocol 5.6 step for a page past the new end of file: marks it
-    /// `REMOVED`, clears `DIRTY` (its bytes no longer belong to the file) and
-    /// drops the cache's reference, all in one atomic step. The caller has
-    /// just taken the page out of its index (under the tree lock, or an
-    /// anonymous slot's swap), or lost the race to put it in. Pinned pages
-    /// stay alive until their last release frees them. Context: no sleep.
+    /// Takes a page out of use for good: marks it `REMOVED`, clears `DIRTY`
+    /// and drops the cache's reference, in one atomic step. The caller has
+    /// just taken the page out of its index (a fill that failed, under the
+    /// tree lock; an anonymous page's slot swap), or lost the race to put
+    /// it in. Pinned pages stay alive until their last release frees them.
+    /// No run (5.7) can hold such a page: runs are of file pages, and a
+    /// file page leaves here only while latched (never up to date). Truncate,
+    /// whose pages runs may hold, splits the step: `mark_removed`, then
+    /// the release or the deferral. Context: no sleep.
     pub fn orphan(&self) -> Released {
-        self.orphan_state().0
-    }
-
-    /// [`FrameDesc::orphan`], also returning the state before (whether the
-    /// page was dirty: the cache's dirty count drops by it).
-    pub fn orphan_state(&self) -> (Released, State) {
         // Release: like `release`, our accesses happen-before the freer's.
         let old = self
             .state
@@ -745,7 +742,7 @@ impl FrameDesc {
                 Some(((s | REMOVED) & !DIRTY) - 1)
             })
             .unwrap_or_else(|s| s);
-        (self.after_drop_ref(State(old)), State(old))
+        self.after_drop_ref(State(old))
     }
 
     // ----- replacement ------------------------------------------------------------

@@ -88,8 +88,7 @@ pub struct Node {
     slots: [AtomicU64; FANOUT],
     /// (A) dirty tag bitmap, see the module docs.
     dirty: AtomicU64,
-    /// (T, RMW) number of non-empty slots (an RMW: run unpinners read it,
-    /// see `pins.rs`).
+    /// (T) number of non-empty slots; a run's drop reads it (`retire`).
     count: AtomicU32,
     /// (T) the owning tree's id while the node is linked; 0 once it is
     /// retired (see `pins.rs`: how a run knows its pinned leaf is real).
@@ -287,7 +286,7 @@ fn capacity(height: u32) -> u64 {
 
 /// The first index a node at `level` (0 = leaf) on `index`'s path covers.
 #[inline]
-pub fn node_base(index: u64, level: u32) -> u64 {
+fn node_base(index: u64, level: u32) -> u64 {
     let bits = (level + 1) * SHIFT;
     if bits >= 64 {
         0
@@ -535,8 +534,9 @@ impl<'a> TreeLocked<'a> {
         // identity; those that load 0 go to the locked miss path.
         leaf.slots[s].store(0, Ordering::Release);
         leaf.dirty.fetch_and(!(1 << s), Ordering::AcqRel);
-        // AcqRel RMW: run unpinners read `count` after their unpin (pins.rs
-        // R4); `retire` decides for an empty leaf.
+        // AcqRel: a run's drop reads `count` after its unpin and fence
+        // (`cache/run.rs` R4) to prune a leaf `retire` had to keep; the
+        // handshake rests on the fences (here: `retire`'s, after this).
         if leaf.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.free_path(arena, &path[..depth]);
         }
@@ -548,7 +548,7 @@ impl<'a> TreeLocked<'a> {
     /// pins (it stays linked, empty, until the run's drop prunes it).
     fn free_path(&mut self, arena: &NodeArena, path: &[(u64, usize)]) {
         for d in (0..path.len()).rev() {
-            let (nid, _) = path[d];
+            let nid = path[d].0;
             let node = arena.get(nid).expect("node on a locked path");
             if !arena.retire(node, d == path.len() - 1) {
                 return; // pinned: stays linked (and its ancestors with it)
@@ -557,22 +557,21 @@ impl<'a> TreeLocked<'a> {
                 // Release: readers of the old root see height 0 or a root
                 // whose slots are all empty; both are misses.
                 self.tree.root.store(0, Ordering::Release);
-            } else {
-                let (pid, ps) = path[d - 1];
-                let parent = arena.get(pid).expect("node on a locked path");
-                // Release: unlinks the freed child; readers that still reach
-                // it read a recycled node (see module docs).
-                parent.slots[ps].store(0, Ordering::Release);
-                // AcqRel: the tag protocol's RMW discipline (module docs).
-                parent.dirty.fetch_and(!(1 << ps), Ordering::AcqRel);
                 arena.free_node(nid as u32);
-                // AcqRel: as in `remove`.
-                if parent.count.fetch_sub(1, Ordering::AcqRel) != 1 {
-                    return;
-                }
-                continue;
+                return;
             }
+            let (pid, ps) = path[d - 1];
+            let parent = arena.get(pid).expect("node on a locked path");
+            // Release: unlinks the freed child; readers that still reach it
+            // read a recycled node (see module docs).
+            parent.slots[ps].store(0, Ordering::Release);
+            // AcqRel: the tag protocol's RMW discipline (module docs).
+            parent.dirty.fetch_and(!(1 << ps), Ordering::AcqRel);
             arena.free_node(nid as u32);
+            // AcqRel: as in `remove`.
+            if parent.count.fetch_sub(1, Ordering::AcqRel) != 1 {
+                return;
+            }
         }
     }
 

@@ -46,7 +46,7 @@ fn full_nibbles(x: u64) -> u64 {
 
 /// The bitmap (one bit per slot) of slots `lo..lo + n`.
 #[inline]
-pub(crate) fn slot_bits(lo: usize, n: usize) -> u64 {
+fn slot_bits(lo: usize, n: usize) -> u64 {
     if n >= 64 {
         u64::MAX
     } else {

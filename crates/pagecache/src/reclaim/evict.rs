@@ -16,6 +16,9 @@
 //!  4. tree lock; A. freeze {cache + ours}
 //!     -> 0 (fails if a reader pinned it, or
 //!     it was dirtied, latched, removed);
+//!     then (5.7 E2-E3, `cache/run.rs`) a
+//!     SeqCst fence and the page's run pins:
+//!     a run holds it -> unfreeze, give up;
 //!     C. clear the slot; reset identity
 //! ```
 //!
