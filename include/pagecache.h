@@ -319,8 +319,8 @@ int pc_file_prefetch(const struct pc_file *file_, uint64_t offset, uint64_t len)
 
 // Closes the handle: writes the file's dirty pages back (if it was the
 // last handle of the file) and reports a write-back error. The handle is
-// freed whatever the result, except for `-EBUSY` (pins held through it,
-// nothing done) and `-EINVAL`. Blocks for the I/O.
+// freed whatever the result, except for `-EBUSY` (pins, latches or runs
+// held through it, nothing done) and `-EINVAL`. Blocks for the I/O.
 //
 // # Safety
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
@@ -330,7 +330,8 @@ int pc_file_close(struct pc_file *file_);
 // Closes the handle without writing anything back: if it was the file's
 // last handle, every cached page of the file is dropped, dirty or not
 // (for temporary or deleted files). Stores in `*dropped` (may be NULL)
-// whether that happened. `-EBUSY` while pins are held through it.
+// whether that happened. `-EBUSY` while pins, latches or runs are held
+// through it.
 //
 // # Safety
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;

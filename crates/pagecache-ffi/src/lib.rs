@@ -22,9 +22,9 @@
 //!
 //! Soundness of the handles: a `pc_file` is a `Box` whose address never
 //! changes until `pc_file_close`/`pc_file_discard`, and those refuse
-//! (`-EBUSY`) while any pin taken through it is held; so the `'static`
-//! lifetime given to a pin's `PageRef`/`PageMut` (which borrow the file)
-//! is never outlived.
+//! (`-EBUSY`) while any pin or run taken through it is held; so the
+//! `'static` lifetime given to a pin's `PageRef`/`PageMut` or a run's
+//! `PageRun` (which borrow the file) is never outlived.
 #![allow(non_camel_case_types)]
 
 use crossbeam_utils::CachePadded;
@@ -754,7 +754,7 @@ unsafe fn take_file(f: *mut pc_file, what: &str) -> io::Result<Box<pc_file>> {
         return Err(io::Error::new(
             io::ErrorKind::ResourceBusy,
             format!(
-                "{what}: {}: {pins} page(s) still pinned or latched through this handle: release them first",
+                "{what}: {}: {pins} pinned or latched page(s) or run(s) still held through this handle: release them first",
                 r.file.path().display()
             ),
         ));
@@ -765,8 +765,8 @@ unsafe fn take_file(f: *mut pc_file, what: &str) -> io::Result<Box<pc_file>> {
 
 /// Closes the handle: writes the file's dirty pages back (if it was the
 /// last handle of the file) and reports a write-back error. The handle is
-/// freed whatever the result, except for `-EBUSY` (pins held through it,
-/// nothing done) and `-EINVAL`. Blocks for the I/O.
+/// freed whatever the result, except for `-EBUSY` (pins, latches or runs
+/// held through it, nothing done) and `-EINVAL`. Blocks for the I/O.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
@@ -783,7 +783,8 @@ pub unsafe extern "C" fn pc_file_close(file_: *mut pc_file) -> c_int {
 /// Closes the handle without writing anything back: if it was the file's
 /// last handle, every cached page of the file is dropped, dirty or not
 /// (for temporary or deleted files). Stores in `*dropped` (may be NULL)
-/// whether that happened. `-EBUSY` while pins are held through it.
+/// whether that happened. `-EBUSY` while pins, latches or runs are held
+/// through it.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
