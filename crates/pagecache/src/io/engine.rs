@@ -142,7 +142,20 @@ impl Op {
     /// Runs the op to the end on this thread and completes it.
     pub(crate) fn run(self) {
         let res = self.transfer_from(0);
-        (self.done)(res);
+        self.complete(res);
+    }
+
+    /// Hands `res` to the op's completion, after dropping the op's own
+    /// reference to its file and its buffer list: whoever the completion
+    /// wakes may let the file go and expect its descriptor closed on
+    /// return (`PageCache::forget` after a failed `close`), which a
+    /// reference still held by this engine thread would delay.
+    fn complete(self, res: io::Result<usize>) {
+        let Op {
+            file, iov, done, ..
+        } = self;
+        drop((file, iov));
+        done(res);
     }
 
     /// Completes an op the kernel finished with `res` (bytes, or `-errno`):
@@ -164,7 +177,7 @@ impl Op {
                 self.transfer_from(n)
             }
         };
-        (self.done)(res);
+        self.complete(res);
     }
 }
 
@@ -513,7 +526,7 @@ mod uring {
             enter(s);
             drop(g);
             for (op, e) in failed {
-                (op.done)(Err(e));
+                op.complete(Err(e));
             }
             blocking
         }

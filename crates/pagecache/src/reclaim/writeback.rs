@@ -516,9 +516,14 @@ impl Inner {
                         // Steps 4-5 here, at once: end the pages'
                         // write-back, then drop their pins.
                         let r = inner.end_run(&owned, &run, res.map(|_| ()), record);
+                        // The file before the pins and the signal: the
+                        // waiter may let it go at once and expect its
+                        // descriptor closed (see `Op::complete`).
+                        drop(owned);
                         for &(_, f) in &run {
                             inner.release(f);
                         }
+                        drop(inner);
                         signal(r);
                     }),
                 }]);
