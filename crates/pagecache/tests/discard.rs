@@ -92,4 +92,24 @@ fn failed_close_then_release_forget_and_discard() {
     // The file can be opened again, fresh.
     let f = c.open(&p).unwrap();
     assert_eq!(f.len(), 0);
+    drop(f);
+    assert_eq!(open_fds(), base);
+
+    // 4. A handle dropped while its prefetch is in flight: the reads keep
+    // the descriptor until they end, and not a moment longer. Their frames
+    // are freed as they complete (the file's pages are gone), and by then
+    // the descriptor is closed.
+    faults.delay_io(std::time::Duration::from_millis(50));
+    let g = c.open(&q).unwrap();
+    g.prefetch(0, 4 * PS as u64).unwrap();
+    drop(g);
+    assert!(c.free_frames() < 8, "reads in flight");
+    let t = std::time::Instant::now();
+    while c.free_frames() < 8 {
+        assert!(t.elapsed().as_secs() < 10, "prefetch reads never ended");
+        std::thread::yield_now();
+    }
+    assert_eq!(open_fds(), base, "the last read closed the descriptor");
+    faults.clear();
+    c.validate();
 }

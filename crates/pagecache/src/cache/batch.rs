@@ -20,6 +20,10 @@
 //!                                              gets min(ps, n - k*ps) bytes;
 //!                                              complete_fill zeroes the rest
 //!                                              and past the snapshot length
+//!                                              (settle_run; on Err the pages
+//!                                              leave the index, still
+//!                                              latched); a completer that
+//!                                              owns the file drops it here
 //!                                           4. Ok: unlatch_uptodate (Release)
 //!                                              + wake; drop the fill's pin
 //!                                              (or hand it to the waiting
@@ -40,6 +44,10 @@
 //!   removed page and the fill's release frees it. A page inserted after the
 //!   truncate stored the new length snapshots that length in step 1 and is
 //!   zero past it. So readahead never brings back bytes a truncate cut.
+//! - Descriptors: step 4 is the first thing another thread can see, and
+//!   nothing after it needs the file, so a completion drops its reference
+//!   (and the op its descriptor) before it: a file let go while its reads
+//!   were in flight is closed by the last of them, not a moment later.
 //! - Eviction never picks a page of a run (pinned by its fill), and the
 //!   engine finishes every op before the cache's memory goes away.
 //! - Deadlock: step 1 waits for no latch, and once it holds fills it takes
@@ -62,6 +70,15 @@ use std::sync::Arc;
 /// Largest single read of a run, in bytes: a readahead window is split
 /// into several reads of this size, all in flight at once.
 const RUN_BYTES: u64 = 128 << 10;
+
+/// A run whose step 3 is done: its frames, still latched, in page order,
+/// and whether they were read (else they are out of the index, to be
+/// unlatched and freed).
+#[derive(Debug)]
+struct Settled {
+    frames: Vec<FrameNo>,
+    ok: bool,
+}
 
 /// One thread's run of latched pages being filled.
 #[derive(Debug)]
@@ -202,43 +219,72 @@ impl Inner {
         res: io::Result<usize>,
         keep: bool,
     ) -> io::Result<()> {
+        let (settled, res) = self.settle_run(fs, run, res);
+        self.publish_run(settled, keep);
+        res
+    }
+
+    /// Step 3, and on error the pages' removal from the index: all that
+    /// needs the file. Nothing is visible to other threads yet (the pages
+    /// are still latched), so a completer that owns a reference to the
+    /// file drops it before [`Inner::publish_run`]: a thread woken there
+    /// may let the file go and expect its descriptor closed on return.
+    /// Context: no sleep; takes the tree lock on error.
+    fn settle_run(
+        &self,
+        fs: &FileShared,
+        run: Run,
+        res: io::Result<usize>,
+    ) -> (Settled, io::Result<()>) {
         let ps = self.page_size;
-        let pages = run.len();
-        let res = match res {
+        let frames = run.frames().collect();
+        match res {
             Ok(n) => {
                 for (k, fill) in run.fills.into_iter().enumerate() {
                     let got = n.saturating_sub(k * ps).min(ps);
-                    let f = fill.frame;
                     // Zeroes past what was read: cannot fail with `Ok`.
                     let zeroed = self.complete_fill(fs, fill, Ok(got));
                     debug_assert!(zeroed.is_ok());
-                    self.desc(f).unlatch_uptodate();
-                    if !keep {
-                        self.release(f);
-                    }
                 }
-                Ok(())
+                (Settled { frames, ok: true }, Ok(()))
             }
             Err(e) => {
                 let first = run.fills[0].index;
                 let n = run.len();
-                for fill in run.fills {
+                for fill in &run.fills {
                     self.count(Counter::ReadErrors);
-                    self.abandon(fs, fill.index, fill.frame);
+                    self.abandon_unindex(fs, fill.index, fill.frame);
                 }
-                Err(context(
+                let e = context(
                     e,
                     format!(
                         "{}: reading pages {first}..{}",
                         fs.path.display(),
                         first + n as u64
                     ),
-                ))
+                );
+                (Settled { frames, ok: false }, Err(e))
             }
-        };
+        }
+    }
+
+    /// Step 4: unlatches the settled pages (which wakes their waiters) and
+    /// drops the fills' pins unless `keep` (on success). Context: no sleep;
+    /// the file is not needed.
+    fn publish_run(&self, settled: Settled, keep: bool) {
+        let pages = settled.frames.len();
+        for f in settled.frames {
+            if settled.ok {
+                self.desc(f).unlatch_uptodate();
+                if !keep {
+                    self.release(f);
+                }
+            } else {
+                self.abandon_unlatch(f);
+            }
+        }
         // Release: the pages are unlatched; pairs with `wait_runs`.
         self.filling.fetch_sub(pages, Ordering::Release);
-        res
     }
 
     /// A batched miss: reads the pages of `run` (non-empty) with one I/O,
@@ -309,7 +355,10 @@ impl Inner {
             ops.push(self.run_op(fs, run, move |run, res| {
                 // An error removes the pages; a later read of one retries
                 // it and reports what happens then.
-                let _ = inner.complete_run(&file, run, res, false);
+                let (settled, _) = inner.settle_run(&file, run, res);
+                // The file before the wake-ups (see `settle_run`).
+                drop(file);
+                inner.publish_run(settled, false);
             }));
             if ops.len() >= 32 {
                 self.engine.submit(std::mem::take(&mut ops));

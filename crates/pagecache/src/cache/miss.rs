@@ -219,6 +219,13 @@ impl Inner {
     /// unlatches it (waking waiters, who retry) and drops the caller's pin.
     /// Context: no sleep; takes the tree lock.
     pub(crate) fn abandon(&self, fs: &FileShared, index: u64, f: FrameNo) {
+        self.abandon_unindex(fs, index, f);
+        self.abandon_unlatch(f);
+    }
+
+    /// `abandon`'s first half, all that needs the file: the page leaves the
+    /// index (it stays latched). Context: takes the tree lock.
+    pub(crate) fn abandon_unindex(&self, fs: &FileShared, index: u64, f: FrameNo) {
         let d = self.desc(f);
         let mut g = fs.tree.lock();
         let orphaned = if g.remove(&self.nodes, index, f) {
@@ -228,7 +235,12 @@ impl Inner {
         };
         drop(g);
         debug_assert!(orphaned != Some(Released::Last), "caller still holds a pin");
-        d.unlatch();
+    }
+
+    /// `abandon`'s second half: unlatch (waiters retry and miss) and drop
+    /// the fill's pin, which frees the frame. Context: no sleep.
+    pub(crate) fn abandon_unlatch(&self, f: FrameNo) {
+        self.desc(f).unlatch();
         self.release(f);
     }
 
