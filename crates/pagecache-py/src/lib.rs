@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyMemoryView};
 use std::ffi::{c_int, c_void};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// `OSError(errno, message)`: Python picks the subclass from the errno.
@@ -36,7 +37,26 @@ fn closed() -> PyErr {
 /// opened through it.
 #[pyclass(module = "pagecache", frozen)]
 struct PageCache {
-    cache: pagecache::PageCache,
+    /// Dropped by hand, with the GIL released (see `Drop`).
+    cache: ManuallyDrop<pagecache::PageCache>,
+}
+
+/// Drops `v` with the GIL released: the last handle of a file writes its
+/// dirty pages back, and the last handle of a cache stops its threads and
+/// writes back whatever is left, which can take as long as the device
+/// needs. Other Python threads run meanwhile. Called from `Drop` (the
+/// object's deallocation, GIL held).
+fn drop_detached<T: Send>(v: T) {
+    Python::attach(|py| py.detach(move || drop(v)));
+}
+
+impl Drop for PageCache {
+    fn drop(&mut self) {
+        // SAFETY: `cache` is taken once, here, and never used again (the
+        // object is being deallocated).
+        let cache = unsafe { ManuallyDrop::take(&mut self.cache) };
+        drop_detached(cache);
+    }
 }
 
 #[pymethods]
@@ -81,7 +101,9 @@ impl PageCache {
         let cache = py
             .detach(|| pagecache::PageCache::new(config))
             .map_err(os_err)?;
-        Ok(PageCache { cache })
+        Ok(PageCache {
+            cache: ManuallyDrop::new(cache),
+        })
     }
 
     /// Opens `path` through the cache. `mode`: "r" (read), "r+" (read and
@@ -192,6 +214,21 @@ struct File {
     /// `None` once closed. The lock is held only to clone the `Arc`.
     file: RwLock<Option<Arc<pagecache::File>>>,
     path: String,
+}
+
+impl Drop for File {
+    /// A handle garbage-collected without `close`: if it is the file's last,
+    /// its write-back runs here, without the GIL.
+    fn drop(&mut self) {
+        let taken = self
+            .file
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(f) = taken {
+            drop_detached(f);
+        }
+    }
 }
 
 impl File {

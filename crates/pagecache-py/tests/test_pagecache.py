@@ -369,3 +369,56 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_dropping_the_last_handle_writes_back_without_the_gil(tmp_path):
+    # The last handle of a file dropped without close()
+    # writes its dirty pages back during the object's deallocation. A
+    # spinning thread records when it runs; with the GIL released during
+    # the write-back, it keeps running through the middle of the drop.
+    # Holding the GIL, it could not run there at all (it gets the GIL only
+    # before the drop starts, for at most the switch interval, or after).
+    import sys
+    import time
+
+    mib = 1 << 20
+    size = 256 * mib
+    c = pagecache.PageCache(
+        capacity=size + 16 * mib,
+        dirty_background_percent=100,
+        dirty_limit_percent=100,
+    )
+    p = tmp_path / "big.bin"
+    f = c.open(p, "w+")
+    chunk = bytes(range(256)) * (mib // 256)
+    for i in range(size // mib):
+        f.write_at(chunk, i * mib)
+    assert c.stats()["dirty_pages"] * PS == size
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.02)
+    t0 = time.monotonic()
+    del f  # the file's last handle: writes 256 MiB back
+    t1 = time.monotonic()
+    stop.set()
+    t.join()
+    gc.collect()
+    drop = t1 - t0
+    assert drop > 0.03, f"the write-back took {drop * 1e3:.1f} ms: too fast to tell"
+    eps = sys.getswitchinterval() + 0.001
+    inside = [x for x in ticks if t0 + eps < x < t1 - eps]
+    assert len(inside) > 100, (
+        f"the spinning thread ran {len(inside)} times in the middle of a "
+        f"{drop * 1e3:.0f} ms drop: the GIL was held"
+    )
+    assert p.stat().st_size == size
+    with open(p, "rb") as g:
+        for i in range(size // mib):
+            assert g.read(mib) == chunk, f"MiB {i}"

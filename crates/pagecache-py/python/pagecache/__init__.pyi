@@ -49,7 +49,9 @@ class PageCache:
 
 class File:
     """A file opened through a PageCache; safe to share between threads.
-    Operations on a closed file raise ``ValueError``."""
+    Operations on a closed file raise ``ValueError``. A file collected
+    without ``close`` writes its dirty pages back (if it was the last
+    handle) with the GIL released, and reports no error: use ``close``."""
 
     def read_at(self, offset: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``offset`` (fewer only at end of file)."""
