@@ -474,10 +474,13 @@ impl File {
 
     /// Latches page `index` for writing: waits until every pin of it is
     /// dropped; readers and writers of the page wait for the `PageMut`.
-    /// The page is marked dirty when the `PageMut` is dropped.
+    /// The page is marked dirty when the `PageMut` is dropped. Past the
+    /// cache's dirty limit, waits first (no latch held) for write-back to
+    /// bring the count under it, as `write_at` does.
     pub fn page_mut(&self, index: u64) -> io::Result<PageMut<'_>> {
         self.check_writable("page_mut")?;
         self.check_page(index)?;
+        self.inner().balance_dirty();
         let frame = self.inner().get_page_latched(&self.shared, index, false)?;
         Ok(PageMut {
             latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),

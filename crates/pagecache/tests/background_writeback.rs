@@ -37,6 +37,61 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 #[test]
+fn page_mut_writers_are_throttled_at_the_dirty_limit_too() {
+    let d = TempDir::new("throttle-mut");
+    let p = d.path("f");
+    make_file(&p, 240 * PS as u64);
+    for e in ENGINES {
+        let (c, faults) = faulty(e, 256);
+        let f = c.open(&p).unwrap();
+        // Every page cached and clean first: the writers below need no
+        // frame, so eviction cleans nothing for them; only write-back
+        // (the flusher's, on a slow device) and throttling bound them.
+        let mut buf = vec![0u8; 240 * PS];
+        f.read_at(&mut buf, 0).unwrap();
+        faults.delay_io(Duration::from_millis(20));
+        let limit = 256 * 30 / 100;
+        let mut worst = 0;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let (f, c) = (&f, &c);
+                    s.spawn(move || {
+                        let mut worst = 0;
+                        for i in 0..30u64 {
+                            let index = i * 8 + t;
+                            let mut m = f.page_mut(index).unwrap();
+                            m.fill(index as u8 ^ 0x3c);
+                            drop(m);
+                            worst = worst.max(c.dirty_pages());
+                        }
+                        worst
+                    })
+                })
+                .collect();
+            for h in handles {
+                worst = worst.max(h.join().unwrap());
+            }
+        });
+        // As for write_at: each writer may add its page after the check.
+        assert!(
+            worst <= limit + 8,
+            "{e:?}: {worst} dirty pages, limit {limit}"
+        );
+        faults.clear();
+        f.sync().unwrap();
+        let disk = std::fs::read(&p).unwrap();
+        for (index, page) in disk.chunks(PS).enumerate() {
+            assert!(
+                page.iter().all(|&b| b == index as u8 ^ 0x3c),
+                "{e:?}: page {index}"
+            );
+        }
+        c.validate();
+    }
+}
+
+#[test]
 fn the_flusher_writes_dirty_pages_back_without_a_sync() {
     let d = TempDir::new("bgwb");
     let p = d.path("f");
