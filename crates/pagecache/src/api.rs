@@ -362,6 +362,11 @@ impl File {
         &self.cache
     }
 
+    /// See [`crate::internals::background_pass`].
+    pub(crate) fn background_pass(&self) -> io::Result<()> {
+        self.inner().write_dirty_file(&self.shared)
+    }
+
     fn check_writable(&self, what: &str) -> io::Result<()> {
         if self.writable {
             Ok(())

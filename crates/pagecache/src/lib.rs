@@ -109,6 +109,15 @@ pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{s3fifo, smp_list};
 
+    /// One background write-back pass over `file`, as the flusher runs it
+    /// (tests and loom models, where no flusher thread runs): every dirty
+    /// page written, except those latched or with an older write in
+    /// flight, whose tags are put back. Errors are kept for the file's
+    /// next `sync` as well as returned.
+    pub fn background_pass(file: &crate::File) -> std::io::Result<()> {
+        file.background_pass()
+    }
+
     /// Pages of `path` resident in the kernel's page cache: `mincore` over
     /// a fresh read-only mapping (the tests' and the lab's check that
     /// direct I/O leaves no second copy there).

@@ -360,6 +360,36 @@ fn dirty_tag_sync_vs_write() {
     });
 }
 
+/// The flusher against a latch holder: page 0 is dirty and a writer holds
+/// its `PageMut` while the flusher's pass over the file runs. The pass never
+/// waits for the latch (a throttled writer may hold it): it writes the page
+/// or puts back the dirty tag it took. In every interleaving the page is
+/// tagged while dirty (`validate`), and the next sync writes the writer's
+/// byte. Without the put-back the writer's unlatch of an already dirty page
+/// leaves it untagged: `validate` fails and the sync misses it.
+#[test]
+fn flusher_pass_vs_latch_holder() {
+    model(3, || {
+        let (t, c, f) = cached_file(1, 0);
+        f.write_at(&[5u8; 8], 0).unwrap();
+        let fw = f.clone();
+        let writer = thread::spawn(move || {
+            let mut m = fw.page_mut(0).unwrap();
+            m[0] = 7;
+        });
+        pagecache::internals::background_pass(&f).unwrap();
+        writer.join().unwrap();
+        c.validate();
+        f.sync().unwrap();
+        assert_eq!(
+            &t.bytes()[..8],
+            &[7, 5, 5, 5, 5, 5, 5, 5],
+            "the write was lost"
+        );
+        assert_eq!(f.dirty_pages(), 0);
+    });
+}
+
 /// A rewrite during write-back (writers do not wait for a write-back's pin
 /// unless pages are stable): the cache is full (page 0, dirty, and three
 /// anonymous pages), so one thread's miss of page 1 must evict page 0 and

@@ -56,7 +56,13 @@
 //! (synchronizes-with), so D1 happens-before S2, and S2, an RMW on the same
 //! state word, sees DIRTY: this sync writes the page. If S1 precedes D2, the bit stays set and the
 //! next sync finds the page. A failed write-back sets DIRTY again (0->1) and
-//! re-tags. Spurious tag bits are harmless (sync filters on DIRTY).
+//! re-tags. The flusher, which takes tags as sync does but never waits for
+//! a latched page, puts back (D2, under the tree lock) the tag of each page
+//! it took and did not write if the page is still DIRTY: the latch holder
+//! unlatches an already dirty page without tagging it. Its load of DIRTY
+//! reads D1's value, and only S2 (which needs a pin, so not before the
+//! latch is dropped) clears it. Spurious tag bits are harmless (sync
+//! filters on DIRTY).
 //!
 //! Growth vs. tagging: the grower stores the new root, then ORs the old
 //! root's bitmap into the new root with an RMW on the old root's `dirty`

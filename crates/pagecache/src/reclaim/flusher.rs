@@ -18,8 +18,11 @@
 //!   waits, before taking any lock, until write-back brings the count back
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
 //!   not at the end of a pass), a pass writes nothing (a failing disk must
-//!   not hang writers), or 2 s pass. `PageMut` is not throttled: its
-//!   callers may hold other latches, which the flusher waits for.
+//!   not hang writers), or 2 s pass. `page_mut` is throttled the same
+//!   way. Its callers may hold other latches (a `PageMut` of another page),
+//!   and so may a `write_at`'s, so the flusher never waits for a latch: it
+//!   puts such a page's dirty tag back and goes on (`write_dirty`), and a
+//!   pass that could write nothing releases the throttled writers.
 //! - A write-back error of the flusher is kept in the file's `wb_error` and
 //!   reported by its next `sync` or `close`, once, as eviction's are; the
 //!   pages stay dirty.
@@ -146,7 +149,7 @@ impl Inner {
         }
     }
 
-    /// Dirty throttling, at the start of `write_at`: past the hard limit,
+    /// Dirty throttling, at the start of `write_at` and `page_mut`: past the hard limit,
     /// wake the flusher and wait until the count is back under it, a pass
     /// ends without bringing it there, or `THROTTLE_MAX` passes.
     /// Context: may sleep; the caller holds no lock, pin or latch.

@@ -344,13 +344,21 @@ impl Inner {
     /// ended. Returns the first error; failed pages stay dirty. Context: may
     /// sleep (I/O, latch waits with no pins held); the caller holds, proved
     /// by `size`, the size lock shared.
-    /// `record` as for [`Inner::end_run`].
+    ///
+    /// `background`: the flusher's pass. Its failures are recorded (`record`
+    /// of [`Inner::end_run`]: nobody waits for it), and it never waits for a
+    /// page: one latched, or dirty with an older write still in flight,
+    /// gets its dirty tag back and is left to a later pass or a sync. A
+    /// writer throttled at the dirty limit may hold that latch (a `PageMut`
+    /// of another page): waiting for it stalled the writer for the
+    /// throttle's whole bound.
     fn write_dirty(
         &self,
         fs: &Arc<FileShared>,
         size: &SizeShared<'_>,
-        record: bool,
+        background: bool,
     ) -> io::Result<()> {
+        let record = background;
         // Pages per write: up to 1 MiB (256 pages of 4 KiB; the size the
         // kernel's write-back sends down), but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
@@ -413,7 +421,7 @@ impl Inner {
                 if run.last().is_some_and(|&(li, _)| index != li + 1) {
                     break;
                 }
-                let wait = run.is_empty() && flight.pages == 0;
+                let wait = !background && run.is_empty() && flight.pages == 0;
                 match self.pin_for_writeback(fs, index, f, wait) {
                     WbPin::Pinned => {
                         run.push((index, f));
@@ -421,6 +429,13 @@ impl Inner {
                     }
                     WbPin::Skip => {
                         // Release: as `end_run`'s decrement.
+                        fs.writeback.fetch_sub(1, Ordering::Release);
+                        i += 1;
+                        break;
+                    }
+                    WbPin::Busy if background => {
+                        self.untake(fs, index, f);
+                        // Release: after the tag is back (see `untake`).
                         fs.writeback.fetch_sub(1, Ordering::Release);
                         i += 1;
                         break;
@@ -449,6 +464,25 @@ impl Inner {
         }
         self.finish_flight(&mut flight, &mut first_err);
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The flusher took the dirty tag of page `index` (frame `f`) and will
+    /// not write it now: puts the tag back if the page is still there and
+    /// dirty, so that a later pass or a sync finds it (a writer that
+    /// unlatches an already dirty page does not tag it again). A page that
+    /// is clean now needs no tag: it is tagged when next dirtied. Tagging a
+    /// page that a write-back cleans meanwhile leaves a spurious tag, which
+    /// is harmless (the tag protocol, `index` module). Before the caller's
+    /// release of its `writeback` count, so that a sync that waits for that
+    /// count to reach 0 finds the tag. Context: no sleep; takes the tree
+    /// lock (the page cannot leave the index meanwhile).
+    fn untake(&self, fs: &FileShared, index: u64, f: FrameNo) {
+        let g = fs.tree.lock();
+        if fs.tree.lookup(&self.nodes, index) == Some(f) && self.desc(f).snapshot().is_dirty() {
+            fs.tree.tag_dirty(&self.nodes, index);
+            drop(g);
+            self.file_dirtied(fs);
+        }
     }
 
     /// [`Inner::write_dirty`] for the flusher: takes the size lock shared
