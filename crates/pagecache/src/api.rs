@@ -364,7 +364,7 @@ impl File {
 
     /// See [`crate::internals::background_pass`].
     pub(crate) fn background_pass(&self) -> io::Result<()> {
-        self.inner().write_dirty_file(&self.shared)
+        self.inner().write_dirty_file(&self.shared, 0)
     }
 
     fn check_writable(&self, what: &str) -> io::Result<()> {

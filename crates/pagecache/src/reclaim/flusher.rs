@@ -246,7 +246,7 @@ impl Inner {
                 break;
             }
             // Relaxed: a hint, re-checked under the registry lock.
-            if self.write_dirty_file(&fs).is_ok() && fs.handles.load(Ordering::Relaxed) == 0 {
+            if self.write_dirty_file(&fs, goal).is_ok() && fs.handles.load(Ordering::Relaxed) == 0 {
                 self.release_idle(&fs);
             }
         }
