@@ -31,8 +31,9 @@
 #include <stdlib.h>
 
 // The version of this ABI: bumped when a struct's layout or a function's
-// meaning changes, or functions are added (3: `pc_file_run`).
-#define PC_ABI_VERSION 3
+// meaning changes, or functions are added (3: `pc_file_run`; 4:
+// `pc_config.populate`).
+#define PC_ABI_VERSION 4
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -101,6 +102,12 @@ typedef struct pc_config {
   // page is written again later. Files on btrfs, ZFS or a device asking
   // for stable writes get stable pages either way. (Added in ABI 2.)
   uint32_t stable_writes;
+  // Nonzero: fault the whole frame arena in at `pc_cache_new` (its
+  // memory is then used from the start), so that no first touch of a
+  // frame during a read or write pays the page fault (with huge pages,
+  // possibly a compaction of memory). Zero (the default): frames are
+  // faulted in on first use. (Added in ABI 4.)
+  uint32_t populate;
 } pc_config;
 
 // The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.

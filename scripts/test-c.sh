@@ -25,7 +25,7 @@ if command -v valgrind >/dev/null 2>&1; then
   echo "== C tests under valgrind"
   # The thread-pool engine: valgrind does not model memory the kernel
   # writes through io_uring's shared rings.
-  PAGECACHE_IO_ENGINE=threads valgrind -q --error-exitcode=99 --leak-check=full \
+  PC_UNDER_VALGRIND=1 PAGECACHE_IO_ENGINE=threads valgrind -q --error-exitcode=99 --leak-check=full \
     --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
     "$out/test_static" "$out/scratch"
 elif [ "${CI:-}" = true ]; then

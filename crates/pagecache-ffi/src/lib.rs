@@ -37,8 +37,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
-/// meaning changes, or functions are added (3: `pc_file_run`).
-pub const PC_ABI_VERSION: u32 = 3;
+/// meaning changes, or functions are added (3: `pc_file_run`; 4:
+/// `pc_config.populate`).
+pub const PC_ABI_VERSION: u32 = 4;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -88,6 +89,12 @@ pub struct pc_config {
     /// page is written again later. Files on btrfs, ZFS or a device asking
     /// for stable writes get stable pages either way. (Added in ABI 2.)
     pub stable_writes: u32,
+    /// Nonzero: fault the whole frame arena in at `pc_cache_new` (its
+    /// memory is then used from the start), so that no first touch of a
+    /// frame during a read or write pays the page fault (with huge pages,
+    /// possibly a compaction of memory). Zero (the default): frames are
+    /// faulted in on first use. (Added in ABI 4.)
+    pub populate: u32,
 }
 
 /// The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.
@@ -380,6 +387,7 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                 dirty_background_percent: d.dirty_background_percent,
                 dirty_limit_percent: d.dirty_limit_percent,
                 stable_writes: d.stable_writes as u32,
+                populate: d.populate as u32,
             })
         };
         Ok(())
@@ -409,6 +417,7 @@ fn to_config(c: &pc_config) -> io::Result<Config> {
         dirty_background_percent: c.dirty_background_percent,
         dirty_limit_percent: c.dirty_limit_percent,
         stable_writes: c.stable_writes != 0,
+        populate: c.populate != 0,
         ..Config::default()
     })
 }

@@ -64,7 +64,7 @@ impl PageCache {
     #[new]
     #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
         io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
-        dirty_limit_percent = 30, stable_writes = false))]
+        dirty_limit_percent = 30, stable_writes = false, populate = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -76,6 +76,7 @@ impl PageCache {
         dirty_background_percent: u32,
         dirty_limit_percent: u32,
         stable_writes: bool,
+        populate: bool,
     ) -> PyResult<Self> {
         let io_engine = match io_engine {
             "auto" => IoEngine::Auto,
@@ -96,6 +97,7 @@ impl PageCache {
             dirty_background_percent,
             dirty_limit_percent,
             stable_writes,
+            populate,
             ..Config::default()
         };
         let cache = py

@@ -422,3 +422,11 @@ def test_dropping_the_last_handle_writes_back_without_the_gil(tmp_path):
     with open(p, "rb") as g:
         for i in range(size // mib):
             assert g.read(mib) == chunk, f"MiB {i}"
+
+
+def test_a_populated_cache_works_as_any_other(tmp_path):
+    c = pagecache.PageCache(capacity=8 << 20, populate=True)
+    with c.open(tmp_path / "p.bin", "w+") as f:
+        f.write_at(pattern(0, 5 * PS), 0)
+        assert f.read_at(0, 5 * PS) == pattern(0, 5 * PS)
+    assert (tmp_path / "p.bin").read_bytes() == pattern(0, 5 * PS)

@@ -7,8 +7,11 @@
 //! faults of the frame arena).
 //!
 //! ```sh
-//! cargo run --release -p pagecache --example seq_write_latency [MiB] [DIR]
+//! cargo run --release -p pagecache --example seq_write_latency [MiB] [DIR] [populate]
 //! ```
+//!
+//! `populate` sets `Config::populate` (the frame arena faulted in at the
+//! cache's creation, whose time is printed).
 
 use pagecache::{Config, OpenOptions, PageCache};
 use std::time::{Duration, Instant};
@@ -25,12 +28,19 @@ fn main() -> std::io::Result<()> {
         .next()
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
+    let populate = args.next().as_deref() == Some("populate");
     let total = mib << 20;
     let p = dir.join(format!("pagecache-seq-write-{}", std::process::id()));
+    let tc = Instant::now();
     let c = PageCache::new(Config {
         capacity: 256 << 20,
+        populate,
         ..Config::default()
     })?;
+    println!(
+        "cache created in {:.2?} (populate: {populate})",
+        tc.elapsed()
+    );
     let f = c.open_with(&p, OpenOptions::new().read(true).write(true).create(true))?;
     let b = vec![0x77u8; 1 << 20];
     let mut lats = Vec::new();

@@ -95,6 +95,16 @@ pub struct Config {
     /// keeps the default [`BackendFile::write_raw`], get stable pages
     /// whatever this says.
     pub stable_writes: bool,
+    /// Fault the whole frame arena in when the cache is created (default:
+    /// off). Off, a frame's memory is faulted in the first time the frame
+    /// is used, and with transparent huge pages (the arena asks for them)
+    /// such a fault may compact memory first: on a machine whose memory is
+    /// fragmented, a few milliseconds per 2 MiB, paid by whichever read or
+    /// write first fills that part of the cache. On, the cache uses its
+    /// whole budget from the start and its creation takes that time
+    /// instead (tens to hundreds of milliseconds for 256 MiB), as a
+    /// database's preallocated buffer pool does.
+    pub populate: bool,
 }
 
 impl Default for Config {
@@ -112,6 +122,7 @@ impl Default for Config {
             dirty_background_percent: 10,
             dirty_limit_percent: 30,
             stable_writes: false,
+            populate: false,
         }
     }
 }

@@ -25,7 +25,10 @@ class PageCache:
         dirty_background_percent: int = 10,
         dirty_limit_percent: int = 30,
         stable_writes: bool = False,
-    ) -> None: ...
+        populate: bool = False,
+    ) -> None:
+        """``populate``: fault the whole budget in now, so no read or write
+        pays for a frame's first touch later (see ``pagecache::Config``)."""
     def open(
         self,
         path: str | PathLike[str],

@@ -197,6 +197,10 @@ impl Inner {
         );
         page_locks.check()?;
         let frames = FrameTable::new(nframes, page_size)?;
+        #[cfg(not(loom))]
+        if config.populate {
+            frames.populate()?;
+        }
         let shift = page_size.trailing_zeros();
         // Live nodes are bounded by pages in the index times the height
         // needed for the largest page index (see `index`), plus slack.
