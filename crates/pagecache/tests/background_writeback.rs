@@ -36,6 +36,31 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Runs 8 writer threads, thread `t` calling `write(t, i)` for `i` in
+/// `0..n`; returns the most dirty pages any of them saw right after a call.
+fn most_dirty_seen(c: &PageCache, n: u64, write: impl Fn(u64, u64) + Sync) -> usize {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8u64)
+            .map(|t| {
+                let write = &write;
+                s.spawn(move || {
+                    let mut worst = 0;
+                    for i in 0..n {
+                        write(t, i);
+                        worst = worst.max(c.dirty_pages());
+                    }
+                    worst
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap_or(0)
+    })
+}
+
 #[test]
 fn page_mut_writers_are_throttled_at_the_dirty_limit_too() {
     let d = TempDir::new("throttle-mut");
@@ -51,27 +76,10 @@ fn page_mut_writers_are_throttled_at_the_dirty_limit_too() {
         f.read_at(&mut buf, 0).unwrap();
         faults.delay_io(Duration::from_millis(20));
         let limit = 256 * 30 / 100;
-        let mut worst = 0;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..8u64)
-                .map(|t| {
-                    let (f, c) = (&f, &c);
-                    s.spawn(move || {
-                        let mut worst = 0;
-                        for i in 0..30u64 {
-                            let index = i * 8 + t;
-                            let mut m = f.page_mut(index).unwrap();
-                            m.fill(index as u8 ^ 0x3c);
-                            drop(m);
-                            worst = worst.max(c.dirty_pages());
-                        }
-                        worst
-                    })
-                })
-                .collect();
-            for h in handles {
-                worst = worst.max(h.join().unwrap());
-            }
+        let worst = most_dirty_seen(&c, 30, |t, i| {
+            let index = i * 8 + t;
+            let mut m = f.page_mut(index).unwrap();
+            m.fill(index as u8 ^ 0x3c);
         });
         // As for write_at: each writer may add its page after the check.
         assert!(
@@ -162,26 +170,10 @@ fn writers_are_throttled_at_the_dirty_limit() {
         let (c, _faults) = faulty(e, 256);
         let f = c.open(&p).unwrap();
         let limit = 256 * 30 / 100;
-        let mut worst = 0;
         let page = vec![7u8; PS];
         // 8 threads, each writing pages of its own, one page a call.
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..8u64)
-                .map(|t| {
-                    let (f, c, page) = (&f, &c, &page);
-                    s.spawn(move || {
-                        let mut worst = 0;
-                        for i in 0..200u64 {
-                            f.write_at(page, (i * 8 + t) * PS as u64).unwrap();
-                            worst = worst.max(c.dirty_pages());
-                        }
-                        worst
-                    })
-                })
-                .collect();
-            for h in handles {
-                worst = worst.max(h.join().unwrap());
-            }
+        let worst = most_dirty_seen(&c, 200, |t, i| {
+            f.write_at(&page, (i * 8 + t) * PS as u64).unwrap();
         });
         // Each writer may add its page after the check: limit + writers.
         assert!(
