@@ -197,7 +197,6 @@ impl Inner {
         );
         page_locks.check()?;
         let frames = FrameTable::new(nframes, page_size)?;
-        #[cfg(not(loom))]
         if config.populate {
             frames.populate()?;
         }
