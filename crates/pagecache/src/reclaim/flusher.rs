@@ -53,6 +53,9 @@ struct State {
     passes: u64,
     /// Whether the last pass wrote any page.
     progress: bool,
+    /// Reclaim passed over dirty pages since the last pass: the next pass
+    /// writes every dirty page, below the background threshold too.
+    for_reclaim: bool,
     /// The thread, once started.
     thread: Option<JoinHandle<()>>,
 }
@@ -147,6 +150,23 @@ impl Inner {
             drop(st);
             self.flusher.work.notify_one();
         }
+    }
+
+    /// Reclaim passed over dirty pages (it evicts clean ones first): wake
+    /// the flusher to write every dirty page, whatever the background
+    /// threshold, so that reclaim finds them clean next time (the kernel's
+    /// `wakeup_flusher_threads` from reclaim). Context: as `kick_flusher`.
+    #[cold]
+    pub(crate) fn kick_flusher_for_reclaim(&self) {
+        #[cfg(not(loom))]
+        {
+            let mut st = self.flusher.state.lock();
+            if st.for_reclaim {
+                return; // asked already, not yet taken
+            }
+            st.for_reclaim = true;
+        }
+        self.kick_flusher();
     }
 
     /// Dirty throttling, at the start of `write_at` and `page_mut`: past the hard limit,
@@ -281,8 +301,14 @@ fn flusher(me: std::sync::Weak<Inner>) {
             }
             st.kicked = false;
         }
-        let goal = inner.dirty_background / 2;
         loop {
+            // Reclaim's request, taken for this pass: every dirty page.
+            let for_reclaim = std::mem::take(&mut inner.flusher.state.lock().for_reclaim);
+            let goal = if for_reclaim {
+                0
+            } else {
+                inner.dirty_background / 2
+            };
             if inner.dirty_pages() <= goal {
                 break;
             }

@@ -75,6 +75,14 @@ mod imp {
         /// A candidate could not be evicted (pinned meanwhile, write-back
         /// failed, ...) and is still cached.
         fn not_evicted(&self, _frames: &FrameTable, _f: FrameNo) {}
+        /// A dirty candidate passed over while clean ones were found: the
+        /// flusher is asked to write it, and it should come up again once
+        /// it is clean, not be kept as if it had been used (the kernel
+        /// rotates such pages to the list's tail). By default as
+        /// [`ReplacementPolicy::not_evicted`].
+        fn deferred(&self, frames: &FrameTable, f: FrameNo) {
+            self.not_evicted(frames, f);
+        }
         /// Frame `f` left the cache (freed after its last reference, or
         /// evicted by a reclaimer), before it returns to the allocator. List
         /// policies delete its node; lazy ones ignore it.

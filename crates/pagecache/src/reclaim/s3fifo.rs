@@ -112,6 +112,13 @@ impl Shard {
         self.main.push_back(e);
     }
 
+    /// Puts back a page passed over for being dirty: to small's tail, not
+    /// remembered as a ghost (its eviction just now did not happen).
+    pub fn rotate(&mut self, e: Entry) {
+        self.ghost_set.remove(&e.key);
+        self.small.push_back(e);
+    }
+
     fn remember(&mut self, key: u64) {
         if self.ghost_set.insert(key) {
             self.ghost.push_back(key);
@@ -352,6 +359,14 @@ impl Queues {
         cell.note_len(&s);
     }
 
+    /// Puts back a page passed over for being dirty (to shard `c`).
+    pub fn rotate(&self, c: usize, e: Entry) {
+        let cell = &self.shards[c % self.shards.len()];
+        let mut s = cell.q.lock();
+        s.rotate(e);
+        cell.note_len(&s);
+    }
+
     /// Entries queued or pending, without taking any lock: the shards'
     /// length hints plus a full batch per CPU. An upper estimate for one
     /// pass of eviction (`ReplacementPolicy::pass_len`).
@@ -458,6 +473,12 @@ mod policy {
         fn not_evicted(&self, frames: &FrameTable, f: FrameNo) {
             let c = crate::frame::alloc::current_cpu();
             self.queues.put_back(c, Self::entry(frames, f));
+        }
+
+        fn deferred(&self, frames: &FrameTable, f: FrameNo) {
+            // Back to the small queue's tail: not promoted to main.
+            let c = crate::frame::alloc::current_cpu();
+            self.queues.rotate(c, Self::entry(frames, f));
         }
 
         fn pass_len(&self, _frames: &FrameTable) -> usize {

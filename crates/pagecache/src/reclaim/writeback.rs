@@ -80,6 +80,15 @@ use std::sync::Arc;
 /// depth for the same reason (blk-wbt).
 const BACKGROUND_FLIGHT: usize = 8 << 20;
 
+/// Most writes the flusher has in flight at once, whatever their size. A
+/// reader's miss queues behind them at the device: with random dirty pages
+/// (one 4 KiB write each) the byte bound alone let 2048 writes queue, and
+/// the readers of a 70/30 random 4 KiB mix had a p99 of 1.9 ms (1.86-1.90
+/// over two rounds; 0.53-0.55 ms with 16, 0.40 ms with 4, at 6% less
+/// throughput; the kernel's own mix: 0.72 ms). Sequential write-back is
+/// bound by bytes first (8 runs of 1 MiB).
+const BACKGROUND_OPS: usize = 16;
+
 /// A flush's runs whose writes are in flight.
 #[derive(Default)]
 struct InFlight {
@@ -487,6 +496,13 @@ impl Inner {
                         // one more fits, so the device never runs dry
                         // while we wait (waiting for all would).
                         let keep = flight_max.saturating_sub(run_max);
+                        self.finish_flight_to(&mut flight, keep, &mut first_err);
+                    }
+                    if background.is_some() && flight.runs.len() >= BACKGROUND_OPS {
+                        // As many writes as the flusher may have in
+                        // flight: wait for the oldest.
+                        let oldest = flight.runs.front().map_or(0, |r| r.0);
+                        let keep = flight.pages - oldest;
                         self.finish_flight_to(&mut flight, keep, &mut first_err);
                     }
                 }
