@@ -172,7 +172,8 @@ impl Inner {
     /// Dirty throttling, at the start of `write_at` and `page_mut`: past the hard limit,
     /// wake the flusher and wait until the count is back under it, a pass
     /// ends without bringing it there, or `THROTTLE_MAX` passes.
-    /// Context: may sleep; the caller holds no lock, pin or latch.
+    /// Context: may sleep; the caller holds no lock (it may hold pins and
+    /// latches of other pages: the flusher never waits for them).
     #[inline]
     pub(crate) fn balance_dirty(&self) {
         if self.dirty_pages() > self.dirty_limit {
