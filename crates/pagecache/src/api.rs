@@ -16,7 +16,6 @@ pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 use crate::sync::Ordering;
 use std::io;
-use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
@@ -552,7 +551,7 @@ impl File {
             start,
             len: 0,
             leaf: None,
-            frames: [MaybeUninit::uninit(); RUN_MAX],
+            frames: [0; RUN_MAX],
         };
         let npages = self.npages();
         if start >= npages || max == 0 {
@@ -575,7 +574,7 @@ impl File {
         // counts each pin as it is taken, so an error releases them.
         let PageRun { frames, len, .. } = &mut run;
         self.inner().gang(&self.shared, start, end, |_, f| {
-            frames[*len] = MaybeUninit::new(f);
+            frames[*len] = f;
             *len += 1;
         })?;
         Ok(run)
@@ -734,8 +733,8 @@ pub struct PageRun<'a> {
     len: usize,
     /// The leaf whose run pins hold the pages, or `None`: one pin each.
     leaf: Option<&'a crate::index::Node>,
-    /// The frames of pages `start..start + len` (the rest uninitialised).
-    frames: [MaybeUninit<FrameNo>; RUN_MAX],
+    /// The frames of pages `start..start + len` (the rest unused).
+    frames: [FrameNo; RUN_MAX],
 }
 
 impl<'a> PageRun<'a> {
@@ -767,8 +766,7 @@ impl<'a> PageRun<'a> {
         // SAFETY: the frame is pinned for the run's life, by its own pin or
         // by the leaf's run pin (protocol 5.7: no writer changes it and it
         // is not freed or reused until `drop`).
-        // `frames[k]` is initialised: k < len.
-        unsafe { self.file.cache.frames.bytes(self.frames[k].assume_init()) }
+        unsafe { self.file.cache.frames.bytes(self.frames[k]) }
     }
 
     /// The pages in order.
@@ -793,9 +791,8 @@ impl Drop for PageRun<'_> {
         match self.leaf {
             Some(leaf) => inner.run_unpin(&self.file.shared, leaf, self.start, self.len, true),
             None => {
-                for f in &self.frames[..self.len] {
-                    // SAFETY: the first `len` frames are initialised.
-                    inner.release(unsafe { f.assume_init() });
+                for &f in &self.frames[..self.len] {
+                    inner.release(f);
                 }
             }
         }

@@ -87,7 +87,6 @@ use crate::frame::FrameNo;
 use crate::index::Node;
 use crate::stats::Counter;
 use crate::sync::{fence, park, unpark_all, wait_timer, LockClass, Ordering};
-use std::mem::MaybeUninit;
 
 /// The most pages one run holds (its frame numbers live in the run guard,
 /// which callers move around: 16 keep it small).
@@ -124,7 +123,7 @@ pub(crate) struct Deferred {
 impl Inner {
     /// R1-R3: pins the cached, idle pages `start..start + n` (within one
     /// leaf, `n <= RUN_MAX`) with one run pin, writing their frames to `out`
-    /// (the first `k` returned are initialised).
+    /// (the first `k` returned are the run's).
     /// Returns the leaf and how many pages from `start` it holds (the run
     /// ends at the first page not cached and idle), or `None` (nothing
     /// pinned): the caller takes per-page pins.
@@ -135,7 +134,7 @@ impl Inner {
         fs: &FileShared,
         start: u64,
         n: usize,
-        out: &mut [MaybeUninit<FrameNo>; RUN_MAX],
+        out: &mut [FrameNo; RUN_MAX],
     ) -> Option<(&Node, usize)> {
         debug_assert!(
             n > 0 && n <= RUN_MAX && (start % LEAF_PAGES) as usize + n <= LEAF_PAGES as usize
@@ -166,13 +165,12 @@ impl Inner {
                 break;
             }
             prefetch(self.desc(f));
-            out[m] = MaybeUninit::new(f);
+            out[m] = f;
             m += 1;
         }
         let mut k = 0;
         while k < m {
-            // SAFETY: written in the loop above (k < m).
-            let f = unsafe { out[k].assume_init() };
+            let f = out[k];
             let d = self.desc(f);
             let Some(v) = d.read_begin() else { break };
             let s = d.snapshot();
