@@ -76,8 +76,8 @@
 //!   read is that page's. From the moment of that state load (after R1's
 //!   fence) the three bullets above hold.
 //!
-//! A run counts as a pin of every page in its range for lock rule 4: its
-//! holder must not wait for those pages (read, write or latch them through
+//! A run counts as a pin of every page in its range (lock rule 12, so
+//! rules 3 and 4 apply to its holder): its holder must not wait for those pages (read, write or latch them through
 //! other calls) while the run lives. Runs are not used by the baseline
 //! builds (page mutexes, strict LRU): they take per-page pins.
 

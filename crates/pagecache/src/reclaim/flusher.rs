@@ -13,7 +13,10 @@
 //!   `dirtied_when` order), until the count is below half the threshold
 //!   (checked between files) or a pass writes nothing (judged by the
 //!   cache's write-back counter, so others' write-backs during the pass
-//!   count as progress too).
+//!   count as progress too). At most 8 MiB and 16 writes are in flight
+//!   (`writeback.rs`). Reclaim that passed over dirty pages (it evicts
+//!   clean ones first) asks for one pass that writes every dirty page,
+//!   below the threshold too (`kick_flusher_for_reclaim`).
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
 //!   waits, before taking any lock, until write-back brings the count back
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
@@ -284,8 +287,9 @@ impl Inner {
 }
 
 /// The flusher thread: sleeps until kicked, then writes back until the
-/// dirty count is under half the background threshold or a pass makes no
-/// progress. Holds the cache only while it works.
+/// dirty count is under half the background threshold (0 for a pass
+/// reclaim asked for) or a pass makes no progress. Holds the cache only
+/// while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
     loop {
         let Some(inner) = me.upgrade() else { return };
