@@ -348,7 +348,7 @@ impl File {
         Ok(Page {
             file: self.get()?,
             index,
-            state: Mutex::new(PageState::default()),
+            state: Mutex::default(),
         })
     }
 
@@ -365,7 +365,7 @@ impl File {
             file: self.get()?,
             start,
             max,
-            state: Mutex::new(RunState::default()),
+            state: Mutex::default(),
         })
     }
 
@@ -432,31 +432,106 @@ impl File {
     }
 }
 
-#[derive(Default)]
-struct PageState {
-    /// Field order matters: the pin drops before `Page::file`.
-    pin: Option<PageRef<'static>>,
+/// What a `Page` or `Run` holds for Python code: the guard (a `PageRef` or
+/// a `PageRun`), the buffer exports counting on it, the memoryviews
+/// `__enter__` returned, and how far its `with` block got. The guard goes
+/// once the block has ended and no export is left, so no Python object can
+/// see a frame after its pin is gone.
+struct Held<G> {
+    /// Field order matters: the guard drops before its owner's `file`.
+    guard: Option<G>,
     /// Buffer exports not yet released.
     exports: usize,
-    /// The memoryview `__enter__` returned.
-    view: Option<Py<PyMemoryView>>,
+    /// The memoryviews `__enter__` returned.
+    views: Vec<Py<PyMemoryView>>,
     entered: bool,
     exited: bool,
+}
+
+impl<G> Default for Held<G> {
+    fn default() -> Self {
+        Held {
+            guard: None,
+            exports: 0,
+            views: Vec::new(),
+            entered: false,
+            exited: false,
+        }
+    }
+}
+
+/// The lock of a `Held` (a panic while it was held leaves it usable).
+fn lock_held<G>(m: &Mutex<Held<G>>) -> std::sync::MutexGuard<'_, Held<G>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `__enter__`'s first step: a `Page` or `Run` is entered once.
+fn enter_once<G>(m: &Mutex<Held<G>>, what: &str) -> PyResult<()> {
+    let mut st = lock_held(m);
+    if st.entered {
+        return Err(PyValueError::new_err(format!(
+            "a {what} can be entered once"
+        )));
+    }
+    st.entered = true;
+    Ok(())
+}
+
+/// `__exit__`: releases the memoryviews and, once no buffer over them is
+/// left, the guard. A buffer still exported (a numpy array over a view)
+/// keeps the guard until it goes (`release_export`); the views themselves
+/// are released either way when no such export holds them.
+fn exit_block<G>(m: &Mutex<Held<G>>, py: Python<'_>) {
+    let views = {
+        let mut st = lock_held(m);
+        st.exited = true;
+        std::mem::take(&mut st.views)
+    };
+    for v in views {
+        // BufferError if something still exports the view: then the guard
+        // is released by the last __releasebuffer__.
+        let _ = v.bind(py).call_method0("release");
+    }
+    let mut st = lock_held(m);
+    if st.exports == 0 {
+        st.guard = None;
+    }
+}
+
+/// `__getbuffer__`'s check: the bytes `bytes(guard)` points at, counted as
+/// one more export, or an error outside the `with` block.
+fn export<G>(
+    m: &Mutex<Held<G>>,
+    outside: &str,
+    bytes: impl FnOnce(&G) -> &[u8],
+) -> PyResult<(*const u8, usize)> {
+    let mut st = lock_held(m);
+    let Some(g) = st.guard.as_ref() else {
+        return Err(PyValueError::new_err(outside.to_string()));
+    };
+    let b = bytes(g);
+    let got = (b.as_ptr(), b.len());
+    st.exports += 1;
+    Ok(got)
+}
+
+/// `__releasebuffer__`: one export fewer; the last one after the block
+/// ended releases the guard.
+fn release_export<G>(m: &Mutex<Held<G>>) {
+    let mut st = lock_held(m);
+    st.exports -= 1;
+    if st.exports == 0 && st.exited {
+        st.guard = None;
+    }
 }
 
 /// One page, pinned for the duration of a `with` block (see `File.page`).
 #[pyclass(module = "pagecache", frozen)]
 struct Page {
-    state: Mutex<PageState>,
+    state: Mutex<Held<PageRef<'static>>>,
     /// What the pin borrows (declared after `state`: dropped after it).
     file: Arc<pagecache::File>,
     index: u64,
-}
-
-impl Page {
-    fn state(&self) -> std::sync::MutexGuard<'_, PageState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 #[pymethods]
@@ -466,44 +541,23 @@ impl Page {
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyMemoryView>> {
         let py = slf.py();
         let me = slf.get();
-        {
-            let mut st = me.state();
-            if st.entered {
-                return Err(PyValueError::new_err("a Page can be entered once"));
-            }
-            st.entered = true;
-        }
+        enter_once(&me.state, "Page")?;
         // SAFETY: `me.file` lives as long as `me`, and the pin is dropped
         // before it (module docs), so 'static is never outlived.
         let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(&me.file) };
         let index = me.index;
         let pin = py.detach(|| file.page(index)).map_err(os_err)?;
-        me.state().pin = Some(pin);
+        lock_held(&me.state).guard = Some(pin);
         let view = PyMemoryView::from(slf.as_any())?;
-        me.state().view = Some(view.clone().unbind());
+        lock_held(&me.state).views = vec![view.clone().unbind()];
         Ok(view)
     }
 
     /// Releases the memoryview and, once no buffer over it is left, the
-    /// pin. A buffer still exported (a numpy array over the view, say)
-    /// keeps the page pinned until it goes; the view itself is released
-    /// either way when no such export holds it.
+    /// pin (see `exit_block`).
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        let view = {
-            let mut st = self.state();
-            st.exited = true;
-            st.view.take()
-        };
-        if let Some(v) = view {
-            // BufferError if something still exports the view: then the
-            // pin is released by the last __releasebuffer__.
-            let _ = v.bind(py).call_method0("release");
-        }
-        let mut st = self.state();
-        if st.exports == 0 {
-            st.pin = None;
-        }
+        exit_block(&self.state, py);
         Ok(false)
     }
 
@@ -516,7 +570,7 @@ impl Page {
     /// Whether the page is pinned right now.
     #[getter]
     fn pinned(&self) -> bool {
-        self.state().pin.is_some()
+        lock_held(&self.state).guard.is_some()
     }
 
     unsafe fn __getbuffer__(
@@ -530,16 +584,11 @@ impl Page {
         if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err("a pinned page is read-only"));
         }
-        let me = slf.get();
-        let mut st = me.state();
-        let Some(pin) = st.pin.as_ref() else {
-            return Err(PyValueError::new_err(
-                "the page is not pinned: use it inside its `with` block",
-            ));
-        };
-        let (buf, len) = (pin.as_ptr(), pin.len());
-        st.exports += 1;
-        drop(st);
+        let (buf, len) = export(
+            &slf.get().state,
+            "the page is not pinned: use it inside its `with` block",
+            |pin| pin,
+        )?;
         // SAFETY: `view` is non-null (checked) and Python's to fill; the
         // bytes stay pinned until the matching __releasebuffer__ (exports
         // counted above), and `obj` keeps this Page alive until then.
@@ -548,11 +597,7 @@ impl Page {
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
-        let mut st = self.state();
-        st.exports -= 1;
-        if st.exports == 0 && st.exited {
-            st.pin = None;
-        }
+        release_export(&self.state);
     }
 
     fn __repr__(&self) -> String {
@@ -565,33 +610,15 @@ impl Page {
     }
 }
 
-#[derive(Default)]
-struct RunState {
-    /// Field order matters: the run drops before `Run::file`.
-    run: Option<PageRun<'static>>,
-    /// Buffer exports (of all its pages) not yet released.
-    exports: usize,
-    /// The memoryviews `__enter__` returned.
-    views: Vec<Py<PyMemoryView>>,
-    entered: bool,
-    exited: bool,
-}
-
 /// Consecutive pages held together for the duration of a `with` block
 /// (see `File.run`).
 #[pyclass(module = "pagecache", frozen)]
 struct Run {
-    state: Mutex<RunState>,
+    state: Mutex<Held<PageRun<'static>>>,
     /// What the run borrows (declared after `state`: dropped after it).
     file: Arc<pagecache::File>,
     start: u64,
     max: usize,
-}
-
-impl Run {
-    fn state(&self) -> std::sync::MutexGuard<'_, RunState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 #[pymethods]
@@ -601,20 +628,14 @@ impl Run {
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
         let py = slf.py();
         let me = slf.get();
-        {
-            let mut st = me.state();
-            if st.entered {
-                return Err(PyValueError::new_err("a Run can be entered once"));
-            }
-            st.entered = true;
-        }
+        enter_once(&me.state, "Run")?;
         // SAFETY: `me.file` lives as long as `me`, and the run is dropped
         // before it (module docs), so 'static is never outlived.
         let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(&me.file) };
         let (start, max) = (me.start, me.max);
         let run = py.detach(|| file.run(start, max)).map_err(os_err)?;
         let n = run.len();
-        me.state().run = Some(run);
+        lock_held(&me.state).guard = Some(run);
         let mut views = Vec::with_capacity(n);
         for k in 0..n {
             let page = Bound::new(
@@ -626,28 +647,15 @@ impl Run {
             )?;
             views.push(PyMemoryView::from(page.as_any())?);
         }
-        me.state().views = views.iter().map(|v| v.clone().unbind()).collect();
+        lock_held(&me.state).views = views.iter().map(|v| v.clone().unbind()).collect();
         pyo3::types::PyTuple::new(py, views)
     }
 
     /// Releases the memoryviews and, once no buffer over them is left, the
-    /// run (as `Page.__exit__`).
+    /// run (see `exit_block`).
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        let views = {
-            let mut st = self.state();
-            st.exited = true;
-            std::mem::take(&mut st.views)
-        };
-        for v in views {
-            // BufferError if something still exports the view: then the
-            // run is released by the last __releasebuffer__.
-            let _ = v.bind(py).call_method0("release");
-        }
-        let mut st = self.state();
-        if st.exports == 0 {
-            st.run = None;
-        }
+        exit_block(&self.state, py);
         Ok(false)
     }
 
@@ -660,23 +668,26 @@ impl Run {
     /// Whether the pages are held right now.
     #[getter]
     fn held(&self) -> bool {
-        self.state().run.is_some()
+        lock_held(&self.state).guard.is_some()
     }
 
     /// Whether one pin of the index leaf holds them (they were cached).
     #[getter]
     fn one_pin(&self) -> bool {
-        self.state().run.as_ref().is_some_and(|r| r.one_pin())
+        lock_held(&self.state)
+            .guard
+            .as_ref()
+            .is_some_and(|r| r.one_pin())
     }
 
     fn __repr__(&self) -> String {
-        let st = self.state();
+        let st = lock_held(&self.state);
         format!(
             "<pagecache.Run from page {} of {:?} pages={} held={}>",
             self.start,
             self.file.path(),
-            st.run.as_ref().map_or(0, |r| r.len()),
-            st.run.is_some()
+            st.guard.as_ref().map_or(0, |r| r.len()),
+            st.guard.is_some()
         )
     }
 }
@@ -702,17 +713,11 @@ impl RunPage {
             return Err(PyBufferError::new_err("a run's page is read-only"));
         }
         let me = slf.get();
-        let run = me.run.get();
-        let mut st = run.state();
-        let Some(r) = st.run.as_ref() else {
-            return Err(PyValueError::new_err(
-                "the run is not held: use its pages inside its `with` block",
-            ));
-        };
-        let page = r.page(me.k);
-        let (buf, len) = (page.as_ptr(), page.len());
-        st.exports += 1;
-        drop(st);
+        let (buf, len) = export(
+            &me.run.get().state,
+            "the run is not held: use its pages inside its `with` block",
+            |r| r.page(me.k),
+        )?;
         // SAFETY: `view` is non-null (checked) and Python's to fill; the
         // bytes stay held until the matching __releasebuffer__ (exports
         // counted on the run above), and `obj` keeps this RunPage, and so
@@ -722,12 +727,7 @@ impl RunPage {
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {
-        let run = self.run.get();
-        let mut st = run.state();
-        st.exports -= 1;
-        if st.exports == 0 && st.exited {
-            st.run = None;
-        }
+        release_export(&self.run.get().state);
     }
 }
 
