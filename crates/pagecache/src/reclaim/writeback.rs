@@ -401,8 +401,11 @@ impl Inner {
         // oldest waited for when this is reached): the same quarter of the
         // cache, and for the flusher at most `BACKGROUND_FLIGHT` bytes.
         let mut flight_max = (self.frames.len() / 4).max(1);
+        // Writes in flight at once: for the flusher `BACKGROUND_OPS`.
+        let mut runs_max = usize::MAX;
         if background.is_some() {
             flight_max = flight_max.min((BACKGROUND_FLIGHT / self.page_size).max(run_max));
+            runs_max = BACKGROUND_OPS;
         }
         let mut first_err: Option<io::Error> = None;
         // The cache and the file, owned, so that each completion can end
@@ -421,29 +424,7 @@ impl Inner {
         let mut dirty = Vec::new();
         let mut taken = 0;
         loop {
-            dirty.clear();
-            {
-                let g = fs.tree.lock();
-                // Taken now: a page dirtied from here on gives the file a new
-                // dirty time (a hint: a race only reorders the flusher).
-                // Relaxed: see `FileShared::dirtied_when`.
-                fs.dirtied_when
-                    .store(0, crate::sync::unmodelled::Ordering::Relaxed);
-                g.take_dirty(&self.nodes, &mut dirty);
-                // The taken pages count as under write-back from now on (not
-                // from their pin): a sync that finds their tags gone must
-                // find them here. Under the tree lock, which a later take
-                // also takes. Relaxed: ordered by that lock.
-                fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
-            }
-            // Blocks and length up to the last dirty page's end (never past
-            // the file's length), so the writes below are overwrites the
-            // filesystem runs concurrently.
-            if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
-                // Acquire: as in `run_buffers`.
-                let len = fs.len.load(Ordering::Acquire);
-                w.allocate_to(len.min((last + 1) << self.shift));
-            }
+            self.take_dirty_of(fs, &mut dirty);
             taken += dirty.len();
             let mut started = false;
             let mut i = 0;
@@ -491,20 +472,12 @@ impl Inner {
                     started = true;
                     self.start_run(fs, size, run, &mut flight, &mut first_err);
                     self.wake_throttled();
-                    if flight.pages >= flight_max {
-                        // A sliding window: wait for the oldest runs until
-                        // one more fits, so the device never runs dry
-                        // while we wait (waiting for all would).
-                        let keep = flight_max.saturating_sub(run_max);
-                        self.finish_flight_to(&mut flight, keep, &mut first_err);
-                    }
-                    if background.is_some() && flight.runs.len() >= BACKGROUND_OPS {
-                        // As many writes as the flusher may have in
-                        // flight: wait for the oldest.
-                        let oldest = flight.runs.front().map_or(0, |r| r.0);
-                        let keep = flight.pages - oldest;
-                        self.finish_flight_to(&mut flight, keep, &mut first_err);
-                    }
+                    // A sliding window: wait for the oldest runs until one
+                    // more fits (in pages, and for the flusher in writes),
+                    // so the device never runs dry while we wait (waiting
+                    // for all would).
+                    let pages = flight_max.saturating_sub(run_max);
+                    self.finish_flight_to(&mut flight, pages, runs_max - 1, &mut first_err);
                 }
             }
             // The flusher takes again while its goal is not reached (see
@@ -520,6 +493,36 @@ impl Inner {
         }
         self.finish_flight(&mut flight, &mut first_err);
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Takes every dirty tag of `fs` (clearing `dirty` first): the pages, in
+    /// index order, count as under write-back from now on. Then reserves
+    /// the file's blocks and length up to the last of them. Context: takes
+    /// the tree lock; may sleep (`fallocate`).
+    fn take_dirty_of(&self, fs: &FileShared, dirty: &mut Vec<(u64, FrameNo)>) {
+        dirty.clear();
+        {
+            let g = fs.tree.lock();
+            // Taken now: a page dirtied from here on gives the file a new
+            // dirty time (a hint: a race only reorders the flusher).
+            // Relaxed: see `FileShared::dirtied_when`.
+            fs.dirtied_when
+                .store(0, crate::sync::unmodelled::Ordering::Relaxed);
+            g.take_dirty(&self.nodes, dirty);
+            // The taken pages count as under write-back from now on (not
+            // from their pin): a sync that finds their tags gone must
+            // find them here. Under the tree lock, which a later take
+            // also takes. Relaxed: ordered by that lock.
+            fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
+        }
+        // Blocks and length up to the last dirty page's end (never past
+        // the file's length), so the writes are overwrites the filesystem
+        // runs concurrently.
+        if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
+            // Acquire: as in `run_buffers`.
+            let len = fs.len.load(Ordering::Acquire);
+            w.allocate_to(len.min((last + 1) << self.shift));
+        }
     }
 
     /// The flusher took the dirty tag of page `index` (frame `f`) and will
@@ -638,18 +641,20 @@ impl Inner {
     /// Waits for every run in flight (their completions end them).
     /// Context: may sleep (waits for the I/O).
     fn finish_flight(&self, flight: &mut InFlight, first_err: &mut Option<io::Error>) {
-        self.finish_flight_to(flight, 0, first_err);
+        self.finish_flight_to(flight, 0, 0, first_err);
     }
 
-    /// Waits for the oldest runs in flight until at most `keep` pages are
-    /// in flight. Context: may sleep (waits for the I/O).
+    /// Waits for the oldest runs in flight until at most `pages` pages in
+    /// at most `runs` runs are in flight. Context: may sleep (waits for the
+    /// I/O).
     fn finish_flight_to(
         &self,
         flight: &mut InFlight,
-        keep: usize,
+        pages: usize,
+        runs: usize,
         first_err: &mut Option<io::Error>,
     ) {
-        while flight.pages > keep {
+        while flight.pages > pages || flight.runs.len() > runs {
             let Some((pages, w)) = flight.runs.pop_front() else {
                 break;
             };
