@@ -56,9 +56,6 @@ struct State {
     passes: u64,
     /// Whether the last pass wrote any page.
     progress: bool,
-    /// Reclaim passed over dirty pages since the last pass: the next pass
-    /// writes every dirty page, below the background threshold too.
-    for_reclaim: bool,
     /// The thread, once started.
     thread: Option<JoinHandle<()>>,
 }
@@ -75,6 +72,11 @@ pub(crate) struct Flusher {
     busy: AtomicBool,
     /// (A) writers waiting in `throttle` right now.
     throttled: crate::sync::unmodelled::AtomicUsize,
+    /// (A) reclaim passed over dirty pages since the flusher last looked:
+    /// its next pass writes every dirty page, below the background
+    /// threshold too. An atomic, not a field of `state`: reclaimers on
+    /// every CPU set it, and once set they only read it.
+    for_reclaim: AtomicBool,
 }
 
 impl Inner {
@@ -161,13 +163,12 @@ impl Inner {
     /// `wakeup_flusher_threads` from reclaim). Context: as `kick_flusher`.
     #[cold]
     pub(crate) fn kick_flusher_for_reclaim(&self) {
-        #[cfg(not(loom))]
+        // Relaxed: a request; `kick_flusher`'s lock orders it before the
+        // flusher's look. A load first: once asked, reclaimers only read.
+        if self.flusher.for_reclaim.load(Ordering::Relaxed)
+            || self.flusher.for_reclaim.swap(true, Ordering::Relaxed)
         {
-            let mut st = self.flusher.state.lock();
-            if st.for_reclaim {
-                return; // asked already, not yet taken
-            }
-            st.for_reclaim = true;
+            return; // asked already, not yet taken
         }
         self.kick_flusher();
     }
@@ -308,7 +309,8 @@ fn flusher(me: std::sync::Weak<Inner>) {
         }
         loop {
             // Reclaim's request, taken for this pass: every dirty page.
-            let for_reclaim = std::mem::take(&mut inner.flusher.state.lock().for_reclaim);
+            // Relaxed: see `kick_flusher_for_reclaim`.
+            let for_reclaim = inner.flusher.for_reclaim.swap(false, Ordering::Relaxed);
             let goal = if for_reclaim {
                 0
             } else {
