@@ -71,12 +71,11 @@ use std::sync::Arc;
 /// into several reads of this size, all in flight at once.
 const RUN_BYTES: u64 = 128 << 10;
 
-/// A run whose step 3 is done: its frames, still latched, in page order,
-/// and whether they were read (else they are out of the index, to be
-/// unlatched and freed).
+/// A run whose step 3 is done: its pages, still latched, and whether they
+/// were read (else they are out of the index, to be unlatched and freed).
 #[derive(Debug)]
 struct Settled {
-    frames: Vec<FrameNo>,
+    run: Run,
     ok: bool,
 }
 
@@ -237,16 +236,15 @@ impl Inner {
         res: io::Result<usize>,
     ) -> (Settled, io::Result<()>) {
         let ps = self.page_size;
-        let frames = run.frames().collect();
         match res {
             Ok(n) => {
-                for (k, fill) in run.fills.into_iter().enumerate() {
+                for (k, &fill) in run.fills.iter().enumerate() {
                     let got = n.saturating_sub(k * ps).min(ps);
                     // Zeroes past what was read: cannot fail with `Ok`.
                     let zeroed = self.complete_fill(fs, fill, Ok(got));
                     debug_assert!(zeroed.is_ok());
                 }
-                (Settled { frames, ok: true }, Ok(()))
+                (Settled { run, ok: true }, Ok(()))
             }
             Err(e) => {
                 let first = run.fills[0].index;
@@ -263,7 +261,7 @@ impl Inner {
                         first + n as u64
                     ),
                 );
-                (Settled { frames, ok: false }, Err(e))
+                (Settled { run, ok: false }, Err(e))
             }
         }
     }
@@ -272,8 +270,8 @@ impl Inner {
     /// drops the fills' pins unless `keep` (on success). Context: no sleep;
     /// the file is not needed.
     fn publish_run(&self, settled: Settled, keep: bool) {
-        let pages = settled.frames.len();
-        for f in settled.frames {
+        let pages = settled.run.len();
+        for f in settled.run.frames() {
             if settled.ok {
                 self.desc(f).unlatch_uptodate();
                 if !keep {
