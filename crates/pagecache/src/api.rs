@@ -256,7 +256,9 @@ impl PageCache {
     /// files exist when the last handle's write-back failed (the cache
     /// keeps their dirty pages rather than lose them): use this for a
     /// temporary file or one deleted since. Returns how many files were
-    /// forgotten. See also [`File::discard`].
+    /// forgotten, once no write of their pages is in flight (a write-back
+    /// that had started lands before this returns, never after). See also
+    /// [`File::discard`].
     pub fn forget(&self, path: impl AsRef<Path>) -> usize {
         self.inner
             .idle_files(path.as_ref())
@@ -627,7 +629,10 @@ impl File {
     /// or not, any write-back error pending for it is forgotten, and its
     /// descriptors are closed: for temporary files, and files deleted or
     /// about to be. Returns whether that happened; if other handles of the
-    /// file are open, they keep its pages and this returns false.
+    /// file are open, they keep its pages and this returns false. It
+    /// returns only once no write of the dropped pages is in flight: a
+    /// background write-back that had started lands before, never after
+    /// (may wait for that I/O).
     pub fn discard(self) -> bool {
         let (cache, shared) = (self.cache.clone(), self.shared.clone());
         // Relaxed: we hold a handle. Count a stand-in for ours, so that

@@ -151,11 +151,26 @@ impl Inner {
 
     /// Drops every cached page of `fs`, dirty or not, without writing any
     /// back, and forgets the file and its pending write-back error, if no
-    /// handle of it is open. Returns whether it did. Context: no sleep;
-    /// takes the registry lock exclusively, then the tree lock.
+    /// handle of it is open. Returns whether it did, and only once no write
+    /// of a dropped page is in flight any more .
+    /// Context: may sleep (waits for write-backs in flight, holding no
+    /// lock); takes the registry lock exclusively, then the tree lock.
     pub(crate) fn discard(&self, fs: &Arc<FileShared>) -> bool {
         let reg = self.registry.write();
-        self.unregister_idle(reg, fs, true)
+        let done = self.unregister_idle(reg, fs, true);
+        if done {
+            // A write of a dropped page still in flight (the flusher's,
+            // eviction's, a failed close's) started before the removal and
+            // would land later, over whatever the file holds by then: a
+            // `sync` of the file reopened since would have returned `Ok`
+            // for a disk that then changed. Wait for it. No new one can
+            // start: every write-back counts itself in `fs.writeback`
+            // before it starts (`take_dirty_of` under the tree lock,
+            // `start_one` before its RMW), and a start fails on a page
+            // `mark_removed` marked (RMWs on one state word order the two).
+            self.wait_writeback(fs);
+        }
+        done
     }
 
     /// Called by eviction after it wrote back or evicted a page of a file

@@ -247,13 +247,24 @@ impl Inner {
         self.stable_writes || fs.write_fd.get().is_some_and(|w| w.stable_writes())
     }
 
-    /// Write-back started on one page of `fs` outside `write_dirty` (its
-    /// DIRTY bit became WRITEBACK). Context: any, no sleep.
-    fn wb_started(&self, fs: &FileShared) {
-        self.cleaned();
-        // Relaxed: the RMW on the page's state ordered the start; the
-        // count's readers synchronise with the Release decrement.
+    /// Starts write-back of one page of `fs` outside `write_dirty` (its
+    /// DIRTY bit becomes WRITEBACK), counted in `fs.writeback` *before* the
+    /// start: a `discard` whose `mark_removed` (an RMW on the same state
+    /// word) comes after our start then sees the count, and waits for the
+    /// write (`Inner::discard`). Returns whether it started; the
+    /// caller holds a pin of `f`. Context: any, no sleep.
+    fn start_one(&self, fs: &FileShared, f: FrameNo, stable: bool) -> bool {
+        // Relaxed: the Release half of `start_writeback`'s RMW below
+        // publishes it to a remover whose RMW reads that start.
         fs.writeback.fetch_add(1, Ordering::Relaxed);
+        if self.desc(f).start_writeback(stable) {
+            self.cleaned();
+            true
+        } else {
+            // Release: as `end_run`'s decrement.
+            fs.writeback.fetch_sub(1, Ordering::Release);
+            false
+        }
     }
 
     /// Waits until no page of `fs` is under write-back by anyone: `sync`
@@ -262,7 +273,7 @@ impl Inner {
     /// that write's error is recorded. Context: may sleep; holds nothing
     /// but the size lock shared.
     /// Returns whether there was any to wait for.
-    fn wait_writeback(&self, fs: &FileShared) -> bool {
+    pub(crate) fn wait_writeback(&self, fs: &FileShared) -> bool {
         let mut spins = 0u32;
         // Acquire: pairs with `end_run`'s Release decrement.
         while fs.writeback.load(Ordering::Acquire) != 0 {
@@ -302,8 +313,7 @@ impl Inner {
                 res = res.and(r);
                 run.clear();
             }
-            if self.desc(f).start_writeback(stable) {
-                self.wb_started(fs);
+            if self.start_one(fs, f, stable) {
                 run.push((index, f));
             } else if !run.is_empty() {
                 let r = self.write_pages(fs, size, &run, true);
