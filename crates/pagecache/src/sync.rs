@@ -119,6 +119,20 @@ pub(crate) fn spin(round: &mut u32) {
     }
 }
 
+/// One step of a wait for something that ends on its own but may take a
+/// while (I/O in flight, another thread's round of work): a yield for the
+/// first 64 rounds, then a 50 µs sleep, so a long wait costs no CPU the
+/// awaited thread needs. Under loom, a yield.
+pub(crate) fn wait_step(round: &mut u32) {
+    *round = round.saturating_add(1);
+    #[cfg(not(loom))]
+    if *round >= 64 {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        return;
+    }
+    yield_now();
+}
+
 /// Sleeps on the wait queue hashed from `key` while `still_blocked()` holds.
 ///
 /// `still_blocked` is evaluated under the wait-queue bucket lock, and every

@@ -297,3 +297,128 @@ fn oversubscribed_runs_and_writers_agree_on_every_byte() {
     });
     cache.validate();
 }
+
+/// Runs `op` on another thread and waits up to `secs` for it: `Some` of its
+/// result, or `None` if it is still blocked (left running).
+fn within<T: Send + 'static>(secs: u64, op: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(op());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).ok()
+}
+
+/// A run over pages that `set_len` cut off does not pin the new pages
+/// written at those indices later: the run still reads its old pages,
+/// and a writer of the new ones (the run's holder itself here) does not
+/// wait for it, as with a `PageRef`.
+#[test]
+fn a_run_over_truncated_pages_does_not_pin_the_new_pages_at_their_indices() {
+    let d = TempDir::new("runs-regrow");
+    let p = d.path("f");
+    make_file(&p, 8 * PS as u64);
+    let cache: PageCache = cache(64);
+    let f = cache.open(&p).unwrap();
+    for i in 0..8 {
+        drop(f.page(i).unwrap());
+    }
+    let run = f.run(0, 5).unwrap();
+    assert!(run.one_pin() && run.len() == 5);
+    f.set_len(0).unwrap();
+    for round in 0..3u8 {
+        for i in 0..5u64 {
+            let g = f.clone();
+            let wrote = within(10, move || {
+                g.write_at(&[round + 1; PS], i * PS as u64).unwrap();
+                g.write_at(&[round + 2; PS], i * PS as u64).unwrap();
+            });
+            assert!(
+                wrote.is_some(),
+                "round {round}: a writer of new page {i} waits for the run over the truncated one"
+            );
+        }
+        for (k, pg) in run.iter().enumerate() {
+            assert!(
+                page_ok(pg, k as u64),
+                "truncated page {k} changed under the run"
+            );
+        }
+        let mut buf = vec![0u8; 5 * PS];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert!(
+            buf.iter().all(|&b| b == round + 2),
+            "round {round}: new pages"
+        );
+        // The new pages can be truncated and written again, run still held.
+        f.set_len(0).unwrap();
+    }
+    // A new run sees the new pages (written once more).
+    f.write_at(&[7; 5 * PS], 0).unwrap();
+    drop(run);
+    let run = f.run(0, 5).unwrap();
+    assert_eq!(run.len(), 5);
+    assert!(run.iter().all(|pg| pg.iter().all(|&b| b == 7)));
+    drop(run);
+    cache.validate();
+}
+
+/// The holder of a run may `sync` while another thread waits for a page of
+/// the run (`set_len` zeroing its tail, or `write_at`): the sync does not
+/// wait for that waiter, as it does not with a `PageRef` (lock rule 7).
+#[test]
+fn a_run_holder_can_sync_while_a_writer_waits_for_the_run() {
+    for waiter in ["set_len", "write_at"] {
+        let d = TempDir::new("runs-sync");
+        let p = d.path("f");
+        make_file(&p, 4 * PS as u64);
+        let cache = PageCache::new(pagecache::Config {
+            capacity: 64 * PS,
+            // No background write-back: page 2 is dirty when sync runs.
+            dirty_background_percent: 100,
+            dirty_limit_percent: 100,
+            ..pagecache::Config::default()
+        })
+        .unwrap();
+        let f = cache.open(&p).unwrap();
+        for i in 0..4 {
+            drop(f.page(i).unwrap());
+        }
+        f.write_at(&[9; 10], 2 * PS as u64).unwrap();
+        let run = f.run(0, 3).unwrap();
+        assert!(run.one_pin() && run.len() == 3);
+        let g = f.clone();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let done2 = done.clone();
+        let w = std::thread::spawn(move || {
+            match waiter {
+                "set_len" => g.set_len(2 * PS as u64 + 100).unwrap(),
+                _ => g.write_at(&[3; 10], 2 * PS as u64).unwrap(),
+            }
+            done2.store(true, SeqCst);
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!done.load(SeqCst), "{waiter}: did not wait for the run");
+        let g = f.clone();
+        let synced = within(10, move || g.sync());
+        assert!(
+            synced.is_some(),
+            "{waiter}: the run holder's sync waits for the writer waiting for its run"
+        );
+        synced.unwrap().unwrap();
+        let disk = std::fs::read(&p).unwrap();
+        assert_eq!(
+            &disk[2 * PS..2 * PS + 10],
+            &[9; 10],
+            "{waiter}: page 2 synced"
+        );
+        let pg = run.page(2);
+        assert_eq!(&pg[..10], &[9; 10], "{waiter}: the run's page 2 changed");
+        assert!(pg[10..]
+            .iter()
+            .enumerate()
+            .all(|(k, &b)| b == pattern(2 * PS as u64 + 10 + k as u64)));
+        drop(run);
+        w.join().unwrap();
+        cache.validate();
+    }
+}

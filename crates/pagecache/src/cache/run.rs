@@ -15,31 +15,40 @@
 //!  run (no lock)                            writer (pin held; 5.5)
 //!  R1. leaf = walk(start); +1 on the slot   W1. try_latch (RMW on state)
 //!      counts of start..start+n (CAS per    W2. SeqCst fence; leaf of the
-//!      16 slots; a count at 15 refuses:         page (a walk; checked as in
-//!      per-page pins instead); SeqCst fence     R2); slot count zero -> go on
-//!  R2. leaf.owner/pos == (file, start's     W3. else set the slot's waiter
-//!      leaf) else unpin, per-page pins          bit, SeqCst fence, re-check,
-//!  R3. per page k: f = slot; version v         park; R4 wakes it (still
-//!      even; state: refs > 0, not latched,      holding the latch, so new
-//!      up to date, not removed; identity        runs see LATCHED in R3)
-//!      == (file, start+k); version == v.
-//!      The first page failing ends the run  evictor (tree lock held; 5.2)
-//!      (its slots unpinned, R4); none ->    E1. freeze (RMW on state)
-//!      per-page pins (reads misses)         E2. SeqCst fence; slot count
-//!  R4. drop: -1 on the counts; SeqCst       E3. non-zero -> unfreeze, give up
-//!      fence; wake W3 waiters of the
-//!      slots; an empty leaf -> prune it     truncate (tree lock held; 5.6)
-//!      (tree lock, F1-F2); deferred frees   T1. mark REMOVED (RMW on state)
-//!      waiting -> D1                        T2. SeqCst fence; slot count;
-//!                                               clear the slot
-//!  leaf free (tree lock, `retire`)          T3. non-zero -> keep the cache's
-//!  F1. owner = 0 (RMW); SeqCst fence            reference, queue (leaf, slot,
-//!  F2. any slot count -> owner back, the        frame); then D1. Zero -> drop
-//!      leaf stays linked (empty) until R4       it (the last frees the frame)
-//!
-//!  deferred frees (D1: after T3, and in R4 when the queue is not empty):
-//!  lock the queue; SeqCst fence; for each entry whose slot count is zero,
-//!  drop the kept reference (the last one frees the frame)
+//!      16 slots; a count at 7 refuses:          page (a walk; checked as in
+//!      per-page pins instead); SeqCst fence     R2); slot count zero -> go
+//!  R2. leaf.owner/pos == (file, start's         on; then the page's state:
+//!      leaf) else unpin, per-page pins          REMOVED -> unlatch, retry
+//!  R3. per page k: f = slot; version v          the lookup; slot STALE ->
+//!      even; state: refs > 0, not latched,      go on (no run holds it)
+//!      up to date, not removed; identity    W3. else one more reference of
+//!      == (file, start+k); version == v;        its own (write-back pins
+//!      then the slot not STALE. The first       pass, rule 7), set the
+//!      page failing ends the run (its           slot's waiter bit, SeqCst
+//!      slots unpinned, R4); none ->             fence, re-check W2, park;
+//!      per-page pins (reads misses)             R4 wakes it (still holding
+//!  R4. drop: -1 on the counts, clearing         the latch, so new runs see
+//!      STALE of a slot that reaches 0 (one      LATCHED in R3); drop the
+//!      RMW per word); SeqCst fence; wake W3     reference, drain (5.5 step
+//!      waiters of the slots; an empty leaf      2) again
+//!      -> prune it (tree lock, F1-F2);
+//!      deferred frees waiting -> D1         evictor (tree lock held; 5.2)
+//!                                           E1. freeze (RMW on state)
+//!  leaf free (tree lock, `retire`)          E2. SeqCst fence; slot count
+//!  F1. owner = 0 (RMW); SeqCst fence        E3. non-zero -> unfreeze, give up
+//!  F2. any slot count -> owner back, the
+//!      leaf stays linked (empty) until R4   truncate (tree lock held; 5.6)
+//!                                           T1. mark REMOVED (RMW on state)
+//!  deferred frees (D1: after T3, and in     T2. SeqCst fence; slot count
+//!  R4 when the queue is not empty): lock        non-zero -> set STALE (one
+//!  the queue; SeqCst fence; for each            RMW on the pin word: never
+//!  entry whose slot count is zero, drop         on a zero count); clear the
+//!  the kept reference (the last one frees       slot
+//!  the frame)                               T3. pinned -> keep the cache's
+//!                                               reference, queue (leaf,
+//!                                               slot, frame); then D1. Zero
+//!                                               -> drop it (the last frees
+//!                                               the frame)
 //! ```
 //!
 //! Why a page a run validated in R3 cannot change under it until R4:
@@ -66,6 +75,23 @@
 //!   R4. A queued entry cannot be forgotten: T3 queues, then runs D1 (fence,
 //!   counts); a run's R4 unpins, fences, then reads the queue's length: one
 //!   of them sees the other.
+//! * **A new page in a truncated slot.** Truncate clears the slot with
+//!   runs still holding the old page; a later miss puts a new page there,
+//!   and the old runs' counts stay on the slot. They must not hold the new
+//!   page's writers (a run holder writing the page at that index again
+//!   waited for itself), hence `STALE`. While it is set no run takes the
+//!   slot's page: the bit is set (T2, Release) before the slot is cleared,
+//!   the new page is stored later (tree lock), so a run whose R3 loads the
+//!   new page (Acquire) sees the bit or a later value of the word, and the
+//!   bit is cleared only by the unpin that takes the count to zero, which
+//!   cannot come before this run's own unpin. So a W2 that reads `STALE`
+//!   in the word (after its fence) knows the runs counted there hold pages
+//!   truncate removed: if its own page is not REMOVED (read after the
+//!   word, which T2 set with Release after T1), none of them holds it;
+//!   if it is, the writer retries its lookup and writes nothing here. And
+//!   a run that validated the writer's page and was not seen latched in
+//!   R3 has its fence before W2's, so W2 reads that run's pin or later:
+//!   not a `STALE` older than it (any clear came before that pin).
 //! * **The leaf** itself is freed only by `retire` (F1-F2), the same
 //!   handshake with R1/R2: a leaf a run pinned before F2's fence stays,
 //!   with its owner and position; a run pinning after reads owner 0 (or the
@@ -84,7 +110,7 @@
 use super::{FileShared, Inner};
 use crate::frame::state::Released;
 use crate::frame::FrameNo;
-use crate::index::Node;
+use crate::index::{Node, SlotRuns};
 use crate::stats::Counter;
 use crate::sync::{fence, park, unpark_all, wait_timer, LockClass, Ordering};
 
@@ -107,6 +133,18 @@ fn prefetch(d: &crate::frame::state::FrameDesc) {
     }
     #[cfg(any(not(target_arch = "x86_64"), loom))]
     let _ = d;
+}
+
+/// Whether a run holds a latched page (protocol 5.7 W2).
+#[derive(Debug)]
+pub(crate) enum RunHold<'a> {
+    /// No run holds it: the latch holder goes on.
+    Free,
+    /// Runs pinning slot `.1` of leaf `.0` may hold it: wait (W3).
+    Held(&'a Node, usize),
+    /// The page was removed meanwhile, and runs pin its slot: write
+    /// nothing, let go and retry the lookup.
+    Removed,
 }
 
 /// A frame whose truncated page a run may still read (T3): the cache's
@@ -168,6 +206,14 @@ impl Inner {
             out[m] = f;
             m += 1;
         }
+        // The slots' STALE bits, read after their frames (see the
+        // protocol's argument): a stale slot ends the run.
+        let stale = leaf.stale_slots(lo, m);
+        let m = if stale == 0 {
+            m
+        } else {
+            m.min(stale.trailing_zeros() as usize)
+        };
         let mut k = 0;
         while k < m {
             let f = out[k];
@@ -229,39 +275,78 @@ impl Inner {
         }
     }
 
-    /// W2: the caller just claimed page `index`'s latch (W1); the page's
-    /// leaf and slot if a run holds the page. The walk is lock-free: the
-    /// page is in its tree while latched and not removed, and a leaf a run
-    /// pins stays linked (F2), so it ends at the run's leaf. Context: any,
-    /// no sleep.
-    pub(crate) fn run_over(&self, fs: &FileShared, index: u64) -> Option<(&Node, usize)> {
+    /// W2: the caller just claimed the latch of page `index` (frame `f`,
+    /// W1); whether a run holds the page. The walk is lock-free: the page
+    /// is in its tree while latched and not removed, and a leaf a run pins
+    /// stays linked (F2), so it ends at the run's leaf. Context: any, no
+    /// sleep.
+    pub(crate) fn run_over(&self, fs: &FileShared, index: u64, f: FrameNo) -> RunHold<'_> {
         fence(Ordering::SeqCst);
-        let leaf = fs.tree.leaf(&self.nodes, index)?;
+        let Some(leaf) = fs.tree.leaf(&self.nodes, index) else {
+            return RunHold::Free;
+        };
         let s = (index % LEAF_PAGES) as usize;
-        (leaf.slot_pinned(s) && leaf.is_leaf_of(fs.tree.owner(), index - s as u64))
-            .then_some((leaf, s))
+        if !leaf.is_leaf_of(fs.tree.owner(), index - s as u64) {
+            return RunHold::Free;
+        }
+        self.slot_hold(leaf, s, f)
     }
 
-    /// W2-W3: the caller just latched page `index` of `fs` (W1) and holds
-    /// it; waits while a run pins it. Context: may sleep (parks until the
-    /// run's R4); holds the page's latch only.
-    pub(crate) fn wait_run_pins(&self, fs: &FileShared, index: u64) {
+    /// W2's verdict for slot `s` of `leaf` and the latched page's frame
+    /// `f`: the slot word first, then the page's state (see the argument
+    /// for `STALE` above). Context: any, no sleep.
+    fn slot_hold<'a>(&self, leaf: &'a Node, s: usize, f: FrameNo) -> RunHold<'a> {
+        let runs = leaf.slot_runs(s);
+        if runs == SlotRuns::None {
+            return RunHold::Free;
+        }
+        if self.desc(f).snapshot().is_removed() {
+            return RunHold::Removed;
+        }
+        match runs {
+            SlotRuns::Current => RunHold::Held(leaf, s),
+            _ => RunHold::Free,
+        }
+    }
+
+    /// W2-W3: the caller just latched page `index` of `fs` (frame `f`, W1)
+    /// and holds it; waits while a run holds the page. Returns false if the
+    /// page was removed meanwhile while runs pinned its slot: the caller
+    /// writes nothing, unlatches, drops its pin and retries its lookup.
+    /// While it waits it holds one reference more than `latch_base`, so
+    /// that write-back pins pass it as they pass a writer still draining
+    /// (lock rule 7: the run's holder may `sync` meanwhile), and once the
+    /// run is gone it drains such pins again (5.5 step 2). Context: may
+    /// sleep (parks until the run's R4); holds the page's latch only.
+    pub(crate) fn wait_run_pins(&self, fs: &FileShared, index: u64, f: FrameNo) -> bool {
         // W2.
-        let Some((leaf, s)) = self.run_over(fs, index) else {
-            return;
+        let (leaf, s) = match self.run_over(fs, index, f) {
+            RunHold::Free => return true,
+            RunHold::Removed => return false,
+            RunHold::Held(leaf, s) => (leaf, s),
         };
         // W3.
+        let d = self.desc(f);
+        d.pin_more();
         let _timer = wait_timer(LockClass::PageDrainWait);
-        loop {
+        let go_on = loop {
             leaf.add_pin_waiter(s);
             fence(Ordering::SeqCst);
-            if !leaf.slot_pinned(s) {
-                return;
+            match self.slot_hold(leaf, s, f) {
+                RunHold::Free => break true,
+                RunHold::Removed => break false,
+                RunHold::Held(..) => {}
             }
             park(leaf.pin_key(s), || {
-                leaf.pin_waiter_set(s) && leaf.slot_pinned(s)
+                leaf.pin_waiter_set(s) && leaf.slot_runs(s) == SlotRuns::Current
             });
+        };
+        let r = d.release();
+        debug_assert_eq!(r, Released::Alive, "the latch holder's own pin remains");
+        if go_on {
+            d.wait_drained();
         }
+        go_on
     }
 
     /// T3: queues the frames of truncated pages a run may still read (the

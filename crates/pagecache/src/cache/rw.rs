@@ -81,8 +81,12 @@ impl Inner {
                     self.count(Counter::Hits);
                     if self.latch_pinned(f, fs.id, index) {
                         // Protocol 5.7 W2-W3: a run may be reading it.
-                        self.wait_run_pins(fs, index);
-                        return Ok(f);
+                        if self.wait_run_pins(fs, index, f) {
+                            return Ok(f);
+                        }
+                        // Truncated meanwhile: look it up again.
+                        self.desc(f).unlatch();
+                        self.release(f);
                     }
                 }
                 Got::Inserted(f) => {

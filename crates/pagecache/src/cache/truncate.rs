@@ -44,6 +44,7 @@
 //! failure changes nothing. Bytes past the end of the old last page are
 //! zero already (every path that writes a page keeps them so).
 
+use super::run::RunHold;
 use super::{FileShared, FrameLatch, Inner, PinMiss, LEAF_PAGES};
 use crate::error::context;
 use crate::frame::state::Released;
@@ -78,9 +79,10 @@ impl Inner {
                 // T1 of protocol 5.7 (`run.rs`): REMOVED, keeping the
                 // cache's reference for now.
                 let old = d.mark_removed();
-                // T2: a run may hold the page.
+                // T2: a run may hold the page; if one pins the slot, the
+                // slot is marked STALE before the page leaves it.
                 crate::sync::fence(Ordering::SeqCst);
-                let run = g.run_pinned(&self.nodes, index);
+                let run = g.mark_run_stale(&self.nodes, index);
                 let removed = g.remove(&self.nodes, index, f);
                 debug_assert!(removed, "page {index} listed but not removed");
                 if old.is_dirty() {
@@ -197,17 +199,14 @@ impl Inner {
             self.release(f);
             return Tail::Busy;
         }
-        let s = d.snapshot();
         // Protocol 5.7 W2 without W3: a run holding the page makes it busy.
-        let run = self.run_over(fs, index).is_some();
-        if s.is_removed() || s.refs() > s.latch_base() || run {
+        let run = self.run_over(fs, index, f);
+        let s = d.snapshot();
+        let removed = s.is_removed() || matches!(run, RunHold::Removed);
+        if removed || s.refs() > s.latch_base() || matches!(run, RunHold::Held(..)) {
             d.unlatch();
             self.release(f);
-            return if s.is_removed() {
-                Tail::Absent
-            } else {
-                Tail::Busy
-            };
+            return if removed { Tail::Absent } else { Tail::Busy };
         }
         Tail::Latched(FrameLatch::new(self, f, None))
     }
@@ -218,7 +217,8 @@ impl Inner {
     fn wait_idle(&self, fs: &FileShared, index: u64) -> io::Result<()> {
         while let Some(f) = self.find_get(fs, index)? {
             if self.latch_pinned(f, fs.id, index) {
-                self.wait_run_pins(fs, index);
+                // Removed or not, the caller looks again.
+                let _ = self.wait_run_pins(fs, index, f);
                 // Latched and drained: idle. Let go; the caller retries.
                 self.desc(f).unlatch();
                 self.release(f);

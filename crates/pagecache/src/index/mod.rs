@@ -72,6 +72,7 @@
 //! the new root.
 
 mod pins;
+pub(crate) use pins::SlotRuns;
 
 use crate::frame::FrameNo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -103,7 +104,7 @@ pub struct Node {
     /// (a leaf's low [`SHIFT`] bits are 0). Fixed while linked.
     pos: AtomicU64,
     /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 16` of word
-    /// `s / 16`), see `pins.rs`.
+    /// `s / 16`: a 3-bit count and `STALE`), see `pins.rs`.
     pins: [AtomicU64; 4],
     /// (A) slots whose writer waits for their run pins to go.
     pin_waiters: AtomicU64,
@@ -191,15 +192,7 @@ impl NodeArena {
             ));
         }
         #[cfg(loom)]
-        let _ = self.nodes[id as usize].set(Node {
-            slots: std::array::from_fn(|_| AtomicU64::new(0)),
-            dirty: AtomicU64::new(0),
-            count: AtomicU32::new(0),
-            owner: AtomicU64::new(0),
-            pos: AtomicU64::new(0),
-            pins: std::array::from_fn(|_| AtomicU64::new(0)),
-            pin_waiters: AtomicU64::new(0),
-        });
+        let _ = self.nodes[id as usize].set(Node::empty());
         Ok(id)
     }
 
@@ -411,6 +404,20 @@ impl Tree {
 }
 
 impl Node {
+    /// An empty node, not linked anywhere.
+    #[cfg(any(loom, test))]
+    pub(crate) fn empty() -> Node {
+        Node {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            dirty: AtomicU64::new(0),
+            count: AtomicU32::new(0),
+            owner: AtomicU64::new(0),
+            pos: AtomicU64::new(0),
+            pins: std::array::from_fn(|_| AtomicU64::new(0)),
+            pin_waiters: AtomicU64::new(0),
+        }
+    }
+
     #[inline]
     fn entry(node: &Node, index: u64) -> Option<FrameNo> {
         // Acquire: pairs with the Release store in `insert`, so the frame's
@@ -611,11 +618,21 @@ impl<'a> TreeLocked<'a> {
 
     /// The leaf covering `index` if a run pins `index`'s slot. The caller
     /// has just changed the page's state word and issued a SeqCst fence
-    /// (protocol 5.7, `cache/run.rs`).
+    /// (protocol 5.7 E2, `cache/run.rs`).
     pub fn run_pinned(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
         let (path, depth) = self.leaf_path(arena, index)?;
         let leaf = arena.get(path[depth - 1].0)?;
         leaf.slot_pinned((index & MASK) as usize).then_some(leaf)
+    }
+
+    /// Protocol 5.7 T2-T3 for the page at `index`, which truncate marked
+    /// REMOVED and fenced: the leaf covering it if a run pins its slot, the
+    /// slot then marked `STALE` (its runs may hold this page, which is
+    /// leaving the slot: no writer of the slot's next page waits for them).
+    pub fn mark_run_stale(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
+        let (path, depth) = self.leaf_path(arena, index)?;
+        let leaf = arena.get(path[depth - 1].0)?;
+        leaf.mark_stale((index & MASK) as usize).then_some(leaf)
     }
 
     /// Frees the leaf covering `index` if it is empty and no run pins it

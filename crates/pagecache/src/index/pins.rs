@@ -1,11 +1,20 @@
 //! Run pins: the index side of protocol 5.7 (`cache/run.rs`).
 //!
 //! A run (`File::run`) pins a range of a leaf's slots with one RMW per 16
-//! slots instead of one pin per page. Each slot has a 4-bit count in
-//! [`Node::pins`]; a pin that would take a count past 15 is refused (the
-//! run falls back to per-page pins). Writers, the evictor and truncate
-//! consult a page's slot count after changing the page's state word (see
-//! the protocol in `cache/run.rs`).
+//! slots instead of one pin per page. Each slot has a nibble in
+//! [`Node::pins`]: a 3-bit count of the runs pinning it (a pin that would
+//! take it past 7 is refused: the run falls back to per-page pins) and a
+//! `STALE` bit. Writers, the evictor and truncate consult a page's slot
+//! after changing the page's state word (see the protocol in
+//! `cache/run.rs`).
+//!
+//! `STALE` says that the slot's pins may be holding a page truncate took
+//! out of the slot (T3), not the page the slot holds now: truncate sets it
+//! while the count is non-zero, and the unpin that takes the count to zero
+//! clears it in the same RMW, so `STALE` implies a non-zero count. While it
+//! is set no run takes the slot's page (R3 checks it), so a writer of that
+//! page waits for no run (W2). Count and bit share one word so that a
+//! run's pin and truncate's mark are ordered by it.
 //!
 //! A leaf is freed only when no run pins it ([`NodeArena::retire`]), so a
 //! pinned leaf keeps its place in the tree, and so its identity
@@ -19,6 +28,10 @@ use crate::sync::{fence, Ordering};
 const PER_WORD: usize = 16;
 /// One in the low bit of every nibble.
 const ONES: u64 = 0x1111_1111_1111_1111;
+/// The count bits of every nibble.
+const COUNTS: u64 = ONES * 7;
+/// The `STALE` bit of every nibble.
+const STALES: u64 = ONES << 3;
 
 /// The nibble masks (word, one per slot) of slots `lo..lo + n`.
 #[inline]
@@ -38,10 +51,31 @@ fn words(lo: usize, n: usize) -> impl Iterator<Item = (usize, u64)> {
     })
 }
 
-/// The bits of `x` set where a nibble is 15 (at the nibble's top bit).
+/// The bits of `x` set where a nibble's count is 7 (at the nibble's top
+/// bit).
 #[inline]
-fn full_nibbles(x: u64) -> u64 {
-    ((x & (ONES * 7)) + ONES) & x & (ONES << 3)
+fn full_counts(x: u64) -> u64 {
+    ((x & COUNTS) + ONES) & STALES
+}
+
+/// The bits set (at each nibble's low bit) where a nibble's count is zero.
+#[inline]
+fn zero_counts(x: u64) -> u64 {
+    let c = x & COUNTS;
+    !(c | c >> 1 | c >> 2) & ONES
+}
+
+/// Whether a run pins slot `s` of a leaf, and whose page it may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotRuns {
+    /// No run pins the slot.
+    None,
+    /// Runs pin the slot; any that validated a page holds the slot's page.
+    Current,
+    /// Runs pin the slot, and some may hold a page truncate took out of it
+    /// (`STALE`): none holds the page the slot holds now, if that page was
+    /// not itself taken out since.
+    Stale,
 }
 
 /// The bitmap (one bit per slot) of slots `lo..lo + n`.
@@ -65,10 +99,9 @@ impl Node {
             // Relaxed: seeds the CAS.
             let mut cur = word.load(Ordering::Relaxed);
             loop {
-                if full_nibbles(cur) & (m << 3) != 0 {
+                if full_counts(cur) & (m << 3) != 0 {
                     for &(w, m) in &done[..k] {
-                        // Release: as in `unpin_slots` (we read nothing).
-                        self.pins[w].fetch_sub(m, Ordering::Release);
+                        self.unpin_word(w, m);
                     }
                     return false;
                 }
@@ -89,21 +122,79 @@ impl Node {
     /// The caller issues the SeqCst fence of R4 after it. Context: any.
     pub(crate) fn unpin_slots(&self, lo: usize, n: usize) {
         for (w, m) in words(lo, n) {
-            // Release: the run's reads of the pages happen-before a writer,
-            // evictor or truncate that sees the count drop (Acquire load).
-            let old = self.pins[w].fetch_sub(m, Ordering::Release);
-            let nonzero = old | old >> 1 | old >> 2 | old >> 3;
-            debug_assert_eq!(nonzero & m, m, "unpin of an unpinned slot");
+            self.unpin_word(w, m);
         }
     }
 
-    /// Whether a run pins slot `s` (protocol 5.7 W2/E2/T2: after the
+    /// Drops one pin of each slot in mask `m` of pin word `w`, and clears
+    /// `STALE` of those whose count reaches zero, in one RMW.
+    fn unpin_word(&self, w: usize, m: u64) {
+        // Release: the run's reads of the pages happen-before a writer,
+        // evictor or truncate that sees the count drop (Acquire load).
+        let r = self.pins[w].fetch_update(Ordering::Release, Ordering::Relaxed, |old| {
+            debug_assert_eq!(!zero_counts(old) & m, m, "unpin of an unpinned slot");
+            let new = old - m;
+            Some(new & !((zero_counts(new) & m) << 3))
+        });
+        debug_assert!(r.is_ok());
+    }
+
+    /// Protocol 5.7 T2-T3: truncate took slot `s`'s page out (T1, fenced):
+    /// if a run pins the slot, marks it `STALE` and returns true (the
+    /// page's frame must wait for those runs); else false. One RMW, so the
+    /// bit is never set on a slot whose count is zero. Context: under the
+    /// tree lock, after the caller's SeqCst fence.
+    pub(crate) fn mark_stale(&self, s: usize) -> bool {
+        let shift = (s % PER_WORD) * 4;
+        // Release: a writer whose Acquire load sees the bit (W2) sees the
+        // page's REMOVED (T1) too. Acquire on failure: the count read is
+        // the one T2 acts on (a zero from a run's unpin orders its reads
+        // before the caller's free).
+        self.pins[s / PER_WORD]
+            .fetch_update(Ordering::Release, Ordering::Acquire, |w| {
+                ((w >> shift) & 7 != 0).then_some(w | 8 << shift)
+            })
+            .is_ok()
+    }
+
+    /// Whether a run pins slot `s` (protocol 5.7 E2/D1: after the
     /// caller's RMW on the page's state and a SeqCst fence). Acquire: a
     /// zero read from a run's unpin orders that run's reads before ours.
     #[inline]
     pub(crate) fn slot_pinned(&self, s: usize) -> bool {
+        self.slot_runs(s) != SlotRuns::None
+    }
+
+    /// The slots of `lo..lo + n` marked `STALE`, one bit per slot from
+    /// bit 0 (R3, after loading their frames). Acquire: as `slot_runs`.
+    #[inline]
+    pub(crate) fn stale_slots(&self, lo: usize, n: usize) -> u64 {
+        let mut out = 0;
+        if n == 0 {
+            return 0;
+        }
+        for (w, m) in words(lo, n) {
+            let mut st = self.pins[w].load(Ordering::Acquire) & (m << 3);
+            while st != 0 {
+                let slot = w * PER_WORD + st.trailing_zeros() as usize / 4;
+                out |= 1 << (slot - lo);
+                st &= st - 1;
+            }
+        }
+        out
+    }
+
+    /// Whether runs pin slot `s`, and whether they may hold a page taken
+    /// out of it (protocol 5.7 W2, and R3's check of `STALE`). Acquire: as
+    /// `slot_pinned`, and pairs with `mark_stale`'s Release.
+    #[inline]
+    pub(crate) fn slot_runs(&self, s: usize) -> SlotRuns {
         let w = self.pins[s / PER_WORD].load(Ordering::Acquire);
-        (w >> ((s % PER_WORD) * 4)) & 15 != 0
+        match (w >> ((s % PER_WORD) * 4)) & 15 {
+            0 => SlotRuns::None,
+            n if n & 8 != 0 => SlotRuns::Stale,
+            _ => SlotRuns::Current,
+        }
     }
 
     /// Whether any slot is pinned (after a SeqCst fence).
@@ -208,11 +299,36 @@ mod tests {
     }
 
     #[test]
-    fn full_nibbles_finds_fifteen_only() {
-        assert_eq!(full_nibbles(0xf), 0x8);
-        assert_eq!(full_nibbles(0xe), 0);
-        assert_eq!(full_nibbles(0x7), 0);
-        assert_eq!(full_nibbles(0xf0f0), 0x8080);
-        assert_eq!(full_nibbles(u64::MAX), ONES << 3);
+    fn full_counts_finds_seven_only() {
+        assert_eq!(full_counts(0x7), 0x8);
+        assert_eq!(full_counts(0xf), 0x8, "a stale slot at 7 is full");
+        assert_eq!(full_counts(0xe), 0);
+        assert_eq!(full_counts(0x6), 0);
+        assert_eq!(full_counts(0x7070), 0x8080);
+        assert_eq!(full_counts(u64::MAX), STALES);
+    }
+
+    #[test]
+    fn the_unpin_to_zero_clears_stale() {
+        let n = crate::index::Node::empty();
+        assert!(n.pin_slots(3, 2) && n.pin_slots(4, 1));
+        assert!(!n.mark_stale(2), "unpinned: never stale");
+        assert!(n.mark_stale(3) && n.mark_stale(4));
+        assert_eq!(n.slot_runs(3), SlotRuns::Stale);
+        assert_eq!(n.stale_slots(2, 3), 0b110);
+        n.unpin_slots(3, 2);
+        assert_eq!(n.slot_runs(3), SlotRuns::None, "count 0 clears STALE");
+        assert_eq!(n.slot_runs(4), SlotRuns::Stale, "one pin left");
+        n.unpin_slots(4, 1);
+        assert!(!n.any_pinned());
+        for _ in 0..7 {
+            assert!(n.pin_slots(0, 16));
+        }
+        assert!(!n.pin_slots(15, 2), "slot 15 is at 7");
+        assert_eq!(
+            n.slot_runs(16),
+            SlotRuns::None,
+            "the refused pin left nothing"
+        );
     }
 }

@@ -62,18 +62,23 @@ impl Inner {
         self.reclaim(patient)
     }
 
-    /// Evicts one page and returns its frame. Fails once two full passes
-    /// of the policy found nothing evictable, no other reclaimer holds
-    /// candidates and no write-back is in flight: with the write-back error
-    /// that kept the last dirty victim, if any, else `OutOfMemory` (every
-    /// frame pinned, latched or unevictable). `patient`: as for
-    /// `alloc_frame_as`. Context: as `alloc_frame_as`.
+    /// Evicts one page and returns its frame. Fails only when two full
+    /// passes of the policy found nothing evictable, a look at every frame
+    /// agrees, and nothing that will hand frames back is under way: no
+    /// other reclaimer holds candidates, no write-back or read is in
+    /// flight. Then with the write-back error that kept the last dirty
+    /// victim, if any, else `OutOfMemory` (every frame pinned, latched or
+    /// unevictable). A patient caller waits for work under way however
+    /// long it takes: a slow or busy device is not a lack of memory.
+    /// `patient`: as for `alloc_frame_as` (an impatient caller may be
+    /// filling pages of a run that is itself what is in flight, and never
+    /// waits). Context: as `alloc_frame_as`.
     fn reclaim(&self, patient: bool) -> io::Result<FrameNo> {
         const WANT: usize = 16; // evicted per round: a batch per policy lock
         let mut cands = Vec::with_capacity(WANT);
         let mut scanned = 0;
         let mut empty_rounds = 0;
-        let mut waits = if patient { 0 } else { 10_000 };
+        let mut waits = 0u32;
         let mut rechecks = 0;
         // The last write-back of a dirty victim that failed: what the
         // caller needs to hear (a full disk, say) if no frame can be had,
@@ -86,29 +91,18 @@ impl Inner {
             }
             // A full pass found nothing: take referenced pages too; a
             // second, urgent pass that also finds nothing means every frame
-            // is pinned, latched or unevictable.
+            // is pinned, latched or unevictable, or busy for a while.
             let pass = self.policy.pass_len(&self.frames) + crate::reclaim::CLAIM;
             let urgent = scanned >= pass;
-            if (scanned >= 2 * pass || empty_rounds >= 2)
-                // Frames in other reclaimers' batches are in no queue; while
-                // any reclaimer holds some, wait for it (it may be preempted
-                // mid-batch) instead of failing. An RMW, not a load: it reads
-                // the latest count (a relaxed load may return an old 0, and
-                // loom finds the OutOfMemory that follows); Acquire pairs
-                // with the Release decrement below, so a 0 read from it means
-                // its batch's leftovers are in the pool for the last try.
-                && self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
-                && waits < 10_000
-            {
-                waits += 1;
-                scanned = 0;
-                empty_rounds = 0;
-                crate::sync::yield_now();
-                continue;
-            }
             if scanned >= 2 * pass || empty_rounds >= 2 {
-                // Last try: a reclaimer that finished meanwhile freed its
-                // leftovers before its decrement (read above).
+                // Frames in other reclaimers' batches are in no queue. An
+                // RMW, not a load: it reads the latest count (a relaxed load
+                // may return an old 0, and loom finds the OutOfMemory that
+                // follows); Acquire pairs with the Release decrement below,
+                // so a 0 read from it means their leftovers are in the pool
+                // for the last try.
+                let others = self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0;
+                // Last try.
                 if let Some(f) = self.alloc.alloc() {
                     return Ok(f);
                 }
@@ -116,19 +110,26 @@ impl Inner {
                 // old states (loom finds this: a frame freed by another
                 // thread's release still looked pinned). Before claiming
                 // that every frame is busy, look again with RMW reads,
-                // which see the latest state; rescan if one is evictable,
-                // and wait (yielding) while pages are only held by a
-                // write-back in flight.
+                // which see the latest state; rescan if one is evictable.
                 let (evictable, in_flight) = self.outlook_now();
-                if (evictable && rechecks < 2) || (in_flight && waits < 10_000) {
-                    if evictable {
-                        rechecks += 1;
-                    } else {
-                        waits += 1;
-                        crate::sync::yield_now();
-                    }
+                if evictable && rechecks < 2 {
+                    rechecks += 1;
                     scanned = 0;
                     empty_rounds = 0;
+                    continue;
+                }
+                // Another reclaimer's round (it waits for no latch; it may
+                // be writing a victim back, or preempted), a write-back or a
+                // read in flight: each ends by itself and leaves a frame to
+                // free or a page to evict. Wait for it, and look again: a
+                // false `OutOfMemory` here (twelve writers of a 16-frame
+                // cache on a 30 ms device, every frame under a write another
+                // started) made a caller give up on a slow device.
+                if patient && (others || in_flight) {
+                    crate::sync::wait_step(&mut waits);
+                    scanned = 0;
+                    empty_rounds = 0;
+                    rechecks = 0;
                     continue;
                 }
                 if let Some(e) = wb_failed {

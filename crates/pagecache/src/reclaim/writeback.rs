@@ -274,20 +274,12 @@ impl Inner {
     /// but the size lock shared.
     /// Returns whether there was any to wait for.
     pub(crate) fn wait_writeback(&self, fs: &FileShared) -> bool {
-        let mut spins = 0u32;
+        let mut rounds = 0u32;
         // Acquire: pairs with `end_run`'s Release decrement.
         while fs.writeback.load(Ordering::Acquire) != 0 {
-            spins += 1;
-            if spins < 64 {
-                crate::sync::yield_now();
-            } else {
-                #[cfg(not(loom))]
-                std::thread::sleep(std::time::Duration::from_micros(50));
-                #[cfg(loom)]
-                crate::sync::yield_now();
-            }
+            crate::sync::wait_step(&mut rounds);
         }
-        spins > 0
+        rounds > 0
     }
 
     /// Write-back of consecutive pages the caller has pinned (eviction: a
