@@ -116,25 +116,12 @@ pub(crate) fn context(e: io::Error, msg: impl Into<String>) -> io::Error {
     )
 }
 
-/// A copy of `e` for a second reader (an error eviction met goes to the
-/// file's next sync and to the thread that needed the frame): the same
-/// kind, OS error number and messages.
-pub(crate) fn clone_error(e: &io::Error) -> io::Error {
-    if let Some(n) = e.raw_os_error() {
-        return io::Error::from_raw_os_error(n);
-    }
-    match e.get_ref().and_then(|i| i.downcast_ref::<PageError>()) {
-        Some(pe) => context(clone_error(&pe.source), pe.msg.clone()),
-        None => io::Error::new(e.kind(), e.to_string()),
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
     #[test]
-    fn os_error_is_found_through_context_and_clones_keep_it() {
+    fn os_error_is_found_through_context() {
         let e = context(
             context(io::Error::from_raw_os_error(libc::ENOSPC), "inner"),
             "outer",
@@ -142,9 +129,6 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::StorageFull);
         assert_eq!(e.raw_os_error(), None);
         assert_eq!(os_error(&e), Some(libc::ENOSPC));
-        let c = clone_error(&e);
-        assert_eq!(os_error(&c), Some(libc::ENOSPC));
-        assert_eq!(c.to_string(), e.to_string());
         let own = io::Error::new(io::ErrorKind::OutOfMemory, "all pinned");
         assert_eq!(os_error(&context(own, "x")), None);
     }

@@ -186,8 +186,13 @@ fn writers_are_throttled_at_the_dirty_limit() {
     }
 }
 
+/// A failed background write keeps its pages dirty and counts in `Stats`;
+/// the next `sync`, whose own writes succeed, returns `Ok` with every page
+/// on disk. (Until issue 18 this test said the opposite: the flusher's
+/// error was reported again by that sync, once. `sync` now tells the truth
+/// about durability when it returns: DESIGN section 4.)
 #[test]
-fn a_failed_background_write_reaches_the_next_sync_once_and_loses_nothing() {
+fn a_failed_background_write_loses_nothing_and_the_next_sync_succeeds() {
     let d = TempDir::new("bgwb-eio");
     let p = d.path("f");
     make_file(&p, 64 * PS as u64);
@@ -203,12 +208,8 @@ fn a_failed_background_write_reaches_the_next_sync_once_and_loses_nothing() {
         assert_eq!(f.dirty_pages(), 64, "{e:?}: nothing dropped");
         assert!(c.stats().write_errors > 0);
         faults.clear();
-        let err = f.sync().unwrap_err();
-        assert_eq!(os_error(&err), Some(libc::EIO), "{e:?}: {err}");
-        assert!(err.to_string().contains("background"), "{err}");
-        // Reported once; every page was written all the same.
-        assert_eq!(std::fs::read(&p).unwrap(), data, "{e:?}");
         f.sync().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), data, "{e:?}");
         assert_eq!(f.dirty_pages(), 0);
         c.validate();
     }

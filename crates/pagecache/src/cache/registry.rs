@@ -60,9 +60,10 @@ pub(crate) struct FileShared {
     /// were last taken for write-back): the kernel's `dirtied_when`, the
     /// flusher's order. A hint (see `Inner::flush_pass`).
     pub(crate) dirtied_when: crate::sync::unmodelled::AtomicU64,
-    /// (M) write-back error from eviction or the flusher, reported once by
-    /// the next `sync` or close.
-    pub(crate) wb_error: Mutex<Option<io::Error>>,
+    /// (A) write-backs of this file's pages that failed, ever (their pages
+    /// are dirty again): a `sync` that sees it move while it waits for
+    /// others' write-backs writes those pages itself (`Inner::flush`).
+    pub(crate) wb_failures: AtomicU64,
     /// The file's contents on disk as loom sees them: every read, write
     /// and length change of the file touches it first (nothing without
     /// loom; see `sync::Witness`).
@@ -118,7 +119,7 @@ impl Inner {
             writeback: AtomicUsize::new(0),
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             flushing: Mutex::with_class((), LockClass::Other),
-            wb_error: Mutex::with_class(None, LockClass::Other),
+            wb_failures: AtomicU64::new(0),
             disk: Witness::default(),
         });
         self.count(if fs.read_fd.is_direct() {
@@ -234,9 +235,6 @@ impl Inner {
         }
         let was = reg.by_id.remove(&fs.id).is_some();
         drop(reg);
-        if discard {
-            fs.wb_error.lock().take();
-        }
         // Orphaning clears DIRTY: with `discard` that is the point.
         self.remove_pages_from(fs, 0);
         was

@@ -52,13 +52,16 @@
 //! to its last dirty page (never past the file's length), so the filesystem
 //! runs its direct writes as concurrent overwrites.
 //!
-//! A failed write leaves its pages dirty; eviction records its error in the
-//! file's `wb_error` for the next `sync`. Never wait for a latch while
+//! A failed write leaves its pages dirty (and counts in the file's
+//! `wb_failures`); eviction's error goes to the call that needed the frame,
+//! the flusher's to `Stats`. A `sync` reports what is true when it
+//! returns: `Ok` once every page dirty at its call is on disk, whatever
+//! failed before (see `flush`). Never wait for a latch while
 //! holding pins (lock rule 6): a run stops at a latched page, is written,
 //! and only then does the flush wait.
 
 use crate::cache::{FileShared, Inner, SizeShared};
-use crate::error::{clone_error, context};
+use crate::error::context;
 use crate::frame::state::{PinFail, PinKind};
 use crate::frame::FrameNo;
 use crate::io::engine::{Dir, Oneshot, Op};
@@ -98,8 +101,6 @@ struct InFlight {
     /// their own write, not for the rest of the pass).
     runs: std::collections::VecDeque<(usize, Arc<Oneshot<io::Result<()>>>)>,
     pages: usize,
-    /// Record failures in the file's `wb_error` (see `end_run`).
-    record: bool,
     /// The cache and the file, owned, for those completions (`None` at
     /// teardown, with no cache to own: runs are then written one at a
     /// time on the calling thread).
@@ -122,7 +123,7 @@ impl Inner {
     /// caller has pinned, `start_writeback()` succeeded on, and (for sync)
     /// ordered, with one blocking I/O on this thread. Caller holds the size
     /// lock shared. Ends write-back on each page (dirty again on failure,
-    /// re-tagged) but keeps the pins. `record` as for [`Inner::end_run`].
+    /// re-tagged) but keeps the pins.
     /// Context: may sleep (I/O); the caller holds the run's pins and, proved
     /// by `_size`, the file's size lock shared; no tree lock.
     fn write_pages(
@@ -130,7 +131,6 @@ impl Inner {
         fs: &FileShared,
         _size: &SizeShared<'_>,
         run: &[(u64, FrameNo)],
-        record: bool,
     ) -> io::Result<()> {
         let res = match self.run_buffers(fs, run) {
             Err(e) => Err(e),
@@ -140,7 +140,7 @@ impl Inner {
             // `BackendFile::write_raw`); lengths are within the frames.
             Ok(Some((w, offset, iov))) => unsafe { write_full(&*w, &iov, offset) },
         };
-        self.end_run(fs, run, res, record)
+        self.end_run(fs, run, res)
     }
 
     /// Step 3's buffers for `run`: the pages' bytes below the length read
@@ -189,16 +189,14 @@ impl Inner {
     /// page (dirty again and re-tagged on failure); keeps the pins.
     /// Context: no sleep; the caller holds the run's pins.
     ///
-    /// With `record` (write-back nobody waits for: eviction, the flusher) a
-    /// failure is also kept in the file's `wb_error` for its next `sync` or
-    /// close — before the pages stop counting as in flight, so a `sync`
-    /// that waits for them (`wait_writeback`) finds the error.
+    /// A failure also counts in the file's `wb_failures`, before the pages
+    /// stop counting as in flight: a `sync` that waited for them
+    /// (`wait_writeback`) sees that their pages are dirty again.
     fn end_run(
         &self,
         fs: &FileShared,
         run: &[(u64, FrameNo)],
         res: io::Result<()>,
-        record: bool,
     ) -> io::Result<()> {
         let first = run[0].0;
         let failed = res.is_err();
@@ -228,14 +226,13 @@ impl Inner {
                     e,
                     format!("{}: writing back pages {first}..={last}", fs.path.display()),
                 );
-                if record {
-                    *fs.wb_error.lock() = Some(clone_error(&e));
-                }
+                // Release: after the pages' re-tagging (see `flush`).
+                fs.wb_failures.fetch_add(1, Ordering::Release);
                 Err(e)
             }
         };
-        // Release: the pages' end of write-back and the recorded error
-        // happen-before a waiting sync's Acquire load of the count.
+        // Release: the pages' end of write-back (dirty again, tagged) and
+        // the failure count happen-before a waiting sync's Acquire load.
         fs.writeback.fetch_sub(run.len(), Ordering::Release);
         res
     }
@@ -270,7 +267,7 @@ impl Inner {
     /// Waits until no page of `fs` is under write-back by anyone: `sync`
     /// must not return while another thread's write of a page it did not
     /// find dirty (the flusher took the tag) is still in flight, or before
-    /// that write's error is recorded. Context: may sleep; holds nothing
+    /// that write's failure is counted. Context: may sleep; holds nothing
     /// but the size lock shared.
     /// Returns whether there was any to wait for.
     pub(crate) fn wait_writeback(&self, fs: &FileShared) -> bool {
@@ -301,28 +298,33 @@ impl Inner {
         let mut run: Vec<(u64, FrameNo)> = Vec::with_capacity(pages.len());
         for &(index, f) in pages {
             if run.last().is_some_and(|&(last, _)| index != last + 1) {
-                let r = self.write_pages(fs, size, &run, true);
+                let r = self.write_pages(fs, size, &run);
                 res = res.and(r);
                 run.clear();
             }
             if self.start_one(fs, f, stable) {
                 run.push((index, f));
             } else if !run.is_empty() {
-                let r = self.write_pages(fs, size, &run, true);
+                let r = self.write_pages(fs, size, &run);
                 res = res.and(r);
                 run.clear();
             }
         }
         if !run.is_empty() {
-            res = res.and(self.write_pages(fs, size, &run, true));
+            res = res.and(self.write_pages(fs, size, &run));
         }
         res
     }
 
     /// Writes every dirty page of `fs` back; with `durable`, also persists
-    /// the length and calls `fdatasync`. Reports a write-back error recorded
-    /// by eviction since the last call, even if the retry succeeded, and
-    /// only once.
+    /// the length and calls `fdatasync`. Returns the truth about
+    /// durability now: `Ok` exactly when every page dirty at the call (and,
+    /// with `durable`, the length) is on disk. An earlier write-back that
+    /// failed (eviction's, reported to the call that needed the frame; the
+    /// flusher's, counted in `Stats`) left its pages dirty, so this writes
+    /// them and is not failed by that earlier error: a database that rolled
+    /// back on the first report must not see its next, successful commit
+    /// fail. Its own failure it returns; the next call retries.
     /// Context: may sleep (I/O, latch waits with no pins held); takes the
     /// size lock shared (exclusive-free: `read_recursive`), the tree lock
     /// briefly; the caller holds no `PageMut` of this file.
@@ -333,31 +335,31 @@ impl Inner {
         // Shared for the whole sync: excludes only `set_len`. Writers and
         // eviction's write-back run concurrently.
         let size = fs.size.read_recursive();
+        // Acquire: pairs with `end_run`'s Release increment, which follows
+        // the failed pages' re-tagging: a failure counted here has its
+        // pages tagged for the take below.
+        let mut failures = fs.wb_failures.load(Ordering::Acquire);
         let mut res = self.write_dirty(fs, &size, None);
-        // Others' write-backs of pages we did not find dirty (the flusher,
-        // eviction) end, and record their errors, before we report; pages
-        // whose write failed meanwhile are dirty again: write them too, so
-        // a sync that reports an earlier error still wrote every page.
-        if self.wait_writeback(fs) && res.is_ok() {
-            res = self.write_dirty(fs, &size, None);
+        // Others' write-backs of pages we did not find dirty (the flusher
+        // took their tags, eviction started them) end before we report.
+        // One that failed left its pages dirty and tagged again: write them
+        // ourselves, and look again, until a round in which no other
+        // write-back failed. Then every page dirty at our call is on disk,
+        // written by us or by a write-back that succeeded. Our own failure
+        // ends it, and is what we return.
+        while res.is_ok() {
             self.wait_writeback(fs);
+            // Acquire: as above.
+            let now = fs.wb_failures.load(Ordering::Acquire);
+            if now == failures {
+                break;
+            }
+            failures = now;
+            res = self.write_dirty(fs, &size, None);
         }
-        let res = match res {
+        match res {
             Err(e) => Err(e),
             Ok(()) => self.persist(fs, size, durable),
-        };
-        // An error eviction met is reported once, to this sync or close,
-        // whatever else happens (the kernel's errseq rule): taken now, it is
-        // spent. If this call fails for its own reasons, that error is
-        // returned and stands for both.
-        let recorded = fs.wb_error.lock().take();
-        match (res, recorded) {
-            (Err(e), _) => Err(e),
-            (Ok(()), Some(e)) => Err(context(
-                e,
-                "earlier write-back failed during eviction or background write-back",
-            )),
-            (Ok(()), None) => Ok(()),
         }
     }
 
@@ -369,8 +371,8 @@ impl Inner {
     /// by `size`, the size lock shared.
     ///
     /// `background`: the flusher's pass, with the cache's dirty count it
-    /// works down to. Its failures are recorded (`record` of
-    /// [`Inner::end_run`]: nobody waits for it), and it never waits for a
+    /// works down to. Its failures are counted in `Stats` (nobody waits
+    /// for it; a `sync` writes the pages again), and it never waits for a
     /// page: one latched, or dirty with an older write still in flight,
     /// gets its dirty tag back and is left to a later pass or a sync. A
     /// writer throttled at the dirty limit may hold that latch (a `PageMut`
@@ -389,7 +391,6 @@ impl Inner {
         size: &SizeShared<'_>,
         background: Option<usize>,
     ) -> io::Result<()> {
-        let record = background.is_some();
         // Pages per write: up to 1 MiB (256 pages of 4 KiB; the size the
         // kernel's write-back sends down), but never more than a quarter of the
         // cache, so a sync's pins cannot starve other threads of frames (a
@@ -419,7 +420,6 @@ impl Inner {
             .and_then(std::sync::Weak::upgrade)
             .map(|inner| (inner, fs.clone()));
         let mut flight = InFlight {
-            record,
             owner,
             ..InFlight::default()
         };
@@ -597,7 +597,6 @@ impl Inner {
         flight: &mut InFlight,
         first_err: &mut Option<io::Error>,
     ) {
-        let record = flight.record;
         let res = match (&flight.owner, self.run_buffers(fs, &run)) {
             (Some((inner, owned)), Ok(Some((file, offset, iov)))) => {
                 let w = Oneshot::new();
@@ -611,7 +610,7 @@ impl Inner {
                     done: Box::new(move |res: io::Result<usize>| {
                         // Steps 4-5 here, at once: end the pages'
                         // write-back, then drop their pins.
-                        let r = inner.end_run(&owned, &run, res.map(|_| ()), record);
+                        let r = inner.end_run(&owned, &run, res.map(|_| ()));
                         // The file before the pins and the signal: the
                         // waiter may let it go at once and expect its
                         // descriptor closed (see `Op::complete`).
@@ -628,9 +627,9 @@ impl Inner {
                 return;
             }
             // Teardown: one blocking write.
-            (None, Ok(Some(_))) => self.write_pages(fs, size, &run, record),
+            (None, Ok(Some(_))) => self.write_pages(fs, size, &run),
             // Nothing to write (past end of file), or no descriptor.
-            (_, res) => self.end_run(fs, &run, res.map(|_| ()), record),
+            (_, res) => self.end_run(fs, &run, res.map(|_| ())),
         };
         if let Err(e) = res {
             first_err.get_or_insert(e);
