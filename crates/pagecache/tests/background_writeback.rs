@@ -4,7 +4,7 @@
 //! once with every page still dirty.
 mod common;
 use common::*;
-use pagecache::{os_error, Config, Faults, FaultyBackend, IoEngine, PageCache, PosixBackend};
+use pagecache::{Config, Faults, FaultyBackend, IoEngine, PageCache, PosixBackend};
 use std::time::{Duration, Instant};
 
 const ENGINES: [IoEngine; 2] = [IoEngine::Uring, IoEngine::Threads];
