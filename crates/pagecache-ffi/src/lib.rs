@@ -719,8 +719,10 @@ pub unsafe extern "C" fn pc_file_set_len(file_: *const pc_file, len: u64) -> c_i
 }
 
 /// Writes every dirty page of the file back, persists its length and
-/// calls `fdatasync`. Reports a write-back error met since the last sync
-/// (once). Blocks for the I/O.
+/// calls `fdatasync`. Returns 0 exactly when every page dirty at the call,
+/// and the length, are on disk; an earlier write-back failure whose pages
+/// this call wrote is not reported again (it went to the call that met
+/// it, or to the statistics). Blocks for the I/O.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;

@@ -327,7 +327,8 @@ impl File {
         py.detach(|| f.set_len(length)).map_err(os_err)
     }
 
-    /// Writes every dirty page back, persists the length, fdatasync.
+    /// Writes every dirty page back, persists the length, fdatasync: returns
+    /// exactly when every page dirty at the call is on disk.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let f = self.get()?;
         py.detach(|| f.sync()).map_err(os_err)

@@ -609,9 +609,13 @@ impl File {
     }
 
     /// Writes every dirty page back, persists the length and calls
-    /// `fdatasync`. On error the pages that failed stay dirty, and a later
-    /// `sync` retries them. Also reports a write-back failure that eviction
-    /// met since the last `sync`.
+    /// `fdatasync`. Returns the truth about durability now: `Ok` exactly
+    /// when every page dirty at the call, and the length, are on disk. On
+    /// error the pages that failed stay dirty, and a later `sync` retries
+    /// them. An earlier failure (eviction's, reported to the call that
+    /// needed a frame; the background flusher's, counted in
+    /// [`Stats`](crate::Stats)) left its pages dirty: this writes them, and
+    /// does not report that earlier error again.
     pub fn sync(&self) -> io::Result<()> {
         self.inner().flush(&self.shared, true)
     }

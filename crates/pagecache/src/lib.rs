@@ -70,9 +70,12 @@
 //! * **Errors.** Every error is an `io::Error` with the file, page and
 //!   operation in its message and the kind users match on; [`os_error`]
 //!   gives the OS error number behind it (`ENOSPC`, `EIO`, `EFBIG`, ...).
-//!   A write-back error met by eviction is reported once, to the file's
-//!   next `sync` or `close` (and to the thread that needed the frame, if
-//!   no frame could be had: a full disk is not "out of memory").
+//!   A write-back error met by eviction goes to the thread that needed the
+//!   frame, if no frame could be had (a full disk is not "out of memory");
+//!   the pages stay dirty. What `sync` returns is the truth about
+//!   durability when it returns: `Ok` exactly when every page dirty at the
+//!   call, and the length, are on disk; an earlier error whose pages it has
+//!   now written is not reported again.
 //!   [`File::discard`] and [`PageCache::forget`] drop a file's pages
 //!   without writing them back.
 //! * **Durability.** `write_at` and `PageMut` only dirty pages. `sync` writes
@@ -112,8 +115,8 @@ pub mod internals {
     /// One background write-back pass over `file`, as the flusher runs it
     /// (tests and loom models, where no flusher thread runs): every dirty
     /// page written, except those latched or with an older write in
-    /// flight, whose tags are put back. Errors are kept for the file's
-    /// next `sync` as well as returned.
+    /// flight, whose tags are put back. Errors are returned (and counted
+    /// in `Stats`); failed pages stay dirty.
     pub fn background_pass(file: &crate::File) -> std::io::Result<()> {
         file.background_pass()
     }

@@ -66,8 +66,10 @@ class File:
         """The file's length in bytes."""
     def set_len(self, length: int) -> None: ...
     def sync(self) -> None:
-        """Writes dirty pages back, persists the length, fdatasync. Reports
-        a write-back error met since the last sync, once."""
+        """Writes dirty pages back, persists the length, fdatasync. Returns
+        exactly when every page dirty at the call is on disk, else raises
+        the error of its own writes; an earlier failure whose pages it
+        wrote is not raised again."""
     def prefetch(self, offset: int, length: int) -> None:
         """Starts reading a range into the cache without waiting."""
     def page(self, index: int) -> Page:

@@ -270,9 +270,8 @@ impl Inner {
                 self.release(n);
             }
             if let Err(e) = res {
-                // For the file's next sync or close, and for our caller if
-                // no frame can be had at all.
-                // (`end_run` recorded it in the file's `wb_error`.)
+                // For our caller if no frame can be had at all (the pages
+                // stay dirty; the next sync writes them).
                 *wb_failed = Some(e);
                 return self.drop_evict_pin(f);
             }

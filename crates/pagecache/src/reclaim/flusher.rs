@@ -26,8 +26,8 @@
 //!   and so may a `write_at`'s, so the flusher never waits for a latch: it
 //!   puts such a page's dirty tag back and goes on (`write_dirty`), and a
 //!   pass that could write nothing releases the throttled writers.
-//! - A write-back error of the flusher is kept in the file's `wb_error` and
-//!   reported by its next `sync` or `close`, once, as eviction's are; the
+//! - A write-back error of the flusher is counted in `Stats` (and in the
+//!   file's `wb_failures`, for a `sync` running meanwhile); the
 //!   pages stay dirty.
 //! - The thread starts the first time it is needed and stops (joined) when
 //!   the cache's last handle drops, before the I/O engine stops.
@@ -256,8 +256,8 @@ impl Inner {
     /// One pass: writes back registered files' dirty pages, the file
     /// dirtied longest ago first (files with no dirty time last: clean as
     /// far as known, but a race may have lost a time), until the dirty
-    /// count is at most `goal`. Errors are kept in the file's `wb_error` by
-    /// the write-back itself; a file with no handle whose pages are now
+    /// count is at most `goal`. Errors are counted by the write-back itself
+    /// (the pages stay dirty); a file with no handle whose pages are now
     /// clean is released. Context: may sleep (I/O); no lock held.
     fn flush_pass(&self, goal: usize) {
         let mut files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
