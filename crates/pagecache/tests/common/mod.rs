@@ -52,6 +52,20 @@ pub fn cache(frames: usize) -> PageCache {
     .unwrap()
 }
 
+/// A cache of `frames` 4 KiB frames with no background write-back (and no
+/// dirty throttling): for tests that assert dirty counts, or what is on
+/// disk, before a `sync` (the flusher starts past 10% of the capacity and
+/// may write any dirty page at any moment).
+pub fn cache_without_flusher(frames: usize) -> PageCache {
+    PageCache::new(Config {
+        capacity: frames * PS,
+        dirty_background_percent: 100,
+        dirty_limit_percent: 100,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
 /// Eviction under failing write-back: an 8-frame cache over the
 /// fault-injecting backend, file `f` (8 pages, every one dirty: 16 bytes of
 /// 9 at each page's start) and file `g` (64 pages, clean) open in `d`.
