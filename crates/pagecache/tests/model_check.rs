@@ -11,7 +11,15 @@
 //! ```sh
 //! MODEL_CHECK_OPS=1000000 cargo test --release -p pagecache --test model_check -- --nocapture
 //! MODEL_CHECK_SEED=12345 MODEL_CHECK_OPS=50000 cargo test --release -p pagecache --test model_check one_handle -- --nocapture
+//! MODEL_CHECK_SEEDS=40 MODEL_CHECK_OPS=20000 cargo test --release -p pagecache --test model_check one_handle
 //! ```
+//!
+//! Each seed also draws the cache's `Config` (the flusher's thresholds
+//! from 1% to off, the I/O engine, stable pages; `harness::config_for`).
+//! Among the operations: every handle discarded (or closed with failing
+//! writes, then the file forgotten) while write-backs may be in flight,
+//! then the file reused; a run held while its holder cuts the file below
+//! it, writes the new pages at its indices and syncs.
 //!
 //! A failure prints the seed, the operation count and the last operations.
 mod common;
@@ -33,13 +41,14 @@ fn ops_budget() -> u64 {
         .unwrap_or(CI_OPS)
 }
 
+/// `MODEL_CHECK_SEED=S` replays seed S; `MODEL_CHECK_SEEDS=N` runs seeds
+/// 1..=N (each with its own random `Config`, printed on failure).
 fn seeds(default: &[u64]) -> Vec<u64> {
-    match std::env::var("MODEL_CHECK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        Some(s) => vec![s],
-        None => default.to_vec(),
+    let var = |k| std::env::var(k).ok().and_then(|v| v.parse().ok());
+    match (var("MODEL_CHECK_SEED"), var("MODEL_CHECK_SEEDS")) {
+        (Some(s), _) => vec![s],
+        (None, Some(n)) => (1..=n).collect(),
+        (None, None) => default.to_vec(),
     }
 }
 

@@ -7,7 +7,7 @@
 #![allow(dead_code)] // each user takes a part
 
 use pagecache::{
-    os_error, Config, Faults, FaultyBackend, File, OpenOptions, PageCache, PosixBackend,
+    os_error, Config, Faults, FaultyBackend, File, IoEngine, OpenOptions, PageCache, PosixBackend,
 };
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -66,6 +66,8 @@ impl Choose for Rng {
 pub struct Log {
     what: String,
     seed: u64,
+    /// The cache's configuration, when it was chosen at random.
+    pub config: String,
     pub ops: u64,
     last: VecDeque<String>,
 }
@@ -75,6 +77,7 @@ impl Log {
         Log {
             what: what.to_string(),
             seed,
+            config: String::new(),
             ops: 0,
             last: VecDeque::new(),
         }
@@ -89,8 +92,8 @@ impl Log {
     #[track_caller]
     pub fn fail(&self, msg: String) -> ! {
         let mut s = format!(
-            "model check `{}` failed: {msg}\n  seed {} (replay: MODEL_CHECK_SEED={}), after {} operations; the last ones:\n",
-            self.what, self.seed, self.seed, self.ops
+            "model check `{}` failed: {msg}\n  seed {} (replay: MODEL_CHECK_SEED={}), after {} operations{}; the last ones:\n",
+            self.what, self.seed, self.seed, self.ops, self.config
         );
         for o in &self.last {
             s += &format!("    {o}\n");
@@ -123,19 +126,45 @@ pub struct Harness {
     handles: Vec<File>,
     model: Vec<u8>,
     fault: Fault,
-    frames: usize,
+    config: Config,
     pub log: Log,
 }
 
-pub fn new_cache(frames: usize, faults: &Arc<Faults>) -> PageCache {
-    PageCache::with_backend(
-        Config {
-            capacity: frames * PS,
-            ..Config::default()
+/// A configuration for `frames` frames drawn from `seed`: the flusher's
+/// thresholds from 1% (it writes all the time) to off, either I/O engine,
+/// stable pages or not.
+pub fn config_for(frames: usize, seed: u64) -> Config {
+    let mut rng = Rng::new(seed ^ 0x5EED_C0F1_6000_0001);
+    let bg = [1, 2, 10, 100][rng.below(4) as usize];
+    let limit = [bg, (bg * 3).min(100), 100][rng.below(3) as usize];
+    Config {
+        capacity: frames * PS,
+        dirty_background_percent: bg,
+        dirty_limit_percent: limit,
+        io_engine: if rng.chance(50) {
+            IoEngine::Auto
+        } else {
+            IoEngine::Threads
         },
-        FaultyBackend::new(PosixBackend, faults.clone()),
+        stable_writes: rng.chance(25),
+        ..Config::default()
+    }
+}
+
+/// How a [`config_for`] configuration prints in a failure.
+fn describe(c: &Config) -> String {
+    format!(
+        " with Config {{ frames: {}, dirty_background_percent: {}, dirty_limit_percent: {}, io_engine: {:?}, stable_writes: {} }}",
+        c.capacity / PS,
+        c.dirty_background_percent,
+        c.dirty_limit_percent,
+        c.io_engine,
+        c.stable_writes
     )
-    .unwrap()
+}
+
+pub fn new_cache(config: &Config, faults: &Arc<Faults>) -> PageCache {
+    PageCache::with_backend(*config, FaultyBackend::new(PosixBackend, faults.clone())).unwrap()
 }
 
 pub fn open(c: &PageCache, p: &Path) -> File {
@@ -148,8 +177,11 @@ impl Harness {
         let path = dir.join(format!("{what}-{seed}"));
         std::fs::write(&path, b"").unwrap();
         let faults = Faults::new();
-        let cache = new_cache(frames, &faults);
+        let config = config_for(frames, seed);
+        let cache = new_cache(&config, &faults);
         let handles = (0..nhandles).map(|_| open(&cache, &path)).collect();
+        let mut log = Log::new(what, seed);
+        log.config = describe(&config);
         Harness {
             path,
             faults,
@@ -157,9 +189,13 @@ impl Harness {
             handles,
             model: Vec::new(),
             fault: Fault::None,
-            frames,
-            log: Log::new(what, seed),
+            config,
+            log,
         }
+    }
+
+    fn frames(&self) -> usize {
+        self.config.capacity / PS
     }
 
     fn cache(&self) -> &PageCache {
@@ -376,7 +412,7 @@ impl Harness {
                 let pages = len.div_ceil(PS as u64);
                 let start = rng.below(pages + 1);
                 // Pages it reads are pinned each: at most half the cache.
-                let cap = (File::RUN_MAX as u64).min(self.frames as u64 / 2).max(1);
+                let cap = (File::RUN_MAX as u64).min(self.frames() as u64 / 2).max(1);
                 let max = 1 + rng.below(cap) as usize;
                 self.log.op(format!("run({start}, {max})"));
                 match f.run(start, max) {
@@ -407,7 +443,7 @@ impl Harness {
                 let pages = len.div_ceil(PS as u64);
                 let start = rng.below(pages + 1);
                 // Pins hold frames: at most half the cache.
-                let max = 1 + rng.below(self.frames as u64 / 2) as usize;
+                let max = 1 + rng.below(self.frames() as u64 / 2) as usize;
                 self.log.op(format!("pages({start}, {max})"));
                 let mut out = Vec::new();
                 match f.pages(start, &mut out, max) {
@@ -449,6 +485,9 @@ impl Harness {
                     });
                 self.handles.push(reopened);
             }
+            96 => self.discard_and_reuse(f),
+            97 => self.forget_after_failed_close(f),
+            98 => self.run_held_across_truncate(f, rng),
             _ => {
                 // Drop the whole cache: only with write-back working (a
                 // dropped cache cannot keep what it failed to write).
@@ -464,11 +503,152 @@ impl Harness {
                 self.cache().validate();
                 self.cache = None;
                 self.check_disk("dropping the cache");
-                let c = new_cache(self.frames, &self.faults);
+                let c = new_cache(&self.config, &self.faults);
                 self.handles = (0..n).map(|_| open(&c, &self.path)).collect();
                 self.cache = Some(c);
             }
         }
+    }
+
+    /// Every handle discarded (write-backs of the file, the flusher's or
+    /// eviction's, may be in flight): the last discard returns only once
+    /// none is, so the disk is final when it returns. The model becomes
+    /// the disk; the file is reopened and used on, and every later sync
+    /// compares the disk with the model: a discarded page written late
+    /// fails that comparison.
+    fn discard_and_reuse(&mut self, f: File) {
+        self.log.op("discard every handle, reopen".into());
+        drop(f);
+        let n = self.handles.len();
+        let mut last = false;
+        for h in std::mem::take(&mut self.handles) {
+            last = h.discard();
+        }
+        self.log.check(last, || {
+            "the last handle's discard did not drop the file".into()
+        });
+        self.reuse_from_disk(n);
+    }
+
+    /// A close that fails (write faults on) keeps the file with its dirty
+    /// pages; `forget` drops them, while the flusher or eviction may still
+    /// be writing them. Then as `discard_and_reuse`.
+    fn forget_after_failed_close(&mut self, f: File) {
+        self.log
+            .op("fail writes, close every handle, forget, reopen".into());
+        drop(f);
+        let fault = self.fault;
+        self.set_fault(Fault::WriteError);
+        let n = self.handles.len();
+        for h in std::mem::take(&mut self.handles) {
+            let _ = h.close(); // may fail: that is the point
+        }
+        self.set_fault(fault);
+        let forgot = self.cache().forget(&self.path);
+        self.log
+            .check(forgot <= 1, || format!("forget dropped {forgot} files"));
+        self.reuse_from_disk(n);
+    }
+
+    /// After a discard or forget: what the disk holds is the file, now and
+    /// from now on; `n` handles open on it again.
+    fn reuse_from_disk(&mut self, n: usize) {
+        self.model = std::fs::read(&self.path).unwrap();
+        let c = self.cache.take().unwrap();
+        self.handles = (0..n).map(|_| open(&c, &self.path)).collect();
+        self.cache = Some(c);
+        let f = self.handles[0].clone();
+        self.log.check(f.len() == self.model.len() as u64, || {
+            format!(
+                "reopened length {} != the disk's {}",
+                f.len(),
+                self.model.len()
+            )
+        });
+        // The file must stay within the generator's bounds.
+        if self.model.len() as u64 > MAX_PAGES * PS as u64 {
+            self.model.truncate(MAX_PAGES as usize * PS);
+            if let Err(e) = f.set_len(self.model.len() as u64) {
+                self.allowed(&e, "set_len");
+            }
+        }
+    }
+
+    /// A run held while the file is cut below its pages (or not), the new
+    /// pages at its indices written twice and the file synced, all by the
+    /// run's holder: none of it waits for the run (a page truncate removed
+    /// and a new page at its index are different pages; the holder's sync
+    /// passes a writer waiting for it), and the run's bytes never change.
+    fn run_held_across_truncate(&mut self, f: File, rng: &mut impl Choose) {
+        let len = self.model.len() as u64;
+        let pages = len.div_ceil(PS as u64);
+        if pages == 0 {
+            return;
+        }
+        let start = rng.below(pages);
+        let cap = (File::RUN_MAX as u64).min(self.frames() as u64 / 2).max(1);
+        let max = 1 + rng.below(cap) as usize;
+        self.log.op(format!("run({start}, {max}) held across:"));
+        let run = match f.run(start, max) {
+            Ok(run) => run,
+            Err(e) => return self.allowed(&e, "run"),
+        };
+        let held: Vec<Vec<u8>> = run.iter().map(|p| p.to_vec()).collect();
+        for (k, p) in held.iter().enumerate() {
+            if p[..] != self.model_page(start + k as u64)[..] {
+                self.log
+                    .fail(format!("run: page {} wrong", start + k as u64));
+            }
+        }
+        let end = start + held.len() as u64;
+        // Cut at or below the run's first page (never in the middle of a
+        // page the run holds: set_len would wait for the run, as for a
+        // pin), or leave it be.
+        let cut = rng.chance(70);
+        if cut {
+            let new = rng.below(start * PS as u64 + 1);
+            self.log.op(format!("  set_len({new})"));
+            match f.set_len(new) {
+                Ok(()) => self.model.resize(new as usize, 0),
+                Err(e) => self.allowed(&e, "set_len"),
+            }
+        }
+        // Writes: of the run's indices if the cut removed them (new
+        // pages), else of pages outside the run.
+        let cut_done = self.model.len() as u64 <= start * PS as u64;
+        for _ in 0..2 {
+            let i = if cut_done {
+                start + rng.below(end - start)
+            } else {
+                rng.below(MAX_PAGES)
+            };
+            if !cut_done && (start..end).contains(&i) {
+                continue; // the holder would wait for its own run
+            }
+            let data = rng.bytes(PS);
+            self.log.op(format!("  write_at({}, {PS})", i * PS as u64));
+            match f.write_at(&data, i * PS as u64) {
+                Ok(()) => self.apply_write(i * PS as u64, &data),
+                Err(e) => {
+                    self.allowed(&e, "write_at");
+                    self.after_failed_write(&f, i * PS as u64, &data);
+                }
+            }
+        }
+        self.log.op("  sync".into());
+        match f.sync() {
+            Ok(()) => self.check_disk("a run holder's sync"),
+            Err(e) => self.allowed(&e, "sync"),
+        }
+        for (k, p) in run.iter().enumerate() {
+            if p[..] != held[k][..] {
+                self.log.fail(format!(
+                    "page {} changed under the run that held it",
+                    start + k as u64
+                ));
+            }
+        }
+        drop(run);
     }
 
     fn apply_write(&mut self, off: u64, data: &[u8]) {
