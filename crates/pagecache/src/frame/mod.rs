@@ -12,6 +12,7 @@
 //! (a 64-way leaf node of 640 bytes covers 64 pages: 10 bytes a page for a
 //! dense file).
 
+mod desc;
 pub mod state;
 
 pub mod alloc;

@@ -1,0 +1,597 @@
+//! [`FrameDesc`]: a frame's descriptor, and every transition of its state
+//! word (pins, the latch, write-back, removal, the accessed bit, identity
+//! and the seqlock version). The word's layout and its [`State`] snapshot
+//! are in `state.rs`.
+
+use super::state::*;
+use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering, Witness};
+
+/// One frame's descriptor. 64-byte aligned so that pins of neighbouring
+/// frames by different threads never bounce one cache line.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct FrameDesc {
+    /// (A) The packed state word described in the module docs.
+    state: AtomicU64,
+    /// (A) Seqlock version: odd while identity or bytes change.
+    version: AtomicU64,
+    /// (V) Id of the file that owns the page, [`NO_OWNER`] when free.
+    owner: AtomicU64,
+    /// (V) Page index within the owner.
+    index: AtomicU64,
+    /// The frame's bytes as loom sees them (loom only; see `sync::Witness`).
+    #[cfg(loom)]
+    bytes: Witness,
+}
+
+impl Default for FrameDesc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameDesc {
+    /// A free frame: refcount 0, no identity, version odd (free frames are
+    /// "being changed" until the next owner publishes an identity).
+    pub fn new() -> Self {
+        FrameDesc {
+            state: AtomicU64::new(0),
+            version: AtomicU64::new(1),
+            owner: AtomicU64::new(NO_OWNER),
+            index: AtomicU64::new(0),
+            #[cfg(loom)]
+            bytes: Witness::default(),
+        }
+    }
+
+    /// The witness every copy of this frame's bytes passes (a zero-sized
+    /// value without loom; see `sync::Witness`).
+    #[inline(always)]
+    pub(crate) fn witness(&self) -> &Witness {
+        #[cfg(loom)]
+        return &self.bytes;
+        #[cfg(not(loom))]
+        return &Witness::NONE;
+    }
+
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    fn drain_key(&self) -> usize {
+        self.key() + 1
+    }
+
+    // ----- reading ---------------------------------------------------------
+
+    /// Current state (a snapshot; Acquire so that a set `UPTODATE` makes the
+    /// bytes written before it visible). Context: any.
+    #[inline]
+    pub fn snapshot(&self) -> State {
+        // Acquire: pairs with the Release in `unlatch*` that publishes
+        // UPTODATE and the bytes written under the latch.
+        State(self.state.load(Ordering::Acquire))
+    }
+
+    /// The latest state, by a read-modify-write that changes nothing (an
+    /// RMW reads the last value in the word's modification order; a load
+    /// may return an older one). For decisions that must not rest on an old
+    /// value, such as declaring every frame busy. Context: any; it writes
+    /// the line, so keep it off hot paths.
+    pub fn snapshot_latest(&self) -> State {
+        // Acquire: as `snapshot`.
+        State(self.state.fetch_add(0, Ordering::Acquire))
+    }
+
+    /// Page identity `(owner, index)`. Stable while the caller holds a pin.
+    #[inline]
+    pub fn identity(&self) -> (u64, u64) {
+        // Relaxed: identity only changes with refcount 0; a pin holder's
+        // Acquire CAS on `state` ordered these after the last change. Readers
+        // without a pin validate through the version (protocol 5.4).
+        (
+            self.owner.load(Ordering::Relaxed),
+            self.index.load(Ordering::Relaxed),
+        )
+    }
+
+    // ----- pins (5.1) --------------------------------------------------------
+
+    /// Protocol 5.1 step 2: take a reference unless the refcount is zero or
+    /// the latch is claimed, setting the accessed bit in the same CAS.
+    ///
+    /// With [`PinKind::Writeback`], a claimed latch whose holder is still
+    /// waiting for older pins to drain does not stop the pin (used by
+    /// write-back, so that `sync` cannot deadlock behind a writer that waits
+    /// for the syncing thread's own `PageRef`). This cannot starve a latch
+    /// holder past the moment it has drained: once `refs == latch_base` with
+    /// `LATCHED` set, no kind of pin succeeds until unlatch. One exception,
+    /// harmless: between a non-stable write-back's `end_writeback` and the
+    /// release of its pin, `latch_base` no longer counts that pin, so a
+    /// write-back pin may pass a holder that already drained. Write-back
+    /// pins never read the bytes in Rust (see `reclaim/writeback.rs`): such
+    /// a write-back merely starts on a page being rewritten, which a
+    /// non-stable page allows anyway.
+    ///
+    /// Context: any, no sleep; the frame may be free or recycled
+    /// (descriptors are type-stable), the caller re-checks identity after
+    /// success.
+    #[inline(always)]
+    pub fn try_pin(&self, kind: PinKind) -> Result<State, PinFail> {
+        let pass_pending_writer = kind == PinKind::Writeback;
+        let mark = if kind == PinKind::User { ACCESSED } else { 0 };
+        // Relaxed: the value only seeds the CAS, which re-validates it.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            let st = State(s);
+            let r = st.refs();
+            if r == 0 {
+                return Err(PinFail::Free);
+            }
+            if st.is_latched() && !(pass_pending_writer && r > st.latch_base()) {
+                return Err(PinFail::Latched);
+            }
+            if r >= MAX_PINS {
+                return Err(PinFail::Overflow);
+            }
+            let new = (s + 1) | mark;
+            // Acquire on success: pairs with the Release of the frame's
+            // publication (slot store / unlatch) so that identity and bytes
+            // read after the pin are those of the page we pinned, and orders
+            // the identity re-check (5.1 step 3) after the increment.
+            // Failure is Relaxed: a failed CAS gives no ordering (kernel rule
+            // (c)), so we only loop on the fresh value.
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(State(new)),
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// Adds a reference to a frame the caller already holds a reference to
+    /// (cloning a `PageRef`). Never waits: the page's bytes cannot change
+    /// while the caller's own pin lives. Context: any, no sleep.
+    #[inline]
+    pub fn pin_more(&self) {
+        // Relaxed: the caller's existing reference already orders its reads
+        // (same reasoning as `Arc::clone`).
+        let old = self.state.fetch_add(1, Ordering::Relaxed);
+        debug_assert!(State(old).refs() > 0 && State(old).refs() < MAX_PINS);
+    }
+
+    /// The one common release path: drops one reference.
+    ///
+    /// Returns [`Released::Last`] when it was the last one, in which case the
+    /// caller owns the frame and must free it (this is why any frame must be
+    /// freeable by a plain release: a speculative pin on a recycled frame can
+    /// end up holding the last reference, kernel invariant (a)).
+    /// Context: any, no sleep (wakes a draining latch holder).
+    #[inline(always)]
+    pub fn release(&self) -> Released {
+        // Release: our reads of the page's bytes happen-before whoever sees
+        // the count drop (a latch holder draining pins, or a remover's
+        // freeze CAS).
+        let old = State(self.state.fetch_sub(1, Ordering::Release));
+        debug_assert!(old.refs() > 0, "release of a frame with no reference");
+        self.after_drop_ref(old)
+    }
+
+    /// Wakes a draining latch holder and reports whether `old` held the
+    /// last reference; shared by `release` and `orphan`.
+    #[inline(always)]
+    fn after_drop_ref(&self, old: State) -> Released {
+        if old.is_draining() {
+            self.wake_drainer();
+        }
+        if old.refs() == 1 {
+            // Acquire: pairs with every other releaser's Release so that the
+            // new owner's writes cannot overtake their reads.
+            fence(Ordering::Acquire);
+            Released::Last
+        } else {
+            Released::Alive
+        }
+    }
+
+    #[cold]
+    fn wake_drainer(&self) {
+        unpark_all(self.drain_key());
+    }
+
+    // ----- the latch (5.5) --------------------------------------------------
+
+    /// Parks until the latch is released. Returns at once if it is not
+    /// claimed. Context: may sleep; the caller holds a pin (so the frame's
+    /// identity is stable) but not this page's latch. For a frame found
+    /// without a pin, use [`FrameDesc::wait_unlatched_as`].
+    pub fn wait_unlatched(&self) {
+        self.wait_clear(LATCHED, None);
+    }
+
+    /// Parks until the latch is released, but only while the frame still
+    /// holds page `(owner, index)`: checked before parking and again under
+    /// the wait-queue lock. The caller found the frame without a pin, so it
+    /// may since have been recycled for another page; parking on *that*
+    /// page's latch could make a gang lookup, which holds pins of lower
+    /// pages, wait out of page order and deadlock with writers (found by
+    /// `tests/stress.rs`). Identity cannot change while `LATCHED` stays set:
+    /// reuse needs the refcount at zero, which needs an unlatch first, and
+    /// the unlatch wakes every waiter. The caller retries from the root.
+    /// Context: may sleep; no pin of this page held (lock rule 3).
+    pub fn wait_unlatched_as(&self, owner: u64, index: u64) {
+        self.wait_clear(LATCHED, Some((owner, index)));
+    }
+
+    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>) {
+        // Relaxed identity loads: a hint re-validated under the queue lock;
+        // a wrong answer only costs a retry from the root.
+        let same = || expect.is_none_or(|e| self.identity() == e);
+        loop {
+            // Acquire: if the bit is already clear we return and the caller
+            // reads state published by the clearing unlatch (Release).
+            let s = self.state.load(Ordering::Acquire);
+            if s & bit == 0 || !same() {
+                return;
+            }
+            if s & WAITERS == 0
+                && self
+                    .state
+                    // Relaxed: see the comment below the CAS.
+                    .compare_exchange(s, s | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                // Relaxed: the CAS only advertises a sleeper; the state the
+                // caller acts on is re-read with Acquire at the loop head.
+                continue;
+            }
+            let _timer = wait_timer(LockClass::PageLatchWait);
+            park(self.key(), || {
+                // Relaxed: evaluated under the queue lock; the waker clears
+                // the bit before taking the same lock to unpark.
+                let s = self.state.load(Ordering::Relaxed);
+                s & bit != 0 && s & WAITERS != 0 && same()
+            });
+        }
+    }
+
+    /// Tries to claim the exclusive latch (protocol 5.5 step 1). The caller
+    /// holds a pin. On success new pins park; call
+    /// [`FrameDesc::wait_drained`] before touching the bytes.
+    ///
+    /// There is deliberately no blocking `latch`: a pin holder that waited
+    /// for another latch holder would deadlock with it, since that holder
+    /// waits for the pins to drain. On failure the caller drops its pin,
+    /// parks with [`FrameDesc::wait_unlatched_as`] and retries its lookup.
+    /// Context: any, no sleep.
+    #[must_use = "on failure the caller must drop its pin before waiting"]
+    pub fn try_latch(&self) -> bool {
+        // Relaxed: seeds the CAS below.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(State(s).refs() > 0, "try_latch without a pin");
+            if State(s).is_latched() {
+                return false;
+            }
+            // Acquire: pairs with the previous holder's unlatch (Release),
+            // so its byte writes happen-before ours.
+            match self.state.compare_exchange_weak(
+                s,
+                s | LATCHED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// Waits until the only references left are the latch holder's own and
+    /// the cache's (protocol 5.5 step 2). Context: may sleep; the caller
+    /// holds the latch and no other pin of this page.
+    pub fn wait_drained(&self) {
+        loop {
+            // Acquire: pairs with the Release in `release`, so readers that
+            // pinned before us finished reading the bytes we will change.
+            let s = State(self.state.load(Ordering::Acquire));
+            debug_assert!(s.is_latched(), "wait_drained without the latch");
+            if s.refs() <= s.latch_base() {
+                if s.is_draining() {
+                    // Relaxed: a private flag of the latch holder.
+                    self.state.fetch_and(!DRAIN, Ordering::Relaxed);
+                }
+                return;
+            }
+            if !s.is_draining()
+                && self
+                    .state
+                    // Relaxed: only advertises the sleeper to releasers; the
+                    // count we act on is re-read with Acquire at the loop head.
+                    .compare_exchange(s.0, s.0 | DRAIN, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            let _timer = wait_timer(LockClass::PageDrainWait);
+            park(self.drain_key(), || {
+                // Relaxed: evaluated under the queue lock; releasers drop the
+                // count before unparking on the same key.
+                let s = State(self.state.load(Ordering::Relaxed));
+                s.is_draining() && s.refs() > s.latch_base()
+            });
+        }
+    }
+
+    /// Releases the latch without changing the page's flags (anonymous
+    /// pages, truncate's tail zeroing, an abandoned fill), waking waiters.
+    /// Context: no sleep; the caller holds the latch.
+    pub fn unlatch(&self) {
+        let _ = self.update(0, LATCHED);
+    }
+
+    /// Completes a fill (5.3 step 3): sets `UPTODATE` and releases the
+    /// latch, waking waiters. Context: no sleep; the caller holds the latch.
+    pub fn unlatch_uptodate(&self) {
+        let _ = self.update(UPTODATE, LATCHED);
+    }
+
+    /// Ends a write (5.5 step 6): sets `DIRTY` and `UPTODATE` and releases
+    /// the latch, waking waiters. Returns the state before, so the caller
+    /// tags the index when the page just became dirty (the dirty-tag
+    /// protocol's D1). Context: no sleep; the caller holds the latch.
+    #[must_use = "a page that just became dirty must be tagged in its index"]
+    pub fn unlatch_dirty(&self) -> State {
+        self.update(DIRTY | UPTODATE, LATCHED)
+    }
+
+    /// Atomically sets `set` and clears `clear | WAITERS`, waking parked
+    /// waiters if there were any. Returns the previous state.
+    fn update(&self, set: u64, clear: u64) -> State {
+        let clear = clear | WAITERS;
+        // Release: publishes the bytes written under the latch (and
+        // UPTODATE) to the Acquire loads of pinners and waiters.
+        let old = self
+            .state
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                Some((s | set) & !clear)
+            })
+            .unwrap_or_else(|s| s);
+        if old & WAITERS != 0 {
+            unpark_all(self.key());
+        }
+        State(old)
+    }
+
+    // ----- write-back ---------------------------------------------------------
+
+    /// Write-back step 1: clears `DIRTY` and sets `WRITEBACK` (and, with
+    /// `stable`, `STABLE`) unless the page was removed or a write of it is
+    /// in flight already. Returns whether the caller must write the page.
+    /// The caller holds a pin, which it keeps until after `end_writeback`:
+    /// from here on that pin stands for the write-back (see `latch_base`),
+    /// so a writer draining pins is woken to count again.
+    /// Context: any, no sleep.
+    #[must_use = "true means the caller owns the write-back and must end it"]
+    pub fn start_writeback(&self, stable: bool) -> bool {
+        let mark = if stable {
+            WRITEBACK | STABLE
+        } else {
+            WRITEBACK
+        };
+        // AcqRel: orders against truncate setting REMOVED (both RMW on this
+        // word) and against the dirty tag clear that preceded it.
+        let r = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                if s & (DIRTY | REMOVED | WRITEBACK) == DIRTY {
+                    Some((s & !DIRTY) | mark)
+                } else {
+                    None
+                }
+            });
+        match r {
+            Ok(old) => {
+                // A latch holder parked for our pin may go now: the same
+                // handshake as `release` (it re-checks under the queue lock).
+                if !stable && State(old).is_draining() {
+                    self.wake_drainer();
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Write-back step 2: the write finished; on failure the page is dirty
+    /// again so a later `sync` retries it. Returns the state before (a page
+    /// rewritten during the write is dirty already). The caller still holds
+    /// the write-back's pin. Context: any, no sleep.
+    pub fn end_writeback(&self, failed: bool) -> State {
+        let set = if failed { DIRTY } else { 0 };
+        self.update(set, WRITEBACK | STABLE)
+    }
+
+    /// Parks until no write of page `(owner, index)` is in flight (or the
+    /// frame holds another page). Context: may sleep; no pin of this page
+    /// held: the write's end needs no lock and waits for nothing.
+    pub fn wait_writeback_as(&self, owner: u64, index: u64) {
+        self.wait_clear(WRITEBACK, Some((owner, index)));
+    }
+
+    // ----- removal (5.2, 5.6) ----------------------------------------------------
+
+    /// Protocol 5.2 step A: freezes the refcount from exactly
+    /// `expected_refs` to zero, provided the page is clean, unlatched, not
+    /// under write-back and evictable. On success the caller owns the frame;
+    /// the returned state is the one that was frozen (step B reads it: the
+    /// CAS compared every flag, so nothing can have changed between test and
+    /// freeze). Context: any, no sleep; callers hold the tree lock.
+    pub fn freeze(&self, expected_refs: u64) -> Result<State, State> {
+        // Relaxed: seeds the CAS.
+        let s = self.state.load(Ordering::Relaxed);
+        if State(s).refs() != expected_refs
+            || s & (LATCHED | DIRTY | WRITEBACK | REMOVED | UNEVICTABLE) != 0
+        {
+            return Err(State(s));
+        }
+        // Acquire: the page's last users released with Release; after the
+        // freeze we reuse the bytes, which must not overtake their reads.
+        self.state
+            .compare_exchange(s, 0, Ordering::Acquire, Ordering::Relaxed)
+            .map(State)
+            .map_err(State)
+    }
+
+    /// Protocol 5.7 E3: undoes a [`FrameDesc::freeze`] that found the page
+    /// pinned by a run: restores the frozen state (`frozen`, what `freeze`
+    /// returned). Nobody else changes a frozen word except to set
+    /// `ACCESSED` (an optimistic reader), which the OR keeps.
+    /// Context: no sleep; the caller froze it and holds the tree lock.
+    pub fn unfreeze(&self, frozen: State) {
+        // Release: as the freeze never happened; the refcount is back.
+        let old = self.state.fetch_or(frozen.0, Ordering::Release);
+        debug_assert_eq!(old & !ACCESSED, 0, "unfreeze of a word that changed");
+    }
+
+    /// Protocol 5.6/5.7 T1: marks a page past the new end of file
+    /// `REMOVED` and clears `DIRTY`, keeping the cache's reference (the
+    /// caller drops it, or keeps it for a run that still reads the page).
+    /// Returns the state before. Context: no sleep; under the tree lock.
+    pub fn mark_removed(&self) -> State {
+        // AcqRel RMW: T1 of protocol 5.7 (the SeqCst fence follows), and
+        // ordered with write-back's `start_writeback` as `orphan` is.
+        let old = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |s| {
+                debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
+                Some((s | REMOVED) & !DIRTY)
+            })
+            .unwrap_or_else(|s| s);
+        State(old)
+    }
+
+    /// Takes a page out of use for good: marks it `REMOVED`, clears `DIRTY`
+    /// and drops the cache's reference, in one atomic step. The caller has
+    /// just taken the page out of its index (a fill that failed, under the
+    /// tree lock; an anonymous page's slot swap), or lost the race to put
+    /// it in. Pinned pages stay alive until their last release frees them.
+    /// No run (5.7) can hold such a page: runs are of file pages, and a
+    /// file page leaves here only while latched (never up to date). Truncate,
+    /// whose pages runs may hold, splits the step: `mark_removed`, then
+    /// the release or the deferral. Context: no sleep.
+    pub fn orphan(&self) -> Released {
+        // Release: like `release`, our accesses happen-before the freer's.
+        let old = self
+            .state
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
+                Some(((s | REMOVED) & !DIRTY) - 1)
+            })
+            .unwrap_or_else(|s| s);
+        self.after_drop_ref(State(old))
+    }
+
+    // ----- replacement ------------------------------------------------------------
+
+    /// Sets the accessed bit for a reader that took no pin (an optimistic
+    /// read); callers only do so when they saw it clear. Context: any.
+    pub fn mark_accessed(&self) {
+        // Relaxed: a hint for replacement only; no data is published.
+        self.state.fetch_or(ACCESSED, Ordering::Relaxed);
+    }
+
+    /// Clears the accessed bit (aging by a replacement policy). Context: any.
+    pub fn clear_accessed(&self) {
+        // Relaxed: a hint for replacement only; no data is published.
+        self.state.fetch_and(!ACCESSED, Ordering::Relaxed);
+    }
+
+    // ----- identity and the seqlock (5.4) ---------------------------------------------
+
+    /// Starts a seqlock write section: the version becomes odd. Caller is the
+    /// frame's exclusive owner (latch holder after draining, or refcount 0).
+    pub fn begin_change(&self) {
+        // Relaxed load: only the exclusive owner writes `version`.
+        let v = self.version.load(Ordering::Relaxed);
+        if v & 1 == 0 {
+            // Relaxed store + Release fence: the odd value is ordered before
+            // every following write of identity or bytes (the classic seqlock
+            // writer, Boehm 2012); pairs with the reader's Acquire fence.
+            self.version.store(v + 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+        }
+    }
+
+    /// Ends a seqlock write section: the version becomes even.
+    pub fn end_change(&self) {
+        // Relaxed: only the exclusive owner writes `version`.
+        let v = self.version.load(Ordering::Relaxed);
+        debug_assert!(v & 1 == 1, "end_change outside a write section");
+        // Release: the writes of the section happen-before a reader that
+        // loads this even value with Acquire.
+        self.version.store(v + 1, Ordering::Release);
+    }
+
+    /// Sets the identity. Caller owns the frame exclusively, inside a
+    /// `begin_change`/`end_change` section.
+    pub fn set_identity(&self, owner: u64, index: u64) {
+        // Relaxed: our own earlier store.
+        debug_assert!(self.version.load(Ordering::Relaxed) & 1 == 1);
+        // Relaxed: inside the seqlock write section (see `begin_change`).
+        self.owner.store(owner, Ordering::Relaxed);
+        self.index.store(index, Ordering::Relaxed);
+    }
+
+    /// Hands a frame the caller owns (refcount 0) to a new page: sets its
+    /// identity inside a version section, then publishes `s` (one of
+    /// [`State`]'s named starting states). Context: any, no sleep.
+    pub fn assign(&self, owner: u64, index: u64, s: State) {
+        self.begin_change();
+        self.set_identity(owner, index);
+        self.end_change();
+        // Release: identity and initial bytes written before are visible to
+        // anyone whose pin CAS (Acquire) reads this value.
+        self.state.store(s.0, Ordering::Release);
+    }
+
+    /// Protocol 5.4 reader step 1: the version if even.
+    #[inline]
+    pub fn read_begin(&self) -> Option<u64> {
+        // Acquire: pairs with `end_change` (Release) so identity and bytes of
+        // that section are visible.
+        let v = self.version.load(Ordering::Acquire);
+        if v & 1 == 0 {
+            Some(v)
+        } else {
+            None
+        }
+    }
+
+    /// Protocol 5.4 reader last step: true if no write section began since
+    /// `read_begin` returned `v`.
+    #[inline]
+    pub fn read_validate(&self, v: u64) -> bool {
+        // Acquire fence: orders the relaxed data loads before the re-load of
+        // the version; pairs with the Release fence in `begin_change`.
+        fence(Ordering::Acquire);
+        self.version.load(Ordering::Relaxed) == v
+    }
+
+    /// Frees-path reset: clears identity and state. Caller owns the frame
+    /// (refcount 0 after `freeze` or `Released::Last`). Leaves the version odd
+    /// until the next owner's `end_change`.
+    pub fn reset(&self) {
+        self.begin_change();
+        self.set_identity(NO_OWNER, 0);
+        // Relaxed: nobody can change a zero-refcount word except by the
+        // owner's next publication; stray pinners only read it and fail.
+        self.state.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+#[path = "desc_tests.rs"]
+mod tests;
