@@ -1,5 +1,6 @@
 //! The Python package `pagecache` (module `pagecache._pagecache`, wrapped by
-//! `python/pagecache/__init__.py`): `PageCache`, `File`, `Page`, `Run`.
+//! `python/pagecache/__init__.py`): `PageCache`, `File`, `AnonRegion`,
+//! `Page`, `Run`.
 //!
 //! Every call that may block or do I/O releases the GIL. Errors are
 //! `OSError` built from `(errno, message)`, which Python turns into the
@@ -7,15 +8,19 @@
 //! `pagecache::errno` supplies the number. A closed file raises
 //! `ValueError`, as Python's own files do.
 //!
-//! Soundness of pins: a `Page` keeps the `Arc<pagecache::File>` its
-//! `PageRef` borrows in the same struct, dropped after the `PageRef`; so the
-//! `'static` given to the `PageRef` is never outlived. Its bytes are handed
-//! to Python only through the buffer protocol, and the pin is released only
-//! when the `with` block has ended and no buffer export is left, so no
-//! memoryview (or numpy array over one) can see a page after its release.
-//! A `Run` does the same for a `PageRun` (one pin over up to 16 pages):
-//! one exporter object (`RunPage`) per page, all counted on the run.
-use pagecache::{Config, IoEngine, OpenOptions, PageRef, PageRun};
+//! Soundness of pins: a `Page` keeps the `Arc` of what its guard borrows (a
+//! `pagecache::File` for a `PageRef`/`PageMut`, a `pagecache::AnonRegion`
+//! for an `AnonRef`/`AnonMut`) in the same struct, dropped after the guard;
+//! so the `'static` given to the guard is never outlived. Its bytes are
+//! handed to Python only through the buffer protocol (writable only for a
+//! latched page), and the guard is released only when the `with` block has
+//! ended and no buffer export is left, so no memoryview (or numpy array
+//! over one) can see a page after its release. A `Run` does the same for a
+//! `PageRun` (one pin over up to 16 pages) or the pins of `File.pages`:
+//! one exporter object (`RunPage`) per page, all counted on the run. The
+//! `Arc`s themselves are dropped with the GIL released (a file's last
+//! handle writes back).
+use pagecache::{AnonMut, AnonRef, Config, IoEngine, OpenOptions, PageMut, PageRef, PageRun};
 use pyo3::exceptions::{PyBufferError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyMemoryView};
@@ -143,6 +148,17 @@ impl PageCache {
     /// temporary file, or one deleted since.
     fn forget(&self, py: Python<'_>, path: std::path::PathBuf) -> usize {
         py.detach(|| self.cache.forget(&path))
+    }
+
+    /// An anonymous region of `length` bytes (whole pages) from the cache's
+    /// budget: pages zero-filled on first touch, never written anywhere
+    /// (scratch memory, a hash table's buckets). Its frames return to the
+    /// cache when it is freed or collected.
+    fn anon(&self, py: Python<'_>, length: u64) -> PyResult<AnonRegion> {
+        let region = py.detach(|| self.cache.anon(length)).map_err(os_err)?;
+        Ok(AnonRegion {
+            region: Arc::new(region),
+        })
     }
 
     /// A snapshot of the cache's counters, as a dict of ints (and the I/O
@@ -346,11 +362,19 @@ impl File {
     /// `numpy.frombuffer(view, ...)` works). The pin ends with the block;
     /// using the view after it raises ValueError.
     fn page(&self, index: u64) -> PyResult<Page> {
-        Ok(Page {
-            file: self.get()?,
-            index,
-            state: Mutex::default(),
-        })
+        Ok(Page::new(Owner::File(self.get()?), index, false))
+    }
+
+    /// A latched page as a context manager: `with f.page_mut(i) as view:`
+    /// gives a writable memoryview of the page's bytes in the cache (no
+    /// copy; numpy can write through `numpy.frombuffer(view, ...)`). The
+    /// latch ends with the block, and the page is then dirty (written back
+    /// by `sync`, the flusher or eviction). Others' reads and writes of the
+    /// page wait for the block; one thread holding a `page(i)` and asking
+    /// for `page_mut(i)` waits for itself. PermissionError through a
+    /// read-only file.
+    fn page_mut(&self, index: u64) -> PyResult<Page> {
+        Ok(Page::new(Owner::File(self.get()?), index, true))
     }
 
     /// Up to `max` (at most 16) consecutive pages from `start` as a context
@@ -362,12 +386,16 @@ impl File {
     /// than a `page()` per page.
     #[pyo3(signature = (start, max=16))]
     fn run(&self, start: u64, max: usize) -> PyResult<Run> {
-        Ok(Run {
-            file: self.get()?,
-            start,
-            max,
-            state: Mutex::default(),
-        })
+        Ok(Run::new(self.get()?, start, max, false))
+    }
+
+    /// A gang lookup: up to `max` (at most 16) consecutive pages from
+    /// `start`, each pinned on its own, as a context manager like `run`
+    /// (a tuple of read-only memoryviews). Missing pages are read (in one
+    /// batch); the tuple is shorter only at end of file (empty past it).
+    #[pyo3(signature = (start, max=16))]
+    fn pages(&self, start: u64, max: usize) -> PyResult<Run> {
+        Ok(Run::new(self.get()?, start, max, true))
     }
 
     /// Whether the file is read and written with direct I/O.
@@ -504,14 +532,13 @@ fn exit_block<G>(m: &Mutex<Held<G>>, py: Python<'_>) {
 fn export<G>(
     m: &Mutex<Held<G>>,
     outside: &str,
-    bytes: impl FnOnce(&G) -> &[u8],
-) -> PyResult<(*const u8, usize)> {
+    bytes: impl FnOnce(&mut G) -> (*mut u8, usize),
+) -> PyResult<(*mut u8, usize)> {
     let mut st = lock_held(m);
-    let Some(g) = st.guard.as_ref() else {
+    let Some(g) = st.guard.as_mut() else {
         return Err(PyValueError::new_err(outside.to_string()));
     };
-    let b = bytes(g);
-    let got = (b.as_ptr(), b.len());
+    let got = bytes(g);
     st.exports += 1;
     Ok(got)
 }
@@ -526,52 +553,146 @@ fn release_export<G>(m: &Mutex<Held<G>>) {
     }
 }
 
-/// One page, pinned for the duration of a `with` block (see `File.page`).
+/// What a `Page`'s guard borrows: kept alive by the `Page`, dropped after
+/// the guard, with the GIL released (a file's last handle writes back).
+enum Owner {
+    File(Arc<pagecache::File>),
+    Anon(Arc<pagecache::AnonRegion>),
+}
+
+/// What a `Page` holds while its block runs: a pin (read-only) or a latch
+/// (writable, the page dirty when it goes) of a file's or an anonymous
+/// region's page.
+enum PageGuard {
+    Ref(PageRef<'static>),
+    Mut(PageMut<'static>),
+    AnonRef(AnonRef<'static>),
+    AnonMut(AnonMut<'static>),
+}
+
+impl PageGuard {
+    /// The page's bytes, as a pointer writable only through a latch.
+    fn bytes(&mut self) -> (*mut u8, usize) {
+        let ro = |b: &[u8]| (b.as_ptr() as *mut u8, b.len());
+        match self {
+            PageGuard::Ref(r) => ro(r),
+            PageGuard::AnonRef(r) => ro(r),
+            PageGuard::Mut(m) => (m.as_mut_ptr(), m.len()),
+            PageGuard::AnonMut(m) => (m.as_mut_ptr(), m.len()),
+        }
+    }
+}
+
+/// One page, pinned or latched for the duration of a `with` block (see
+/// `File.page`, `File.page_mut`, `AnonRegion.page`, `AnonRegion.page_mut`).
 #[pyclass(module = "pagecache", frozen)]
 struct Page {
-    state: Mutex<Held<PageRef<'static>>>,
-    /// What the pin borrows (declared after `state`: dropped after it).
-    file: Arc<pagecache::File>,
+    state: Mutex<Held<PageGuard>>,
+    /// What the guard borrows (declared after `state`; taken in `Drop`,
+    /// after the guard).
+    owner: ManuallyDrop<Owner>,
     index: u64,
+    writable: bool,
+}
+
+impl Page {
+    fn new(owner: Owner, index: u64, writable: bool) -> Page {
+        Page {
+            state: Mutex::default(),
+            owner: ManuallyDrop::new(owner),
+            index,
+            writable,
+        }
+    }
+
+    fn path(&self) -> String {
+        match &*self.owner {
+            Owner::File(f) => format!("{:?}", f.path()),
+            Owner::Anon(_) => "an anonymous region".into(),
+        }
+    }
+}
+
+impl Drop for Page {
+    /// The guard first (it borrows the owner), then the owner with the GIL
+    /// released: it may hold a file's last handle.
+    fn drop(&mut self) {
+        let guard = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .guard
+            .take();
+        drop(guard);
+        // SAFETY: taken once, here, and never used again (the object is
+        // being deallocated); the guard that borrowed it is gone.
+        let owner = unsafe { ManuallyDrop::take(&mut self.owner) };
+        drop_detached(owner);
+    }
 }
 
 #[pymethods]
 impl Page {
-    /// Pins the page (waiting for its read or a writer, GIL released) and
-    /// returns a read-only memoryview of it.
+    /// Pins (or latches) the page, waiting for its read or another holder
+    /// with the GIL released, and returns a memoryview of it (writable
+    /// for a latch).
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyMemoryView>> {
         let py = slf.py();
         let me = slf.get();
         enter_once(&me.state, "Page")?;
-        // SAFETY: `me.file` lives as long as `me`, and the pin is dropped
-        // before it (module docs), so 'static is never outlived.
-        let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(&me.file) };
-        let index = me.index;
-        let pin = py.detach(|| file.page(index)).map_err(os_err)?;
-        lock_held(&me.state).guard = Some(pin);
+        let (index, writable) = (me.index, me.writable);
+        let guard = match &*me.owner {
+            Owner::File(f) => {
+                // SAFETY: `me.owner` lives as long as `me`, and the guard
+                // is dropped before it (module docs, `Drop`), so 'static is
+                // never outlived.
+                let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(f) };
+                if writable {
+                    PageGuard::Mut(py.detach(|| file.page_mut(index)).map_err(os_err)?)
+                } else {
+                    PageGuard::Ref(py.detach(|| file.page(index)).map_err(os_err)?)
+                }
+            }
+            Owner::Anon(a) => {
+                // SAFETY: as above.
+                let region: &'static pagecache::AnonRegion = unsafe { &*Arc::as_ptr(a) };
+                if writable {
+                    PageGuard::AnonMut(py.detach(|| region.page_mut(index)).map_err(os_err)?)
+                } else {
+                    PageGuard::AnonRef(py.detach(|| region.page(index)).map_err(os_err)?)
+                }
+            }
+        };
+        lock_held(&me.state).guard = Some(guard);
         let view = PyMemoryView::from(slf.as_any())?;
         lock_held(&me.state).views = vec![view.clone().unbind()];
         Ok(view)
     }
 
     /// Releases the memoryview and, once no buffer over it is left, the
-    /// pin (see `exit_block`).
+    /// pin or latch (see `exit_block`).
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         exit_block(&self.state, py);
         Ok(false)
     }
 
-    /// The page's index in its file.
+    /// The page's index in its file or region.
     #[getter]
     fn index(&self) -> u64 {
         self.index
     }
 
-    /// Whether the page is pinned right now.
+    /// Whether the page is pinned (or latched) right now.
     #[getter]
     fn pinned(&self) -> bool {
         lock_held(&self.state).guard.is_some()
+    }
+
+    /// Whether the view is writable (a latched page).
+    #[getter]
+    fn writable(&self) -> bool {
+        self.writable
     }
 
     unsafe fn __getbuffer__(
@@ -582,18 +703,22 @@ impl Page {
         if view.is_null() {
             return Err(PyBufferError::new_err("NULL view"));
         }
-        if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("a pinned page is read-only"));
+        let writable = slf.get().writable;
+        if flags & pyo3::ffi::PyBUF_WRITABLE == pyo3::ffi::PyBUF_WRITABLE && !writable {
+            return Err(PyBufferError::new_err(
+                "a pinned page is read-only (page_mut gives a writable one)",
+            ));
         }
         let (buf, len) = export(
             &slf.get().state,
-            "the page is not pinned: use it inside its `with` block",
-            |pin| pin,
+            "the page is not held: use it inside its `with` block",
+            PageGuard::bytes,
         )?;
         // SAFETY: `view` is non-null (checked) and Python's to fill; the
-        // bytes stay pinned until the matching __releasebuffer__ (exports
-        // counted above), and `obj` keeps this Page alive until then.
-        unsafe { fill_readonly_view(view, slf.into_any(), buf, len, flags) };
+        // bytes stay pinned (or latched, writable by this holder alone)
+        // until the matching __releasebuffer__ (exports counted above), and
+        // `obj` keeps this Page alive until then.
+        unsafe { fill_view(view, slf.into_any(), buf, len, !writable, flags) };
         Ok(())
     }
 
@@ -603,40 +728,158 @@ impl Page {
 
     fn __repr__(&self) -> String {
         format!(
-            "<pagecache.Page {} of {:?} pinned={}>",
+            "<pagecache.Page {} of {} {}={}>",
             self.index,
-            self.file.path(),
+            self.path(),
+            if self.writable { "latched" } else { "pinned" },
             self.pinned()
         )
     }
 }
 
+/// An anonymous region (see `PageCache.anon`): pages of the cache's budget
+/// that belong to no file, zero-filled on first touch.
+#[pyclass(module = "pagecache", frozen)]
+struct AnonRegion {
+    region: Arc<pagecache::AnonRegion>,
+}
+
+#[pymethods]
+impl AnonRegion {
+    /// Page `index` pinned, as a context manager giving a read-only
+    /// memoryview (zeros if never written).
+    fn page(&self, index: u64) -> Page {
+        Page::new(Owner::Anon(self.region.clone()), index, false)
+    }
+
+    /// Page `index` latched, as a context manager giving a writable
+    /// memoryview.
+    fn page_mut(&self, index: u64) -> Page {
+        Page::new(Owner::Anon(self.region.clone()), index, true)
+    }
+
+    /// Frees pages `start..end` (clamped to the region): their frames go
+    /// back to the cache (pinned ones when their pin ends); they read as
+    /// zeros when touched again.
+    fn free(&self, start: u64, end: u64) {
+        self.region.free(start..end);
+    }
+
+    /// The region's length in bytes.
+    fn __len__(&self) -> usize {
+        self.region.len() as usize
+    }
+
+    /// Pages in the region.
+    #[getter]
+    fn pages(&self) -> u64 {
+        self.region.pages()
+    }
+
+    /// Pages that hold a frame right now.
+    #[getter]
+    fn resident(&self) -> usize {
+        self.region.resident()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<pagecache.AnonRegion pages={} resident={}>",
+            self.region.pages(),
+            self.region.resident()
+        )
+    }
+}
+
+/// What a `Run` holds while its block runs: a `PageRun` (`File.run`) or
+/// one pin per page (`File.pages`).
+enum Gang {
+    Run(PageRun<'static>),
+    Pages(Vec<PageRef<'static>>),
+}
+
+impl Gang {
+    fn len(&self) -> usize {
+        match self {
+            Gang::Run(r) => r.len(),
+            Gang::Pages(v) => v.len(),
+        }
+    }
+
+    fn page(&self, k: usize) -> &[u8] {
+        match self {
+            Gang::Run(r) => r.page(k),
+            Gang::Pages(v) => &v[k],
+        }
+    }
+}
+
 /// Consecutive pages held together for the duration of a `with` block
-/// (see `File.run`).
+/// (see `File.run` and `File.pages`).
 #[pyclass(module = "pagecache", frozen)]
 struct Run {
-    state: Mutex<Held<PageRun<'static>>>,
-    /// What the run borrows (declared after `state`: dropped after it).
-    file: Arc<pagecache::File>,
+    state: Mutex<Held<Gang>>,
+    /// What the gang borrows (declared after `state`; taken in `Drop`,
+    /// after the gang).
+    file: ManuallyDrop<Arc<pagecache::File>>,
     start: u64,
     max: usize,
+    /// `File.pages`: a pin per page, not a run.
+    per_page: bool,
+}
+
+impl Run {
+    fn new(file: Arc<pagecache::File>, start: u64, max: usize, per_page: bool) -> Run {
+        Run {
+            state: Mutex::default(),
+            file: ManuallyDrop::new(file),
+            start,
+            max,
+            per_page,
+        }
+    }
+}
+
+impl Drop for Run {
+    /// As `Page`'s: the gang, then the file with the GIL released.
+    fn drop(&mut self) {
+        let gang = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .guard
+            .take();
+        drop(gang);
+        // SAFETY: taken once, here, and never used again (the object is
+        // being deallocated); the gang that borrowed it is gone.
+        let file = unsafe { ManuallyDrop::take(&mut self.file) };
+        drop_detached(file);
+    }
 }
 
 #[pymethods]
 impl Run {
-    /// Takes the run (reading missing pages or waiting for a writer with
+    /// Takes the pages (reading missing ones or waiting for a writer with
     /// the GIL released) and returns one read-only memoryview per page.
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
         let py = slf.py();
         let me = slf.get();
         enter_once(&me.state, "Run")?;
-        // SAFETY: `me.file` lives as long as `me`, and the run is dropped
-        // before it (module docs), so 'static is never outlived.
+        // SAFETY: `me.file` lives as long as `me`, and the gang is dropped
+        // before it (module docs, `Drop`), so 'static is never outlived.
         let file: &'static pagecache::File = unsafe { &*Arc::as_ptr(&me.file) };
         let (start, max) = (me.start, me.max);
-        let run = py.detach(|| file.run(start, max)).map_err(os_err)?;
-        let n = run.len();
-        lock_held(&me.state).guard = Some(run);
+        let gang = if me.per_page {
+            let max = max.min(pagecache::File::RUN_MAX);
+            let mut v = Vec::with_capacity(max);
+            py.detach(|| file.pages(start, &mut v, max))
+                .map_err(os_err)?;
+            Gang::Pages(v)
+        } else {
+            Gang::Run(py.detach(|| file.run(start, max)).map_err(os_err)?)
+        };
+        let n = gang.len();
+        lock_held(&me.state).guard = Some(gang);
         let mut views = Vec::with_capacity(n);
         for k in 0..n {
             let page = Bound::new(
@@ -653,7 +896,7 @@ impl Run {
     }
 
     /// Releases the memoryviews and, once no buffer over them is left, the
-    /// run (see `exit_block`).
+    /// pages (see `exit_block`).
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         exit_block(&self.state, py);
@@ -672,13 +915,11 @@ impl Run {
         lock_held(&self.state).guard.is_some()
     }
 
-    /// Whether one pin of the index leaf holds them (they were cached).
+    /// Whether one pin of the index leaf holds them (a `run` of cached
+    /// pages; never for `pages`).
     #[getter]
     fn one_pin(&self) -> bool {
-        lock_held(&self.state)
-            .guard
-            .as_ref()
-            .is_some_and(|r| r.one_pin())
+        matches!(lock_held(&self.state).guard.as_ref(), Some(Gang::Run(r)) if r.one_pin())
     }
 
     fn __repr__(&self) -> String {
@@ -717,13 +958,16 @@ impl RunPage {
         let (buf, len) = export(
             &me.run.get().state,
             "the run is not held: use its pages inside its `with` block",
-            |r| r.page(me.k),
+            |r| {
+                let b = r.page(me.k);
+                (b.as_ptr() as *mut u8, b.len())
+            },
         )?;
         // SAFETY: `view` is non-null (checked) and Python's to fill; the
         // bytes stay held until the matching __releasebuffer__ (exports
         // counted on the run above), and `obj` keeps this RunPage, and so
         // its Run, alive until then.
-        unsafe { fill_readonly_view(view, slf.into_any(), buf, len, flags) };
+        unsafe { fill_view(view, slf.into_any(), buf, len, true, flags) };
         Ok(())
     }
 
@@ -732,17 +976,19 @@ impl RunPage {
     }
 }
 
-/// Fills a read-only, one-dimensional byte buffer over `len` bytes at
-/// `buf`, exported by `obj`.
+/// Fills a one-dimensional byte buffer over `len` bytes at `buf`, exported
+/// by `obj`, read-only unless `readonly` is false.
 ///
 /// # Safety
-/// `view` is a non-null `Py_buffer` Python asked us to fill, and the bytes
-/// stay valid and unchanged until the matching `__releasebuffer__`.
-unsafe fn fill_readonly_view(
+/// `view` is a non-null `Py_buffer` Python asked us to fill; the bytes
+/// stay valid until the matching `__releasebuffer__`, unchanged if
+/// `readonly`, else written only through this buffer (a latch held).
+unsafe fn fill_view(
     view: *mut pyo3::ffi::Py_buffer,
     obj: Bound<'_, PyAny>,
-    buf: *const u8,
+    buf: *mut u8,
     len: usize,
+    readonly: bool,
     flags: c_int,
 ) {
     // SAFETY: the caller's contract.
@@ -750,7 +996,7 @@ unsafe fn fill_readonly_view(
         (*view).obj = obj.into_ptr();
         (*view).buf = buf as *mut c_void;
         (*view).len = len as isize;
-        (*view).readonly = 1;
+        (*view).readonly = c_int::from(readonly);
         (*view).itemsize = 1;
         (*view).format = if flags & pyo3::ffi::PyBUF_FORMAT == pyo3::ffi::PyBUF_FORMAT {
             c"B".as_ptr() as *mut _
@@ -779,8 +1025,9 @@ fn _pagecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PageCache>()?;
     m.add_class::<File>()?;
     m.add_class::<Page>()?;
+    m.add_class::<AnonRegion>()?;
     m.add_class::<Run>()?;
     m.add_class::<RunPage>()?;
-    m.add("ABI_VERSION", 2)?;
+    m.add("ABI_VERSION", 3)?;
     Ok(())
 }

@@ -371,8 +371,10 @@ print("ok")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def test_dropping_the_last_handle_writes_back_without_the_gil(tmp_path):
-    # The last handle of a file dropped without close()
+@pytest.mark.parametrize("holder", ["file", "page", "run"])
+def test_dropping_the_last_handle_writes_back_without_the_gil(tmp_path, holder):
+    # The last handle of a file dropped without close() (the File itself,
+    # or a Page or Run made from it, which keeps the file open)
     # writes its dirty pages back during the object's deallocation. A
     # spinning thread records when it runs; with the GIL released during
     # the write-back, it keeps running through the middle of the drop.
@@ -394,6 +396,12 @@ def test_dropping_the_last_handle_writes_back_without_the_gil(tmp_path):
     for i in range(size // mib):
         f.write_at(chunk, i * mib)
     assert c.stats()["dirty_pages"] * PS == size
+    if holder != "file":
+        last = f.page(0) if holder == "page" else f.run(0)
+        del f  # the Page or Run still holds the file: no write-back yet
+        assert c.stats()["dirty_pages"] * PS == size
+        f = last
+        del last
     ticks = []
     stop = threading.Event()
 
@@ -430,3 +438,99 @@ def test_a_populated_cache_works_as_any_other(tmp_path):
         f.write_at(pattern(0, 5 * PS), 0)
         assert f.read_at(0, 5 * PS) == pattern(0, 5 * PS)
     assert (tmp_path / "p.bin").read_bytes() == pattern(0, 5 * PS)
+
+
+def test_page_mut_is_a_writable_view_and_the_page_is_dirty_after(tmp_path):
+    cache = pagecache.PageCache(
+        capacity=64 * PS, dirty_background_percent=100, dirty_limit_percent=100
+    )
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 4 * PS))
+    f = cache.open(p, "r+")
+    page = f.page_mut(2)
+    assert page.writable
+    with page as view:
+        assert not view.readonly and len(view) == PS
+        assert bytes(view[:8]) == pattern(2 * PS, 8)
+        view[:5] = b"hello"
+        # others wait for the latch: a reader on another thread
+        got = []
+        r = threading.Thread(target=lambda: got.append(f.read_at(2 * PS, 5)))
+        r.start()
+        r.join(0.2)
+        assert r.is_alive() and not got
+    r.join()
+    assert got == [b"hello"] and not page.pinned
+    assert cache.stats()["dirty_pages"] == 1
+    assert p.read_bytes()[2 * PS : 2 * PS + 5] == pattern(2 * PS, 5)  # not yet
+    f.sync()
+    assert p.read_bytes()[2 * PS : 2 * PS + 5] == b"hello"
+    with pytest.raises(ValueError):
+        view[0] = 1  # released
+    with f.page(2) as ro:  # a pinned page stays read-only
+        with pytest.raises(TypeError):
+            ro[0] = 1
+    f.close()
+    with cache.open(p, "r") as r:
+        with pytest.raises(PermissionError):
+            with r.page_mut(0):
+                pass
+
+
+def test_numpy_writes_through_a_latched_page(tmp_path):
+    np = pytest.importorskip("numpy")
+    cache = pagecache.PageCache(capacity=64 * PS)
+    p = tmp_path / "f.bin"
+    with cache.open(p, "w+") as f:
+        f.set_len(2 * PS)
+        with f.page_mut(1) as view:
+            words = np.frombuffer(view, dtype=np.uint32)
+            assert words.flags.writeable
+            words[:] = np.arange(PS // 4, dtype=np.uint32)
+            del words
+        f.sync()
+    disk = np.frombuffer(p.read_bytes()[PS:], dtype=np.uint32)
+    assert (disk == np.arange(PS // 4, dtype=np.uint32)).all()
+
+
+def test_pages_pins_each_page_and_reads_misses(cache, tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(pattern(0, 20 * PS + 100))
+    f = cache.open(p, "r+")
+    gang = f.pages(3, 8)
+    with gang as pages:
+        assert gang.held and not gang.one_pin
+        assert len(pages) == 8
+        for k, v in enumerate(pages):
+            assert v.readonly and bytes(v) == pattern((3 + k) * PS, PS)
+    assert not gang.held
+    with f.pages(18) as tail:  # 21 pages: 18, 19, 20 (the last partial)
+        assert len(tail) == 3
+        assert bytes(tail[2][:100]) == pattern(20 * PS, 100)
+        assert bytes(tail[2][100:]) == bytes(PS - 100)
+    with f.pages(21) as none:
+        assert none == ()
+    f.close()
+
+
+def test_anonymous_regions_are_zero_filled_writable_and_freed(cache):
+    np = pytest.importorskip("numpy")
+    region = cache.anon(8 * PS)
+    assert len(region) == 8 * PS and region.pages == 8 and region.resident == 0
+    with region.page(3) as view:
+        assert view.readonly and bytes(view) == bytes(PS)
+    with region.page_mut(5) as view:
+        arr = np.frombuffer(view, dtype=np.uint8)
+        arr[:] = 7
+        del arr
+    assert region.resident >= 1
+    with region.page(5) as view:
+        assert bytes(view) == bytes([7]) * PS
+    region.free(0, 8)
+    with region.page(5) as view:
+        assert bytes(view) == bytes(PS), "freed pages read zeros again"
+    with pytest.raises(OSError):
+        with region.page(8):  # past the end
+            pass
+    del region
+    gc.collect()

@@ -13,10 +13,12 @@ may block.
 ...     f.sync()
 ...     with f.page(0) as view:
 ...         bytes(view[:5])
+...     with f.page_mut(0) as view:                 # writable, dirty after
+...         view[0] = ord("H")
 ...     with f.run(0, 16) as pages:                 # up to 16 pages, one pin
 ...         sum(len(p) for p in pages)
 """
 
-from ._pagecache import ABI_VERSION, File, Page, PageCache, Run
+from ._pagecache import ABI_VERSION, AnonRegion, File, Page, PageCache, Run
 
-__all__ = ["PageCache", "File", "Page", "Run", "ABI_VERSION"]
+__all__ = ["PageCache", "File", "AnonRegion", "Page", "Run", "ABI_VERSION"]

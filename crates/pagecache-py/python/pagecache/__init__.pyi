@@ -36,6 +36,9 @@ class PageCache:
     ) -> File:
         """Opens ``path`` through the cache (``FileNotFoundError``,
         ``PermissionError``, ``FileExistsError``, ... on failure)."""
+    def anon(self, length: int) -> AnonRegion:
+        """An anonymous region of ``length`` bytes from the cache's budget:
+        pages zero-filled on first touch, written nowhere."""
     def forget(self, path: str | PathLike[str]) -> int:
         """Drops the pages of unopened files at ``path`` kept after a failed
         close, without writing them; returns how many files."""
@@ -75,6 +78,17 @@ class File:
     def page(self, index: int) -> Page:
         """Page ``index`` as a context manager yielding a read-only
         memoryview of the cached bytes (no copy)."""
+    def page_mut(self, index: int) -> Page:
+        """Page ``index`` latched, as a context manager yielding a writable
+        memoryview of the cached bytes (no copy; numpy can write through
+        it). The page is dirty when the block ends; others' reads and
+        writes of it wait for the block. ``PermissionError`` through a
+        read-only file."""
+    def pages(self, start: int, max: int = 16) -> Run:
+        """A gang lookup: up to ``max`` (at most 16) consecutive pages from
+        ``start``, each pinned on its own, as a context manager yielding a
+        tuple of read-only memoryviews; missing pages are read in one
+        batch. Shorter only at end of file (empty past it)."""
     def run(self, start: int, max: int = 16) -> Run:
         """Up to ``max`` (at most 16) consecutive pages from ``start`` as a
         context manager yielding a tuple of read-only memoryviews, one per
@@ -100,10 +114,28 @@ class File:
         tb: TracebackType | None,
     ) -> bool: ...
 
+class AnonRegion:
+    """Anonymous pages from a cache's budget (see ``PageCache.anon``)."""
+
+    def page(self, index: int) -> Page:
+        """Page ``index`` pinned: a read-only memoryview (zeros if never
+        written)."""
+    def page_mut(self, index: int) -> Page:
+        """Page ``index`` latched: a writable memoryview."""
+    def free(self, start: int, end: int) -> None:
+        """Frees pages ``start..end``: they read as zeros when touched
+        again."""
+    def __len__(self) -> int: ...
+    @property
+    def pages(self) -> int: ...
+    @property
+    def resident(self) -> int: ...
+
 class Page:
-    """A page pinned for a ``with`` block. Its memoryview is released when
-    the block ends; a buffer still exported from it (a numpy array over the
-    view) keeps the page pinned until that buffer goes."""
+    """A page pinned (``page``) or latched (``page_mut``) for a ``with``
+    block. Its memoryview is released when the block ends; a buffer still
+    exported from it (a numpy array over the view) keeps the page held
+    until that buffer goes."""
 
     def __enter__(self) -> memoryview: ...
     def __exit__(
@@ -116,9 +148,12 @@ class Page:
     def index(self) -> int: ...
     @property
     def pinned(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
 
 class Run:
-    """Consecutive pages held for a ``with`` block (see ``File.run``). Its
+    """Consecutive pages held for a ``with`` block (see ``File.run`` and
+    ``File.pages``). Its
     memoryviews are released when the block ends; a buffer still exported
     from one keeps the whole run held until it goes."""
 
