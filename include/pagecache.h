@@ -32,8 +32,8 @@
 
 // The version of this ABI: bumped when a struct's layout or a function's
 // meaning changes, or functions are added (3: `pc_file_run`; 4:
-// `pc_config.populate`).
-#define PC_ABI_VERSION 4
+// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`).
+#define PC_ABI_VERSION 5
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -70,6 +70,10 @@
 
 // Words of private storage in a `pc_pin`.
 #define PC_PIN_PRIVATE_WORDS 10
+
+// An anonymous region: pages of a cache's budget that belong to no file,
+// zero-filled on first touch, written nowhere (`pc_anon_new`).
+typedef struct pc_anon pc_anon;
 
 // A cache: a memory budget of page frames shared by its files.
 typedef struct pc_cache pc_cache;
@@ -401,6 +405,60 @@ int pc_file_run(const struct pc_file *file_, uint64_t start, size_t max, struct 
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_run_release(struct pc_run *run);
+
+// Creates an anonymous region of `len` bytes (spanning whole pages) from
+// the cache's budget into `*region`: pages that belong to no file,
+// zero-filled on first touch, never written anywhere (scratch memory, a
+// hash table's buckets). Touched pages count against the capacity until
+// freed; they are never evicted. `-ENOMEM` when a first touch finds every
+// frame pinned, latched or anonymous.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_new(const struct pc_cache *cache, uint64_t len, struct pc_anon **region);
+
+// Frees the region and returns its frames to the cache. `-EBUSY` (and
+// nothing done) while pages of it are pinned or latched.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_free(struct pc_anon *region);
+
+// Stores the region's length in bytes (as created) in `*len`.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_len(const struct pc_anon *region, uint64_t *len);
+
+// Pins page `index` of the region into `*pin` (read-only; zeros if never
+// written) until `pc_pin_release`. Blocks while a latch holder has it.
+// `-ENXIO` past the region's end.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_pin(const struct pc_anon *region, uint64_t index, struct pc_pin *pin);
+
+// Latches page `index` of the region for writing into `*pin` (writable by
+// this holder alone until `pc_pin_release`). Waits until no one else pins
+// or latches the page.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_latch(const struct pc_anon *region, uint64_t index, struct pc_pin *pin);
+
+// Frees pages `start..end` of the region (clamped to it): their frames go
+// back to the cache now, or when their last pin is released; they read
+// as zeros when touched again. Never blocks.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_anon_release_pages(const struct pc_anon *region, uint64_t start, uint64_t end);
 
 #ifdef __cplusplus
 }  // extern "C"

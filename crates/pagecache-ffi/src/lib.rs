@@ -14,8 +14,9 @@
 //! * no panic crosses the boundary: one is caught and returned as `-EIO`
 //!   with its message.
 //!
-//! Handles: a `pc_cache` and a `pc_file` are opaque and may be used from
-//! any number of threads at once; a `pc_pin` is a small struct the caller
+//! Handles: a `pc_cache`, a `pc_file` and a `pc_anon` (an anonymous region)
+//! are opaque and may be used from any number of threads at once; a
+//! `pc_pin` is a small struct the caller
 //! owns (on its stack, say) that holds one pinned (read-only) or latched
 //! (writable) page until `pc_pin_release`; a `pc_run` likewise holds up to
 //! `PC_RUN_MAX` consecutive pages until `pc_run_release`.
@@ -24,11 +25,15 @@
 //! changes until `pc_file_close`/`pc_file_discard`, and those refuse
 //! (`-EBUSY`) while any pin or run taken through it is held; so the
 //! `'static` lifetime given to a pin's `PageRef`/`PageMut` or a run's
-//! `PageRun` (which borrow the file) is never outlived.
+//! `PageRun` (which borrow the file) is never outlived. A `pc_anon` is the
+//! same for its pins (`AnonRef`/`AnonMut`) until `pc_anon_free`.
 #![allow(non_camel_case_types)]
 
 use crossbeam_utils::CachePadded;
-use pagecache::{Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef, PageRun};
+use pagecache::{
+    AnonMut, AnonRef, AnonRegion, Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef,
+    PageRun,
+};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
@@ -38,8 +43,8 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
 /// meaning changes, or functions are added (3: `pc_file_run`; 4:
-/// `pc_config.populate`).
-pub const PC_ABI_VERSION: u32 = 4;
+/// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`).
+pub const PC_ABI_VERSION: u32 = 5;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -224,6 +229,15 @@ pub struct pc_file {
     pins: PinCount,
 }
 
+/// An anonymous region: pages of a cache's budget that belong to no file,
+/// zero-filled on first touch, written nowhere (`pc_anon_new`).
+#[derive(Debug)]
+pub struct pc_anon {
+    region: AnonRegion,
+    /// Pins and latches held in it: `pc_anon_free` refuses while any is.
+    pins: PinCount,
+}
+
 /// A count split over cache lines, so that threads pinning pages of one
 /// file do not all write one shared line (the core's pins write only the
 /// page's own state word). Each thread adds to and subtracts from its own
@@ -277,11 +291,15 @@ impl PinCount {
 enum Held {
     Pin(#[allow(dead_code)] PageRef<'static>),
     Latch(#[allow(dead_code)] PageMut<'static>),
+    AnonPin(#[allow(dead_code)] AnonRef<'static>),
+    AnonLatch(#[allow(dead_code)] AnonMut<'static>),
 }
 
 struct Stored {
     held: Held,
-    file: *const pc_file,
+    /// The count of the handle (`pc_file` or `pc_anon`) it was taken
+    /// through.
+    pins: *const PinCount,
 }
 
 /// `pc_pin::held_` values: a pin or a latch is stored (anything else, 0
@@ -837,9 +855,15 @@ fn hold(
         (Held::Pin(r), d, l)
     };
     f.pins.add();
+    store_pin(p, held, data, len, index, &f.pins);
+    Ok(())
+}
+
+/// Writes a held page into `*p` (the caller counted it in `pins`).
+fn store_pin(p: *mut pc_pin, held: Held, data: *mut u8, len: usize, index: u64, pins: &PinCount) {
     let tag = match held {
-        Held::Pin(_) => HELD_PIN,
-        Held::Latch(_) => HELD_LATCH,
+        Held::Pin(_) | Held::AnonPin(_) => HELD_PIN,
+        Held::Latch(_) | Held::AnonLatch(_) => HELD_LATCH,
     };
     let mut pin = pc_pin {
         data,
@@ -856,11 +880,10 @@ fn hold(
         pin.private_
             .as_mut_ptr()
             .cast::<Stored>()
-            .write(Stored { held, file: f })
+            .write(Stored { held, pins })
     };
-    // SAFETY: non-null, writable (the contract).
+    // SAFETY: non-null, writable (the caller's contract).
     unsafe { p.write(pin) };
-    Ok(())
 }
 
 /// Pins page `index` of the file into `*pin`: `pin->data` points to its
@@ -924,10 +947,11 @@ pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
         pin.held_ = 0;
         pin.data = std::ptr::null_mut();
         pin.len = 0;
-        let f = stored.file;
+        let pins = stored.pins;
         drop(stored.held);
-        // SAFETY: the file is alive: close refuses while this pin counts.
-        unsafe { &*f }.pins.sub();
+        // SAFETY: the handle is alive: its close or free refuses while
+        // this pin counts.
+        unsafe { &*pins }.sub();
         Ok(())
     })
 }
@@ -1019,6 +1043,163 @@ pub unsafe extern "C" fn pc_run_release(run: *mut pc_run) -> c_int {
         drop(stored.run);
         // SAFETY: the file is alive: close refuses while this run counts.
         unsafe { &*f }.pins.sub();
+        Ok(())
+    })
+}
+
+/// Creates an anonymous region of `len` bytes (spanning whole pages) from
+/// the cache's budget into `*region`: pages that belong to no file,
+/// zero-filled on first touch, never written anywhere (scratch memory, a
+/// hash table's buckets). Touched pages count against the capacity until
+/// freed; they are never evicted. `-ENOMEM` when a first touch finds every
+/// frame pinned, latched or anonymous.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_new(
+    cache: *const pc_cache,
+    len: u64,
+    region: *mut *mut pc_anon,
+) -> c_int {
+    guard("pc_anon_new", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_anon_new", "cache") }?.cache;
+        let out = out(region, "pc_anon_new", "region")?;
+        let r = Box::new(pc_anon {
+            region: c.anon(len)?,
+            pins: PinCount::default(),
+        });
+        // SAFETY: non-null, writable (the contract).
+        unsafe { out.write(Box::into_raw(r)) };
+        Ok(())
+    })
+}
+
+/// Frees the region and returns its frames to the cache. `-EBUSY` (and
+/// nothing done) while pages of it are pinned or latched.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_free(region: *mut pc_anon) -> c_int {
+    guard("pc_anon_free", || {
+        // SAFETY: the contract: null or from pc_anon_new.
+        let r = unsafe { arg(region, "pc_anon_free", "region") }?;
+        // Acquire inside: as `take_file`.
+        let pins = r.pins.outstanding();
+        if pins != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("pc_anon_free: {pins} page(s) of the region still pinned or latched: release them first"),
+            ));
+        }
+        // SAFETY: from pc_anon_new (the contract), and no pin borrows it.
+        drop(unsafe { Box::from_raw(region) });
+        Ok(())
+    })
+}
+
+/// Stores the region's length in bytes (as created) in `*len`.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_len(region: *const pc_anon, len: *mut u64) -> c_int {
+    guard("pc_anon_len", || {
+        // SAFETY: the contract.
+        let r = unsafe { arg(region, "pc_anon_len", "region") }?;
+        let out = out(len, "pc_anon_len", "len")?;
+        // SAFETY: non-null, writable (the contract).
+        unsafe { out.write(r.region.len()) };
+        Ok(())
+    })
+}
+
+/// Pins (`latch` false) or latches page `index` of the region into `*pin`.
+fn hold_anon(
+    region: *const pc_anon,
+    index: u64,
+    pin: *mut pc_pin,
+    what: &str,
+    latch: bool,
+) -> io::Result<()> {
+    // SAFETY: the contract.
+    let r = unsafe { arg(region, what, "region") }?;
+    let p = out(pin, what, "pin")?;
+    // SAFETY: the region lives until pc_anon_free, which refuses while
+    // this pin is counted (module docs), so 'static is never outlived.
+    let rs: &'static pc_anon = unsafe { &*(r as *const pc_anon) };
+    let (held, data, len) = if latch {
+        let mut m = rs.region.page_mut(index)?;
+        let (d, l) = (m.as_mut_ptr(), m.len());
+        (Held::AnonLatch(m), d, l)
+    } else {
+        let g = rs.region.page(index)?;
+        let (d, l) = (g.as_ptr() as *mut u8, g.len());
+        (Held::AnonPin(g), d, l)
+    };
+    r.pins.add();
+    store_pin(p, held, data, len, index, &r.pins);
+    Ok(())
+}
+
+/// Pins page `index` of the region into `*pin` (read-only; zeros if never
+/// written) until `pc_pin_release`. Blocks while a latch holder has it.
+/// `-ENXIO` past the region's end.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_pin(
+    region: *const pc_anon,
+    index: u64,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_anon_pin", || {
+        hold_anon(region, index, pin, "pc_anon_pin", false)
+    })
+}
+
+/// Latches page `index` of the region for writing into `*pin` (writable by
+/// this holder alone until `pc_pin_release`). Waits until no one else pins
+/// or latches the page.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_latch(
+    region: *const pc_anon,
+    index: u64,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_anon_latch", || {
+        hold_anon(region, index, pin, "pc_anon_latch", true)
+    })
+}
+
+/// Frees pages `start..end` of the region (clamped to it): their frames go
+/// back to the cache now, or when their last pin is released; they read
+/// as zeros when touched again. Never blocks.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_anon_release_pages(
+    region: *const pc_anon,
+    start: u64,
+    end: u64,
+) -> c_int {
+    guard("pc_anon_release_pages", || {
+        // SAFETY: the contract.
+        let r = unsafe { arg(region, "pc_anon_release_pages", "region") }?;
+        r.region.free(start..end);
         Ok(())
     })
 }
