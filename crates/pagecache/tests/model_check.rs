@@ -57,11 +57,55 @@ fn run(what: &str, default_seeds: &[u64], frames: usize, nhandles: usize) {
     for seed in seeds(default_seeds) {
         let mut rng = Rng::new(seed);
         let mut h = Harness::new(&d.0, what, seed, frames, nhandles);
+        let dog = Watchdog::new(format!("{what}: seed {seed}{}", h.log.config));
         for _ in 0..ops_budget() {
             h.step(&mut rng);
+            dog.progress(h.log.ops);
         }
         println!("{what}: seed {seed}: {} operations checked", h.log.ops);
         h.finish();
+    }
+}
+
+/// Ends the process with the seed and configuration if a stream makes no
+/// progress for two minutes (a deadlock would otherwise hang CI with no
+/// word of which seed found it).
+struct Watchdog {
+    ops: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn new(what: String) -> Watchdog {
+        let ops = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (o, s) = (ops.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut last, mut since) = (0, std::time::Instant::now());
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let now = o.load(Ordering::Relaxed);
+                if now != last {
+                    (last, since) = (now, std::time::Instant::now());
+                } else if since.elapsed() > std::time::Duration::from_secs(120) {
+                    eprintln!(
+                        "model check {what}: no progress for 120 s after operation {now} (a deadlock?); replay with MODEL_CHECK_SEED"
+                    );
+                    std::process::abort();
+                }
+            }
+        });
+        Watchdog { ops, stop }
+    }
+
+    fn progress(&self, ops: u64) {
+        self.ops.store(ops, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
