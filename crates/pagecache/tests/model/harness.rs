@@ -635,6 +635,23 @@ impl Harness {
                 }
             }
         }
+        // Another thread writes a page the run holds: it waits for the run
+        // (W3), and the holder's sync must not wait for it.
+        let waiter = (!cut_done && end > start && rng.chance(50)).then(|| {
+            let i = start + rng.below(end - start);
+            let data = rng.bytes(PS);
+            self.log.op(format!(
+                "  another thread: write_at({}, {PS})",
+                i * PS as u64
+            ));
+            let g = f.clone();
+            let d = data.clone();
+            (
+                i,
+                data,
+                std::thread::spawn(move || g.write_at(&d, i * PS as u64)),
+            )
+        });
         self.log.op("  sync".into());
         match f.sync() {
             Ok(()) => self.check_disk("a run holder's sync"),
@@ -649,6 +666,15 @@ impl Harness {
             }
         }
         drop(run);
+        if let Some((i, data, t)) = waiter {
+            match t.join().unwrap() {
+                Ok(()) => self.apply_write(i * PS as u64, &data),
+                Err(e) => {
+                    self.allowed(&e, "write_at");
+                    self.after_failed_write(&f, i * PS as u64, &data);
+                }
+            }
+        }
     }
 
     fn apply_write(&mut self, off: u64, data: &[u8]) {
