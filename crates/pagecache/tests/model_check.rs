@@ -88,7 +88,11 @@ impl Watchdog {
                 if now != last {
                     (last, since) = (now, std::time::Instant::now());
                 } else if since.elapsed() > std::time::Duration::from_secs(120) {
-                    eprintln!(
+                    // Straight to the descriptor: the test harness
+                    // captures eprintln!, and the abort would lose it.
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "model check {what}: no progress for 120 s after operation {now} (a deadlock?); replay with MODEL_CHECK_SEED"
                     );
                     std::process::abort();
