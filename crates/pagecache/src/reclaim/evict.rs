@@ -62,14 +62,14 @@ impl Inner {
         self.reclaim(patient)
     }
 
-    /// Evicts one page and returns its frame. Fails only when two full
-    /// passes of the policy found nothing evictable, a look at every frame
-    /// agrees, and nothing that will hand frames back is under way: no
-    /// other reclaimer holds candidates, no write-back or read is in
-    /// flight. Then with the write-back error that kept the last dirty
-    /// victim, if any, else `OutOfMemory` (every frame pinned, latched or
-    /// unevictable). A patient caller waits for work under way however
-    /// long it takes: a slow or busy device is not a lack of memory.
+    /// Evicts one page and returns its frame. Fails when two full passes
+    /// of the policy found nothing evictable and a look at every frame
+    /// agrees, and, for a patient caller, only once nothing that will hand
+    /// frames back is under way: no other reclaimer holds candidates, no
+    /// write-back or read is in flight (it waits for those however long
+    /// they take: a slow or busy device is not a lack of memory). Then
+    /// with the write-back error that kept the last dirty victim, if any,
+    /// else `OutOfMemory` (every frame pinned, latched or unevictable).
     /// `patient`: as for `alloc_frame_as` (an impatient caller may be
     /// filling pages of a run that is itself what is in flight, and never
     /// waits). Context: as `alloc_frame_as`.
@@ -94,15 +94,26 @@ impl Inner {
             // is pinned, latched or unevictable, or busy for a while.
             let pass = self.policy.pass_len(&self.frames) + crate::reclaim::CLAIM;
             let urgent = scanned >= pass;
+            // Frames in other reclaimers' batches are in no queue; while
+            // any reclaimer holds some, a patient caller waits for it (it
+            // may be preempted mid-batch, or writing a dirty victim back)
+            // instead of failing. An RMW, not a load: it reads the latest
+            // count (a relaxed load may return an old 0, and loom finds the
+            // OutOfMemory that follows); Acquire pairs with the Release
+            // decrement below, so a 0 read from it means its batch's
+            // leftovers are in the pool for the last try.
+            if (scanned >= 2 * pass || empty_rounds >= 2)
+                && patient
+                && self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+            {
+                crate::sync::wait_step(&mut waits);
+                scanned = 0;
+                empty_rounds = 0;
+                continue;
+            }
             if scanned >= 2 * pass || empty_rounds >= 2 {
-                // Frames in other reclaimers' batches are in no queue. An
-                // RMW, not a load: it reads the latest count (a relaxed load
-                // may return an old 0, and loom finds the OutOfMemory that
-                // follows); Acquire pairs with the Release decrement below,
-                // so a 0 read from it means their leftovers are in the pool
-                // for the last try.
-                let others = self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0;
-                // Last try.
+                // Last try: a reclaimer that finished meanwhile freed its
+                // leftovers before its decrement (read above).
                 if let Some(f) = self.alloc.alloc() {
                     return Ok(f);
                 }
@@ -111,25 +122,21 @@ impl Inner {
                 // thread's release still looked pinned). Before claiming
                 // that every frame is busy, look again with RMW reads,
                 // which see the latest state; rescan if one is evictable.
+                // A write-back or a read in flight ends by itself and
+                // leaves a page to evict: a patient caller waits for it,
+                // however long the device takes (a false `OutOfMemory`
+                // here, after a bounded number of yields, failed twelve
+                // writers of a 16-frame cache on a 30 ms device, every
+                // frame under a write another had started).
                 let (evictable, in_flight) = self.outlook_now();
-                if evictable && rechecks < 2 {
-                    rechecks += 1;
+                if (evictable && rechecks < 2) || (in_flight && patient) {
+                    if evictable {
+                        rechecks += 1;
+                    } else {
+                        crate::sync::wait_step(&mut waits);
+                    }
                     scanned = 0;
                     empty_rounds = 0;
-                    continue;
-                }
-                // Another reclaimer's round (it waits for no latch; it may
-                // be writing a victim back, or preempted), a write-back or a
-                // read in flight: each ends by itself and leaves a frame to
-                // free or a page to evict. Wait for it, and look again: a
-                // false `OutOfMemory` here (twelve writers of a 16-frame
-                // cache on a 30 ms device, every frame under a write another
-                // started) made a caller give up on a slow device.
-                if patient && (others || in_flight) {
-                    crate::sync::wait_step(&mut waits);
-                    scanned = 0;
-                    empty_rounds = 0;
-                    rechecks = 0;
                     continue;
                 }
                 if let Some(e) = wb_failed {
