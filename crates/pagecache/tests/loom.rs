@@ -671,6 +671,61 @@ fn run_holder_rewrites_a_truncated_page() {
     });
 }
 
+/// `discard` against eviction's write-back of the page it drops: the cache
+/// is full (a dirty page 0 of file `f`, page 0 of file `h` pinned, two
+/// anonymous pages), one thread misses page 1 of `h`, which must write
+/// `f`'s page 0 back to evict it, while the other discards `f`. Whatever
+/// the disk holds when `discard` returns, it still holds after the miss:
+/// no write of a discarded page lands after the discard. Remove the wait
+/// from `discard`, or count eviction's write-back only after its start,
+/// and loom finds the write landing later.
+///
+/// Ignored: it found two false `OutOfMemory` windows (a frame between a
+/// discard's last release and the pool; a discard that ended between the
+/// look at the frames and the last try), both fixed (`Inner::freeing`, the
+/// last try after the look), and then exceeds loom's limits: past 20 000
+/// branches, and with `LOOM_MAX_BRANCHES=200000` one thread passes 65 535
+/// operations in an execution (loom's version counter overflows), a retry
+/// loop not identified yet (not the reclaim or write-back waits, which
+/// were instrumented). Run by hand: `scripts/loom.sh --ignored discard_vs`.
+#[test]
+#[ignore = "exceeds loom's limits; see the doc comment"]
+fn discard_vs_eviction_writeback() {
+    model(2, || {
+        let tf = TempFile::new(1);
+        let th = TempFile::new(2);
+        let c = cache();
+        let anon = c.anon(2 * PS as u64).unwrap();
+        anon.page_mut(0).unwrap()[0] = 9;
+        anon.page_mut(1).unwrap()[0] = 9;
+        let f = open(&c, &tf);
+        f.write_at(&[7u8; 64], 0).unwrap(); // dirty
+        let h = open(&c, &th);
+        let evictor = thread::spawn(move || {
+            let pinned = h.page(0).unwrap();
+            assert_eq!(pinned[0], 1);
+            // Needs a frame: only f's dirty page 0 can be evicted.
+            match h.page(1) {
+                Ok(p) => assert_eq!(p[0], 2),
+                // Discarded first, then nothing is evictable but a
+                // frame freed by the discard: it must not fail.
+                Err(e) => panic!("miss after discard: {e}"),
+            }
+            drop(pinned);
+        });
+        assert!(f.discard());
+        let after_discard = tf.bytes();
+        evictor.join().unwrap();
+        assert_eq!(
+            tf.bytes(),
+            after_discard,
+            "a discarded page was written after discard returned"
+        );
+        drop(anon);
+        c.validate();
+    });
+}
+
 /// Dirty tags against growth: one thread dirties page 0 while another
 /// writes page 64, which grows the tree (a new root above the old one).
 /// The tag of page 0 is reachable from the new root in every interleaving

@@ -115,6 +115,11 @@ pub(crate) struct Inner {
     /// hands are in no policy queue, so an empty queue means "wait", not
     /// "out of memory", while this is non-zero. A hint.
     pub(crate) reclaiming: CachePadded<AtomicUsize>,
+    /// (A) truncates and discards removing pages right now: their frames
+    /// are on the way back to the pool (a reclaimer that finds nothing to
+    /// evict waits for them rather than report `OutOfMemory`; a hint read
+    /// by RMW, as `reclaiming`).
+    pub(crate) freeing: AtomicUsize,
     /// (C) page size in bytes, a power of two.
     pub(crate) page_size: usize,
     /// (C) log2 of `page_size`.
@@ -244,6 +249,7 @@ impl Inner {
             deferred: crate::sync::Mutex::with_class(Vec::new(), LockClass::Other),
             deferred_n: AtomicUsize::new(0),
             reclaiming: CachePadded::new(AtomicUsize::new(0)),
+            freeing: AtomicUsize::new(0),
             page_size,
             shift,
             engine,

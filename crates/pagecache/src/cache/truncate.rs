@@ -68,6 +68,11 @@ impl Inner {
     /// Context: no sleep; takes the tree lock; callers hold the size lock
     /// exclusively or the file has no handle left.
     pub(crate) fn remove_pages_from(&self, fs: &FileShared, first: u64) {
+        // Counted from before the first page is marked until its frame is
+        // in the pool (or queued for a run): a reclaimer that finds every
+        // frame busy meanwhile waits for these instead of failing.
+        // Relaxed: a hint; the reclaimer reads it by RMW and rescans.
+        self.freeing.fetch_add(1, Ordering::Relaxed);
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
         let mut deferred = Vec::new();
@@ -103,6 +108,9 @@ impl Inner {
             self.free_frame(f);
         }
         self.defer_frees(deferred);
+        // Release: the frees above happen-before a reclaimer's Acquire RMW
+        // that reads this decrement (its next alloc finds them).
+        self.freeing.fetch_sub(1, Ordering::Release);
     }
 
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last

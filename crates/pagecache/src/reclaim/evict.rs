@@ -112,11 +112,6 @@ impl Inner {
                 continue;
             }
             if scanned >= 2 * pass || empty_rounds >= 2 {
-                // Last try: a reclaimer that finished meanwhile freed its
-                // leftovers before its decrement (read above).
-                if let Some(f) = self.alloc.alloc() {
-                    return Ok(f);
-                }
                 // The scans judged frames by plain loads, which may return
                 // old states (loom finds this: a frame freed by another
                 // thread's release still looked pinned). Before claiming
@@ -129,6 +124,13 @@ impl Inner {
                 // writers of a 16-frame cache on a 30 ms device, every
                 // frame under a write another had started).
                 let (evictable, in_flight) = self.outlook_now();
+                // Last try, after the look: a reclaimer that finished
+                // meanwhile freed its leftovers before its decrement (read
+                // above), and a truncate or discard that the look missed
+                // (it read `freeing` after its end) freed its frames.
+                if let Some(f) = self.alloc.alloc() {
+                    return Ok(f);
+                }
                 if (evictable && rechecks < 2) || (in_flight && patient) {
                     if evictable {
                         rechecks += 1;
@@ -209,24 +211,33 @@ impl Inner {
         }
     }
 
-    /// Whether some frame is evictable right now, and whether some page is
-    /// held only by a write-back in flight (it is released when the write
-    /// ends: worth waiting for, not a reason to give up), judged by the
-    /// latest value of each state word (`FrameDesc::snapshot_latest`).
-    /// Context: no sleep; the `OutOfMemory` path only.
+    /// Whether some frame is evictable right now, and whether some frame
+    /// is on its way back (worth waiting for, not a reason to give up): a
+    /// page held only by a write-back in flight (released when the write
+    /// ends), a read in flight, a frame with no reference left (frozen by
+    /// another evictor, or between its last release and the pool), or a
+    /// truncate or discard removing pages right now (`freeing`: loom found
+    /// a miss reporting `OutOfMemory` while a discard was freeing the frame
+    /// it needed). Judged by the latest value of each state word
+    /// (`FrameDesc::snapshot_latest`). Context: no sleep; the
+    /// `OutOfMemory` path only.
     #[cold]
     fn outlook_now(&self) -> (bool, bool) {
         let (mut evictable, mut in_flight) = (false, false);
         for f in 0..self.frames.len() as FrameNo {
             let s = self.desc(f).snapshot_latest();
             evictable |= s.is_evictable();
-            in_flight |= s.is_under_writeback();
+            in_flight |= s.is_under_writeback() || s.refs() == 0;
         }
         // Relaxed: a hint; runs being read end by themselves.
         in_flight |= self
             .filling
             .load(crate::sync::unmodelled::Ordering::Relaxed)
             > 0;
+        // An RMW: the latest count (as `reclaiming`); Acquire pairs with
+        // the remover's Release decrement, so a 0 means its frees are in
+        // the pool for the next try.
+        in_flight |= self.freeing.fetch_add(0, Ordering::AcqRel) > 0;
         (evictable, in_flight)
     }
 
