@@ -289,10 +289,10 @@ impl PinCount {
 
 /// What a `pc_pin`'s private words hold, in place.
 enum Held {
-    Pin(#[allow(dead_code)] PageRef<'static>),
-    Latch(#[allow(dead_code)] PageMut<'static>),
-    AnonPin(#[allow(dead_code)] AnonRef<'static>),
-    AnonLatch(#[allow(dead_code)] AnonMut<'static>),
+    Pin(PageRef<'static>),
+    Latch(PageMut<'static>),
+    AnonPin(AnonRef<'static>),
+    AnonLatch(AnonMut<'static>),
 }
 
 struct Stored {
@@ -845,22 +845,32 @@ fn hold(
     // SAFETY: the handle lives until close, and close refuses while this
     // pin is counted (module docs), so 'static is never outlived.
     let fs: &'static pc_file = unsafe { &*(f as *const pc_file) };
-    let (held, data, len) = if latch {
-        let mut m = fs.file.page_mut(index)?;
-        let (d, l) = (m.as_mut_ptr(), m.len());
-        (Held::Latch(m), d, l)
+    let held = if latch {
+        Held::Latch(fs.file.page_mut(index)?)
     } else {
-        let r = fs.file.page(index)?;
-        let (d, l) = (r.as_ptr() as *mut u8, r.len());
-        (Held::Pin(r), d, l)
+        Held::Pin(fs.file.page(index)?)
     };
     f.pins.add();
-    store_pin(p, held, data, len, index, &f.pins);
+    store_pin(p, held, index, &f.pins);
     Ok(())
 }
 
+impl Held {
+    /// The page's bytes (writable only through a latch).
+    fn bytes(&mut self) -> (*mut u8, usize) {
+        let ro = |b: &[u8]| (b.as_ptr() as *mut u8, b.len());
+        match self {
+            Held::Pin(r) => ro(r),
+            Held::AnonPin(r) => ro(r),
+            Held::Latch(m) => (m.as_mut_ptr(), m.len()),
+            Held::AnonLatch(m) => (m.as_mut_ptr(), m.len()),
+        }
+    }
+}
+
 /// Writes a held page into `*p` (the caller counted it in `pins`).
-fn store_pin(p: *mut pc_pin, held: Held, data: *mut u8, len: usize, index: u64, pins: &PinCount) {
+fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
+    let (data, len) = held.bytes();
     let tag = match held {
         Held::Pin(_) | Held::AnonPin(_) => HELD_PIN,
         Held::Latch(_) | Held::AnonLatch(_) => HELD_LATCH,
@@ -1133,17 +1143,13 @@ fn hold_anon(
     // SAFETY: the region lives until pc_anon_free, which refuses while
     // this pin is counted (module docs), so 'static is never outlived.
     let rs: &'static pc_anon = unsafe { &*(r as *const pc_anon) };
-    let (held, data, len) = if latch {
-        let mut m = rs.region.page_mut(index)?;
-        let (d, l) = (m.as_mut_ptr(), m.len());
-        (Held::AnonLatch(m), d, l)
+    let held = if latch {
+        Held::AnonLatch(rs.region.page_mut(index)?)
     } else {
-        let g = rs.region.page(index)?;
-        let (d, l) = (g.as_ptr() as *mut u8, g.len());
-        (Held::AnonPin(g), d, l)
+        Held::AnonPin(rs.region.page(index)?)
     };
     r.pins.add();
-    store_pin(p, held, data, len, index, &r.pins);
+    store_pin(p, held, index, &r.pins);
     Ok(())
 }
 

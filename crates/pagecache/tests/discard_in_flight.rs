@@ -24,25 +24,18 @@ fn slow_flushing_cache(delay: Duration) -> (PageCache, std::sync::Arc<pagecache:
     (c, faults)
 }
 
-/// Dirties 64 pages of a new file at `p` and waits until the flusher has
-/// issued at least one write of them (now in its device delay).
-fn dirty_with_writes_in_flight(
-    c: &PageCache,
-    faults: &pagecache::Faults,
-    p: &std::path::Path,
-) -> pagecache::File {
-    let f = c
-        .open_with(
-            p,
-            pagecache::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true),
-        )
-        .unwrap();
+/// `p` opened empty (created if need be), read and write.
+fn open_empty(c: &PageCache, p: &std::path::Path) -> pagecache::File {
+    let mut opts = pagecache::OpenOptions::new();
+    opts.read(true).write(true).create(true).truncate(true);
+    c.open_with(p, &opts).unwrap()
+}
+
+/// Runs `dirty`, then waits until the flusher has issued a write (now in
+/// its device delay).
+fn until_a_write_is_in_flight(faults: &pagecache::Faults, dirty: impl FnOnce()) {
     let before = faults.writes();
-    f.write_at(&vec![0xAB; 64 * PS], 0).unwrap();
+    dirty();
     let t = Instant::now();
     while faults.writes() == before {
         assert!(
@@ -51,6 +44,17 @@ fn dirty_with_writes_in_flight(
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Dirties 64 pages of a new file at `p` and waits until the flusher has
+/// issued at least one write of them (now in its device delay).
+fn dirty_with_writes_in_flight(
+    c: &PageCache,
+    faults: &pagecache::Faults,
+    p: &std::path::Path,
+) -> pagecache::File {
+    let f = open_empty(c, p);
+    until_a_write_is_in_flight(faults, || f.write_at(&vec![0xAB; 64 * PS], 0).unwrap());
     f
 }
 
@@ -99,32 +103,14 @@ fn forget_waits_for_the_writes_of_the_pages_it_dropped() {
     for round in 0..3 {
         // A last close whose write-back fails keeps the file registered
         // with its dirty pages.
-        let f = c
-            .open_with(
-                &p,
-                pagecache::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true),
-            )
-            .unwrap();
+        let f = open_empty(&c, &p);
         faults.fail_writes_from(1, libc::EIO);
         f.write_at(&vec![0xAB; 64 * PS], 0).unwrap();
         assert!(f.close().is_err(), "round {round}");
         faults.clear();
         // Another file's writes wake the flusher, which writes the kept
         // pages back again (each write in its 40 ms device delay).
-        let before = faults.writes();
-        h.write_at(&[1; 4 * PS], 0).unwrap();
-        let t = Instant::now();
-        while faults.writes() == before {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "the flusher never wrote"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_a_write_is_in_flight(&faults, || h.write_at(&[1; 4 * PS], 0).unwrap());
         assert_eq!(c.forget(&p), 1, "round {round}");
         reuse_and_check(&c, &p, &format!("forget, round {round}"));
     }
