@@ -1,0 +1,221 @@
+//! The guards a [`File`] hands out: [`PageRef`] (a pinned page),
+//! [`PageRun`] (consecutive pages under one pin) and [`PageMut`] (a latched
+//! page).
+
+use super::File;
+use crate::cache::RUN_MAX;
+use crate::cache::{FrameLatch, FramePin};
+use crate::frame::FrameNo;
+use std::ops::{Deref, DerefMut};
+
+/// A pinned page: its bytes do not change while it lives. Dereferences to
+/// the whole page (`page_size` bytes; past end of file they are zero).
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-ref-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("ref.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.write_at(&[1u8; 4096 * 3], 0)?;
+///
+/// let page = file.page(1)?; // pinned: no copy, no system call
+/// assert_eq!(page.index(), 1);
+/// assert!(page.iter().all(|&b| b == 1));
+/// drop(page); // a writer of page 1 would wait until here
+///
+/// let mut run = Vec::new(); // gang lookup: up to 16 consecutive pages
+/// assert_eq!(file.pages(0, &mut run, 16)?, 3); // fewer only at end of file
+/// # drop(run); drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PageRef<'a> {
+    pub(super) pin: FramePin<'a>,
+    pub(super) index: u64,
+}
+
+impl PageRef<'_> {
+    /// The page's index in its file.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+}
+
+impl Deref for PageRef<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        &self.pin
+    }
+}
+
+/// Consecutive pages of one file, pinned together (see [`File::run`]).
+/// `run.page(k)` is page `run.start() + k`; the bytes do not change while
+/// the run lives.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-run-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("run.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.write_at(&vec![7u8; 40 * 4096], 0)?;
+/// let (mut pos, mut sum) = (0, 0u64);
+/// loop {
+///     let run = file.run(pos, 16)?;
+///     if run.is_empty() {
+///         break; // end of file
+///     }
+///     for page in run.iter() {
+///         sum += page.iter().map(|&b| b as u64).sum::<u64>();
+///     }
+///     pos += run.len() as u64;
+/// }
+/// assert_eq!(sum, 7 * 40 * 4096);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+pub struct PageRun<'a> {
+    pub(super) file: &'a File,
+    pub(super) start: u64,
+    pub(super) len: usize,
+    /// The leaf whose run pins hold the pages, or `None`: one pin each.
+    pub(super) leaf: Option<&'a crate::index::Node>,
+    /// The frames of pages `start..start + len` (the rest unused).
+    pub(super) frames: [FrameNo; RUN_MAX],
+}
+
+impl<'a> PageRun<'a> {
+    /// The index of the first page.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// How many pages it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none (`start` was at or past end of file).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether one leaf pin holds the pages (cached pages), rather than
+    /// one pin each (`start` had to be read, or was busy).
+    pub fn one_pin(&self) -> bool {
+        self.leaf.is_some()
+    }
+
+    /// The bytes of page `start() + k`. Panics if `k >= len()`.
+    #[inline]
+    pub fn page(&self, k: usize) -> &[u8] {
+        assert!(k < self.len, "page {k} of a run of {}", self.len);
+        // SAFETY: the frame is pinned for the run's life, by its own pin or
+        // by the leaf's run pin (protocol 5.7: no writer changes it and it
+        // is not freed or reused until `drop`).
+        unsafe { self.file.cache.frames.bytes(self.frames[k]) }
+    }
+
+    /// The pages in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len).map(move |k| self.page(k))
+    }
+}
+
+impl std::fmt::Debug for PageRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageRun")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .field("leaf_pin", &self.leaf.is_some())
+            .finish()
+    }
+}
+
+impl Drop for PageRun<'_> {
+    fn drop(&mut self) {
+        let inner = self.file.inner();
+        match self.leaf {
+            Some(leaf) => inner.run_unpin(&self.file.shared, leaf, self.start, self.len, true),
+            None => {
+                for &f in &self.frames[..self.len] {
+                    inner.release(f);
+                }
+            }
+        }
+    }
+}
+
+/// An exclusively latched page. Dereferences mutably to the whole page;
+/// marked dirty when dropped.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-mut-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("mut.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.set_len(4096)?;
+/// {
+///     let mut page = file.page_mut(0)?; // pins of page 0 wait meanwhile
+///     page[..5].copy_from_slice(b"hello");
+/// } // dirty now; `sync` writes it
+/// assert_eq!(file.dirty_pages(), 1);
+/// file.sync()?;
+/// assert_eq!(file.dirty_pages(), 0);
+/// # drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PageMut<'a> {
+    pub(super) latch: FrameLatch<'a>,
+    pub(super) file: &'a File,
+    pub(super) index: u64,
+    /// The file's length when the latch was taken.
+    pub(super) eof: u64,
+}
+
+impl PageMut<'_> {
+    /// The page's index in its file.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+}
+
+impl Deref for PageMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.latch
+    }
+}
+
+impl DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.latch
+    }
+}
+
+impl Drop for PageMut<'_> {
+    fn drop(&mut self) {
+        // Bytes past end of file must stay zero, including bytes written
+        // past the end the holder found if another thread grew the file
+        // meanwhile (they were past the end when written). The latch
+        // (dropped after this) then ends the write: version even, DIRTY,
+        // unlatch, tag.
+        let len = self.file.len().min(self.eof);
+        let ps = self.file.cache.page_size as u64;
+        let start = self.index * ps;
+        if len < start + ps {
+            let keep = len.saturating_sub(start) as usize;
+            // SAFETY: still latched with the version odd; the range ends at
+            // the end of the frame. Atomic stores, as everywhere a frame's
+            // bytes may race a stale optimistic reader (see `cache::copy`).
+            unsafe { self.latch.zero(keep, ps as usize - keep) };
+        }
+    }
+}
