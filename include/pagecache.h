@@ -246,6 +246,7 @@ int pc_cache_stats(const struct pc_cache *cache, struct pc_stats *stats);
 // (kept because their last close failed to write them back), without
 // writing them, and closes their descriptors; stores how many files in
 // `*forgotten` (may be NULL). For a temporary file, or one deleted since.
+// Blocks until no write-back of a dropped page is in flight.
 //
 // # Safety
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
@@ -343,8 +344,9 @@ int pc_file_close(struct pc_file *file_);
 // Closes the handle without writing anything back: if it was the file's
 // last handle, every cached page of the file is dropped, dirty or not
 // (for temporary or deleted files). Stores in `*dropped` (may be NULL)
-// whether that happened. `-EBUSY` while pins, latches or runs are held
-// through it.
+// whether that happened. Blocks until no write-back of a dropped page is
+// in flight (none lands after it returns). `-EBUSY` while pins, latches
+// or runs are held through it.
 //
 // # Safety
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;

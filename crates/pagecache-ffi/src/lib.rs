@@ -524,6 +524,7 @@ pub unsafe extern "C" fn pc_cache_stats(cache: *const pc_cache, stats: *mut pc_s
 /// (kept because their last close failed to write them back), without
 /// writing them, and closes their descriptors; stores how many files in
 /// `*forgotten` (may be NULL). For a temporary file, or one deleted since.
+/// Blocks until no write-back of a dropped page is in flight.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
@@ -812,8 +813,9 @@ pub unsafe extern "C" fn pc_file_close(file_: *mut pc_file) -> c_int {
 /// Closes the handle without writing anything back: if it was the file's
 /// last handle, every cached page of the file is dropped, dirty or not
 /// (for temporary or deleted files). Stores in `*dropped` (may be NULL)
-/// whether that happened. `-EBUSY` while pins, latches or runs are held
-/// through it.
+/// whether that happened. Blocks until no write-back of a dropped page is
+/// in flight (none lands after it returns). `-EBUSY` while pins, latches
+/// or runs are held through it.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;

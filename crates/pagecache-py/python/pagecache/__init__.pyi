@@ -99,7 +99,8 @@ class File:
         """Writes back and closes; reports a write-back error. Idempotent."""
     def discard(self) -> bool:
         """Closes without writing back; drops the file's pages if this was
-        its last handle (returns whether it did)."""
+        its last handle (returns whether it did), once no write-back of
+        them is in flight."""
     @property
     def direct_io(self) -> bool: ...
     @property
