@@ -777,18 +777,12 @@ pub unsafe extern "C" fn pc_file_prefetch(file_: *const pc_file, offset: u64, le
 unsafe fn take_file(f: *mut pc_file, what: &str) -> io::Result<Box<pc_file>> {
     // SAFETY: forwarded contract.
     let r = unsafe { file(f, what) }?;
-    // (Acquire inside: pairs with each release's decrement, so every
-    // pin's drop happened before we free the file.)
-    let pins = r.pins.outstanding();
-    if pins != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::ResourceBusy,
-            format!(
-                "{what}: {}: {pins} pinned or latched page(s) or run(s) still held through this handle: release them first",
-                r.file.path().display()
-            ),
-        ));
-    }
+    refuse_if_pinned(&r.pins, |n| {
+        format!(
+            "{what}: {}: {n} pinned or latched page(s) or run(s) still held through this handle: release them first",
+            r.file.path().display()
+        )
+    })?;
     // SAFETY: from pc_file_open (the contract), and no pin borrows it.
     Ok(unsafe { Box::from_raw(f) })
 }
@@ -834,27 +828,54 @@ pub unsafe extern "C" fn pc_file_discard(file_: *mut pc_file, dropped: *mut c_in
     })
 }
 
-fn hold(
-    file_: *const pc_file,
+/// A handle pins are taken through (`pc_file`, `pc_anon`): its count.
+trait Pinned: 'static {
+    fn pins(&self) -> &PinCount;
+}
+
+impl Pinned for pc_file {
+    fn pins(&self) -> &PinCount {
+        &self.pins
+    }
+}
+
+impl Pinned for pc_anon {
+    fn pins(&self) -> &PinCount {
+        &self.pins
+    }
+}
+
+/// Takes page `index` of the handle `h` (named `name` in errors) with
+/// `get` into `*pin`, counted on the handle until `pc_pin_release`.
+fn hold<H: Pinned>(
+    h: *const H,
     index: u64,
     pin: *mut pc_pin,
     what: &str,
-    latch: bool,
+    name: &str,
+    get: impl FnOnce(&'static H) -> io::Result<Held>,
 ) -> io::Result<()> {
-    // SAFETY: the contract.
-    let f = unsafe { file(file_, what) }?;
+    // SAFETY: the contract: null or a live handle of this library.
+    let r = unsafe { arg(h, what, name) }?;
     let p = out(pin, what, "pin")?;
-    // SAFETY: the handle lives until close, and close refuses while this
-    // pin is counted (module docs), so 'static is never outlived.
-    let fs: &'static pc_file = unsafe { &*(f as *const pc_file) };
-    let held = if latch {
-        Held::Latch(fs.file.page_mut(index)?)
-    } else {
-        Held::Pin(fs.file.page(index)?)
-    };
-    f.pins.add();
-    store_pin(p, held, index, &f.pins);
+    // SAFETY: the handle lives until its close or free, which refuses
+    // while this pin is counted (module docs), so 'static is never
+    // outlived.
+    let held = get(unsafe { &*(r as *const H) })?;
+    r.pins().add();
+    store_pin(p, held, index, r.pins());
     Ok(())
+}
+
+/// `pc_file_close`'s, `pc_file_discard`'s and `pc_anon_free`'s check:
+/// `-EBUSY` with `msg(n)` while `n` pins are held through the handle.
+fn refuse_if_pinned(pins: &PinCount, msg: impl FnOnce(isize) -> String) -> io::Result<()> {
+    // (Acquire inside: pairs with each release's decrement, so every
+    // pin's drop happened before the caller frees the handle.)
+    match pins.outstanding() {
+        0 => Ok(()),
+        n => Err(io::Error::new(io::ErrorKind::ResourceBusy, msg(n))),
+    }
 }
 
 impl Held {
@@ -911,7 +932,9 @@ fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
 #[no_mangle]
 pub unsafe extern "C" fn pc_page_pin(file_: *const pc_file, index: u64, pin: *mut pc_pin) -> c_int {
     guard("pc_page_pin", || {
-        hold(file_, index, pin, "pc_page_pin", false)
+        hold(file_, index, pin, "pc_page_pin", "file", |f| {
+            Ok(Held::Pin(f.file.page(index)?))
+        })
     })
 }
 
@@ -930,7 +953,9 @@ pub unsafe extern "C" fn pc_page_latch(
     pin: *mut pc_pin,
 ) -> c_int {
     guard("pc_page_latch", || {
-        hold(file_, index, pin, "pc_page_latch", true)
+        hold(file_, index, pin, "pc_page_latch", "file", |f| {
+            Ok(Held::Latch(f.file.page_mut(index)?))
+        })
     })
 }
 
@@ -1100,14 +1125,9 @@ pub unsafe extern "C" fn pc_anon_free(region: *mut pc_anon) -> c_int {
     guard("pc_anon_free", || {
         // SAFETY: the contract: null or from pc_anon_new.
         let r = unsafe { arg(region, "pc_anon_free", "region") }?;
-        // Acquire inside: as `take_file`.
-        let pins = r.pins.outstanding();
-        if pins != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!("pc_anon_free: {pins} page(s) of the region still pinned or latched: release them first"),
-            ));
-        }
+        refuse_if_pinned(&r.pins, |n| {
+            format!("pc_anon_free: {n} page(s) of the region still pinned or latched: release them first")
+        })?;
         // SAFETY: from pc_anon_new (the contract), and no pin borrows it.
         drop(unsafe { Box::from_raw(region) });
         Ok(())
@@ -1131,30 +1151,6 @@ pub unsafe extern "C" fn pc_anon_len(region: *const pc_anon, len: *mut u64) -> c
     })
 }
 
-/// Pins (`latch` false) or latches page `index` of the region into `*pin`.
-fn hold_anon(
-    region: *const pc_anon,
-    index: u64,
-    pin: *mut pc_pin,
-    what: &str,
-    latch: bool,
-) -> io::Result<()> {
-    // SAFETY: the contract.
-    let r = unsafe { arg(region, what, "region") }?;
-    let p = out(pin, what, "pin")?;
-    // SAFETY: the region lives until pc_anon_free, which refuses while
-    // this pin is counted (module docs), so 'static is never outlived.
-    let rs: &'static pc_anon = unsafe { &*(r as *const pc_anon) };
-    let held = if latch {
-        Held::AnonLatch(rs.region.page_mut(index)?)
-    } else {
-        Held::AnonPin(rs.region.page(index)?)
-    };
-    r.pins.add();
-    store_pin(p, held, index, &r.pins);
-    Ok(())
-}
-
 /// Pins page `index` of the region into `*pin` (read-only; zeros if never
 /// written) until `pc_pin_release`. Blocks while a latch holder has it.
 /// `-ENXIO` past the region's end.
@@ -1169,7 +1165,9 @@ pub unsafe extern "C" fn pc_anon_pin(
     pin: *mut pc_pin,
 ) -> c_int {
     guard("pc_anon_pin", || {
-        hold_anon(region, index, pin, "pc_anon_pin", false)
+        hold(region, index, pin, "pc_anon_pin", "region", |r| {
+            Ok(Held::AnonPin(r.region.page(index)?))
+        })
     })
 }
 
@@ -1187,7 +1185,9 @@ pub unsafe extern "C" fn pc_anon_latch(
     pin: *mut pc_pin,
 ) -> c_int {
     guard("pc_anon_latch", || {
-        hold_anon(region, index, pin, "pc_anon_latch", true)
+        hold(region, index, pin, "pc_anon_latch", "region", |r| {
+            Ok(Held::AnonLatch(r.region.page_mut(index)?))
+        })
     })
 }
 

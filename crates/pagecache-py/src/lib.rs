@@ -613,21 +613,31 @@ impl Page {
     }
 }
 
+/// A `Page`'s or `Run`'s deallocation: the guard first (it borrows the
+/// owner), then the owner with the GIL released (it may hold a file's
+/// last handle, whose drop writes back).
+///
+/// # Safety
+/// Called once, from the object's `Drop`; `owner` is not used again.
+unsafe fn drop_guard_then_owner<G, O: Send>(
+    state: &mut Mutex<Held<G>>,
+    owner: &mut ManuallyDrop<O>,
+) {
+    let guard = state
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .guard
+        .take();
+    drop(guard);
+    // SAFETY: the caller's contract (taken once, never used again); the
+    // guard that borrowed it is gone.
+    drop_detached(unsafe { ManuallyDrop::take(owner) });
+}
+
 impl Drop for Page {
-    /// The guard first (it borrows the owner), then the owner with the GIL
-    /// released: it may hold a file's last handle.
     fn drop(&mut self) {
-        let guard = self
-            .state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .guard
-            .take();
-        drop(guard);
-        // SAFETY: taken once, here, and never used again (the object is
-        // being deallocated); the guard that borrowed it is gone.
-        let owner = unsafe { ManuallyDrop::take(&mut self.owner) };
-        drop_detached(owner);
+        // SAFETY: the one call, from the deallocation.
+        unsafe { drop_guard_then_owner(&mut self.state, &mut self.owner) };
     }
 }
 
@@ -841,19 +851,9 @@ impl Run {
 }
 
 impl Drop for Run {
-    /// As `Page`'s: the gang, then the file with the GIL released.
     fn drop(&mut self) {
-        let gang = self
-            .state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .guard
-            .take();
-        drop(gang);
-        // SAFETY: taken once, here, and never used again (the object is
-        // being deallocated); the gang that borrowed it is gone.
-        let file = unsafe { ManuallyDrop::take(&mut self.file) };
-        drop_detached(file);
+        // SAFETY: the one call, from the deallocation.
+        unsafe { drop_guard_then_owner(&mut self.state, &mut self.file) };
     }
 }
 

@@ -252,8 +252,8 @@ impl PageCache {
     }
 
     /// Drops the cached pages of files opened by `path` that have no open
-    /// handle left, dirty or not, without writing them back, and forgets
-    /// their pending write-back errors; closes their descriptors. Such
+    /// handle left, dirty or not, without writing them back, and closes
+    /// their descriptors. Such
     /// files exist when the last handle's write-back failed (the cache
     /// keeps their dirty pages rather than lose them): use this for a
     /// temporary file or one deleted since. Returns how many files were
@@ -631,9 +631,8 @@ impl File {
 
     /// Closes this handle without writing anything back. If it was the
     /// file's last handle, every cached page of the file is dropped, dirty
-    /// or not, any write-back error pending for it is forgotten, and its
-    /// descriptors are closed: for temporary files, and files deleted or
-    /// about to be. Returns whether that happened; if other handles of the
+    /// or not, and its descriptors are closed: for temporary files, and
+    /// files deleted or about to be. Returns whether that happened; if other handles of the
     /// file are open, they keep its pages and this returns false. It
     /// returns only once no write of the dropped pages is in flight: a
     /// background write-back that had started lands before, never after

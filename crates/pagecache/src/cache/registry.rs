@@ -151,9 +151,9 @@ impl Inner {
     }
 
     /// Drops every cached page of `fs`, dirty or not, without writing any
-    /// back, and forgets the file and its pending write-back error, if no
-    /// handle of it is open. Returns whether it did, and only once no write
-    /// of a dropped page is in flight any more .
+    /// back, and forgets the file, if no handle of it is open. Returns
+    /// whether it did, and only once no write of a dropped page is in
+    /// flight any more.
     /// Context: may sleep (waits for write-backs in flight, holding no
     /// lock); takes the registry lock exclusively, then the tree lock.
     pub(crate) fn discard(&self, fs: &Arc<FileShared>) -> bool {

@@ -616,13 +616,19 @@ impl<'a> TreeLocked<'a> {
         }
     }
 
+    /// The leaf covering `index` and `index`'s slot in it, found under the
+    /// tree lock. Context: the tree lock held (proved by `self`).
+    fn leaf_slot(&self, arena: &'a NodeArena, index: u64) -> Option<(&'a Node, usize)> {
+        let (path, depth) = self.leaf_path(arena, index)?;
+        Some((arena.get(path[depth - 1].0)?, (index & MASK) as usize))
+    }
+
     /// The leaf covering `index` if a run pins `index`'s slot. The caller
     /// has just changed the page's state word and issued a SeqCst fence
     /// (protocol 5.7 E2, `cache/run.rs`).
     pub fn run_pinned(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
-        let (path, depth) = self.leaf_path(arena, index)?;
-        let leaf = arena.get(path[depth - 1].0)?;
-        leaf.slot_pinned((index & MASK) as usize).then_some(leaf)
+        let (leaf, s) = self.leaf_slot(arena, index)?;
+        leaf.slot_pinned(s).then_some(leaf)
     }
 
     /// Protocol 5.7 T2-T3 for the page at `index`, which truncate marked
@@ -630,9 +636,8 @@ impl<'a> TreeLocked<'a> {
     /// slot then marked `STALE` (its runs may hold this page, which is
     /// leaving the slot: no writer of the slot's next page waits for them).
     pub fn mark_run_stale(&self, arena: &'a NodeArena, index: u64) -> Option<&'a Node> {
-        let (path, depth) = self.leaf_path(arena, index)?;
-        let leaf = arena.get(path[depth - 1].0)?;
-        leaf.mark_stale((index & MASK) as usize).then_some(leaf)
+        let (leaf, s) = self.leaf_slot(arena, index)?;
+        leaf.mark_stale(s).then_some(leaf)
     }
 
     /// Frees the leaf covering `index` if it is empty and no run pins it

@@ -14,8 +14,9 @@
 //!     neighbours pinned too (one write),
 //!     under the size lock shared (recursive:
 //!     the allocating thread may hold it);
-//!     failure keeps the pages dirty and
-//!     records the error for sync
+//!     failure keeps the pages dirty (the
+//!     error goes to the caller if no
+//!     frame can be had)
 //!  4. tree lock; A. freeze {cache + ours}
 //!     -> 0 (fails if a reader pinned it, or
 //!     it was dirtied, latched, removed);
@@ -66,8 +67,9 @@ impl Inner {
     /// of the policy found nothing evictable and a look at every frame
     /// agrees, and, for a patient caller, only once nothing that will hand
     /// frames back is under way: no other reclaimer holds candidates, no
-    /// write-back or read is in flight (it waits for those however long
-    /// they take: a slow or busy device is not a lack of memory). Then
+    /// write-back or read is in flight, no truncate or discard is freeing
+    /// frames (it waits for those however long they take: a slow or busy
+    /// device is not a lack of memory). Then
     /// with the write-back error that kept the last dirty victim, if any,
     /// else `OutOfMemory` (every frame pinned, latched or unevictable).
     /// `patient`: as for `alloc_frame_as` (an impatient caller may be

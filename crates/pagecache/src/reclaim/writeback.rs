@@ -267,16 +267,15 @@ impl Inner {
     /// Waits until no page of `fs` is under write-back by anyone: `sync`
     /// must not return while another thread's write of a page it did not
     /// find dirty (the flusher took the tag) is still in flight, or before
-    /// that write's failure is counted. Context: may sleep; holds nothing
-    /// but the size lock shared.
-    /// Returns whether there was any to wait for.
-    pub(crate) fn wait_writeback(&self, fs: &FileShared) -> bool {
+    /// that write's failure is counted; `discard` must not return before
+    /// a write of a page it dropped has landed. Context: may sleep; holds
+    /// nothing but (a sync) the size lock shared.
+    pub(crate) fn wait_writeback(&self, fs: &FileShared) {
         let mut rounds = 0u32;
         // Acquire: pairs with `end_run`'s Release decrement.
         while fs.writeback.load(Ordering::Acquire) != 0 {
             crate::sync::wait_step(&mut rounds);
         }
-        rounds > 0
     }
 
     /// Write-back of consecutive pages the caller has pinned (eviction: a
