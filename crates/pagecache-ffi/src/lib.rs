@@ -959,7 +959,8 @@ pub unsafe extern "C" fn pc_page_latch(
     })
 }
 
-/// Releases a pinned or latched page and clears `*pin` (`data` NULL).
+/// Releases a pinned or latched page and clears `*pin` (`data` NULL). A
+/// latched page is marked dirty (see `pc_latch_release_clean`).
 /// Releasing a cleared pin again is `-EINVAL` (a copy of the struct
 /// released twice cannot be detected: don't).
 ///
@@ -968,29 +969,50 @@ pub unsafe extern "C" fn pc_page_latch(
 /// handles come from this library and are not yet freed or closed.
 #[no_mangle]
 pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
-    guard("pc_pin_release", || {
-        let p = out(pin, "pc_pin_release", "pin")?;
-        // SAFETY: non-null, a pc_pin (the contract).
-        let pin = unsafe { &mut *p };
-        if pin.held_ != HELD_PIN && pin.held_ != HELD_LATCH {
-            return Err(invalid(format!(
-                "pc_pin_release: no page held (page {} released already, or never pinned)",
-                pin.index
-            )));
-        }
-        // SAFETY: `held_` says `hold` stored a `Stored` there, and it is
-        // cleared below, so this is its only read.
-        let stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
-        pin.held_ = 0;
-        pin.data = std::ptr::null_mut();
-        pin.len = 0;
-        let pins = stored.pins;
-        drop(stored.held);
-        // SAFETY: the handle is alive: its close or free refuses while
-        // this pin counts.
-        unsafe { &*pins }.sub();
-        Ok(())
+    guard("pc_pin_release", || release_held(pin, "pc_pin_release", true))
+}
+
+/// Releases a latch whose bytes the holder did not change: the page is
+/// not marked dirty (it stays clean if it was). Also releases a pin, as
+/// `pc_pin_release` does. Writing through `pin->data` and then releasing
+/// with this call loses the write at the page's eviction: don't.
+///
+/// # Safety
+/// As `pc_pin_release`.
+#[no_mangle]
+pub unsafe extern "C" fn pc_latch_release_clean(pin: *mut pc_pin) -> c_int {
+    guard("pc_latch_release_clean", || {
+        release_held(pin, "pc_latch_release_clean", false)
     })
+}
+
+/// `pc_pin_release` and `pc_latch_release_clean`: `dirty` marks a latched
+/// file page dirty.
+fn release_held(pin: *mut pc_pin, what: &str, dirty: bool) -> io::Result<()> {
+    let p = out(pin, what, "pin")?;
+    // SAFETY: non-null, a pc_pin (the contract).
+    let pin = unsafe { &mut *p };
+    if pin.held_ != HELD_PIN && pin.held_ != HELD_LATCH {
+        return Err(invalid(format!(
+            "{what}: no page held (page {} released already, or never pinned)",
+            pin.index
+        )));
+    }
+    // SAFETY: `held_` says `hold` stored a `Stored` there, and it is
+    // cleared below, so this is its only read.
+    let mut stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
+    pin.held_ = 0;
+    pin.data = std::ptr::null_mut();
+    pin.len = 0;
+    let pins = stored.pins;
+    if let (Held::Latch(m), true) = (&mut stored.held, dirty) {
+        m.mark_dirty();
+    }
+    drop(stored.held);
+    // SAFETY: the handle is alive: its close or free refuses while
+    // this pin counts.
+    unsafe { &*pins }.sub();
+    Ok(())
 }
 
 /// Pins up to `max` consecutive pages from `start` (at most `PC_RUN_MAX`)

@@ -577,7 +577,12 @@ impl PageGuard {
         match self {
             PageGuard::Ref(r) => ro(r),
             PageGuard::AnonRef(r) => ro(r),
-            PageGuard::Mut(m) => (m.as_mut_ptr(), m.len()),
+            PageGuard::Mut(m) => {
+                // Python writes through a writable memoryview we cannot
+                // watch: the page is dirty when released.
+                m.mark_dirty();
+                (m.as_mut_ptr(), m.len())
+            }
             PageGuard::AnonMut(m) => (m.as_mut_ptr(), m.len()),
         }
     }

@@ -151,7 +151,10 @@ impl Drop for PageRun<'_> {
 }
 
 /// An exclusively latched page. Dereferences mutably to the whole page;
-/// marked dirty when dropped.
+/// marked dirty when dropped if it was dereferenced mutably (or came from
+/// [`File::page_new`], or [`PageMut::mark_dirty`] was called): a latch
+/// taken only to read, or to decide not to write, leaves a clean page
+/// clean.
 ///
 /// ```
 /// use pagecache::{Config, OpenOptions, PageCache};
@@ -178,12 +181,32 @@ pub struct PageMut<'a> {
     pub(super) index: u64,
     /// The file's length when the latch was taken.
     pub(super) eof: u64,
+    /// Dirty on release (written through, or new).
+    pub(super) touched: bool,
 }
 
 impl PageMut<'_> {
     /// The page's index in its file.
     pub fn index(&self) -> u64 {
         self.index
+    }
+
+    /// Marks the page dirty on release even if it is never dereferenced
+    /// mutably (a caller that writes through [`PageMut::as_mut_ptr`]).
+    pub fn mark_dirty(&mut self) {
+        self.touched = true;
+    }
+
+    /// Whether the page will be marked dirty on release.
+    pub fn is_dirtied(&self) -> bool {
+        self.touched
+    }
+
+    /// The page's bytes, writable by this holder alone while it lives,
+    /// without marking the page dirty: a caller that writes through it must
+    /// call [`PageMut::mark_dirty`] (the C ABI's latches).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.latch.as_mut_ptr()
     }
 }
 
@@ -196,12 +219,19 @@ impl Deref for PageMut<'_> {
 
 impl DerefMut for PageMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.touched = true;
         &mut self.latch
     }
 }
 
 impl Drop for PageMut<'_> {
     fn drop(&mut self) {
+        if !self.touched {
+            // Unchanged: release without DIRTY (bytes past the end are
+            // still zero, as nothing was written).
+            self.latch.keep_clean();
+            return;
+        }
         // Bytes past end of file must stay zero, including bytes written
         // past the end the holder found if another thread grew the file
         // meanwhile (they were past the end when written). The latch

@@ -3,7 +3,7 @@
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
 use crate::cache::{
-    FileShared, FrameLatch, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX,
+    FileShared, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX,
 };
 pub use crate::frame::alloc::PoolKind;
 use crate::io::engine::Engine;
@@ -14,8 +14,10 @@ pub use crate::io::{
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 pub use guards::{PageMut, PageRef, PageRun};
+pub use optimistic::Optimistic;
 
 mod guards;
+mod optimistic;
 use crate::sync::Ordering;
 use std::io;
 use std::path::Path;
@@ -500,14 +502,7 @@ impl File {
         self.check_page(index)?;
         self.inner().balance_dirty();
         let frame = self.inner().get_page_latched(&self.shared, index, false)?;
-        Ok(PageMut {
-            latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),
-            // With the latch held: the page's end of file as the holder
-            // found it (bytes past it must read as zero when released).
-            eof: self.len(),
-            file: self,
-            index,
-        })
+        Ok(self.latched(frame, index, false))
     }
 
     /// Gang lookup: clears `out`, then pins up to `max` consecutive pages

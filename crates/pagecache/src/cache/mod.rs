@@ -71,6 +71,7 @@ mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
 mod run;
 pub(crate) use run::{LEAF_PAGES, RUN_MAX};
+mod optimistic;
 mod rw;
 mod truncate;
 mod validate;
@@ -405,6 +406,9 @@ pub(crate) struct FrameLatch<'a> {
     /// The file page to mark dirty on release (`None`: anonymous pages,
     /// which are never written back, and truncate's zeroing past EOF).
     dirty: Option<(&'a FileShared, u64)>,
+    /// The holder changed nothing: a file page is released up to date
+    /// without `DIRTY` (`PageMut` that was never written through).
+    clean: bool,
 }
 
 impl<'a> FrameLatch<'a> {
@@ -421,7 +425,19 @@ impl<'a> FrameLatch<'a> {
             cache,
             frame,
             dirty,
+            clean: false,
         }
+    }
+
+    /// The holder changed nothing: release without `DIRTY`.
+    pub(crate) fn keep_clean(&mut self) {
+        self.clean = true;
+    }
+
+    /// The frame's bytes for a caller that tracks its own writes (a
+    /// `PageMut` handed to C). Valid while the latch is held.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.cache.frames.ptr(self.frame)
     }
 
     /// Copies `src` into the page at `off` with atomic stores (stale
@@ -478,6 +494,9 @@ impl Drop for FrameLatch<'_> {
         // 5.5 step 5: version even.
         d.end_change();
         match self.dirty {
+            // An unchanged file page: up to date (a fill may have just read
+            // it), dirty only if it was before.
+            Some(_) if self.clean => d.unlatch_uptodate(),
             // 6: DIRTY + unlatch (Release) + wake; tag if newly dirty.
             Some((fs, index)) => {
                 let old = d.unlatch_dirty();

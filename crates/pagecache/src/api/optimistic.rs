@@ -1,0 +1,346 @@
+//! [`Optimistic`]: a view of a cached page with no pin and no shared write,
+//! for index structures (protocol 5.8, `cache/optimistic.rs`).
+//!
+//! # Why the racy view is sound
+//!
+//! A view's loads may run while a latch holder writes the same bytes. Two
+//! kinds of writer exist:
+//!
+//! * the cache's own (`write_at`, a fill, `set_len`'s zeroing, `page_new`):
+//!   per-word relaxed atomic stores (`cache::copy`). Atomic loads racing
+//!   atomic stores are no data race in Rust's memory model: every load
+//!   returns some value that was stored, possibly a mix of old and new
+//!   words, which validation rejects.
+//! * a [`PageMut`] holder, which writes through `&mut [u8]` with plain
+//!   stores. An atomic load racing a plain store is a data race, which
+//!   Rust's model (C++20's) calls undefined behaviour. This is the window
+//!   every seqlock over plain data has (crossbeam's `AtomicCell`, the
+//!   Linux kernel's, vmcache's and LeanStore's optimistic readers), and
+//!   RFC 3301's atomic-per-byte copies are the language's planned remedy.
+//!   We choose the following and argue it rather than hide it:
+//!   - The reader never turns racy bytes into a reference or a pointer:
+//!     every load is a relaxed atomic access of the frame's memory
+//!     (single bytes at unaligned edges) or, for long copies on x86-64, one
+//!     `rep movsb` in inline assembly, which the compiler treats as an
+//!     opaque access. It returns plain integers, which the caller treats as
+//!     untrusted until [`Optimistic::validate`]: a bounds check comes first
+//!     on every access ([`Optimistic::load_u64`] of a garbage offset reads
+//!     nothing), so a torn value cannot make the reader touch memory outside
+//!     the frame.
+//!   - The writer's plain stores happen only between its Release fence
+//!     (version odd) and its Release store (version even), with the frame
+//!     latched and drained: the compiler of the writer may reorder, merge or
+//!     split those stores, but not move them out of that section, and it
+//!     cannot know a reader exists (it is in another function, usually
+//!     another crate), so it cannot exploit the race. On the hardware we
+//!     run on (x86-64, AArch64) every byte load returns a byte some store
+//!     wrote: the race is benign exactly as the seqlock argument needs.
+//!   - Whatever a load returned is discarded unless the version is
+//!     unchanged afterwards (Acquire fence, then re-load): a value that a
+//!     writer's store produced always comes with a failed validation.
+//!   The alternative that is sound in the model today, making `PageMut`
+//!   writes atomic too (no `DerefMut` to `&mut [u8]`), would break every
+//!   user of `PageMut` and cost 2x on page-sized writes (`cache::copy`).
+//!
+//! The frame's memory and descriptor stay valid whatever happens to the
+//! page after the view was taken (frames are never unmapped while the
+//! cache lives and descriptors are type-stable), so a view of an evicted
+//! or reused frame reads wrong bytes, never unmapped memory.
+
+use super::{File, PageMut};
+use crate::cache::{atomic_load_copy, FrameLatch};
+use crate::frame::FrameNo;
+use std::cell::Cell;
+use std::io;
+
+/// A view of a cached page taken without a pin: no reference, no shared
+/// write on a hit. Loads may return bytes that are being changed; they
+/// count only if [`Optimistic::validate`] returns true afterwards.
+/// [`Optimistic::upgrade`] turns the view into a [`PageMut`] if and only
+/// if the page is unchanged since the view was taken.
+///
+/// This is how B-trees on vmcache, LeanStore and Umbra descend (optimistic
+/// lock coupling): read a node, validate, go on to the child, and restart
+/// from the root when a validation fails. A view holds nothing, so it
+/// delays no writer, eviction or truncate, and dropping it does nothing.
+///
+/// ```
+/// use pagecache::{Config, OpenOptions, PageCache};
+/// # fn main() -> std::io::Result<()> {
+/// # let dir = std::env::temp_dir().join(format!("pagecache-doc-opt-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let cache = PageCache::new(Config::default())?;
+/// let file = cache.open_with(dir.join("opt.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+/// file.page_new(0)?[..8].copy_from_slice(&7u64.to_ne_bytes());
+///
+/// let counter = loop {
+///     let o = file.optimistic(0)?; // a hit: no pin, nothing written
+///     let n = o.load_u64(0);
+///     if !o.validate() {
+///         continue; // a writer came between: restart
+///     }
+///     match o.upgrade() {
+///         Ok(mut page) => {
+///             page[..8].copy_from_slice(&(n + 1).to_ne_bytes());
+///             break n + 1;
+///         }
+///         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+///         Err(e) => return Err(e),
+///     }
+/// };
+/// assert_eq!(counter, 8);
+/// # drop(file); std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Optimistic<'a> {
+    pub(super) file: &'a File,
+    pub(super) frame: FrameNo,
+    pub(super) version: u64,
+    pub(super) index: u64,
+    /// An access fell outside the page (a torn offset, or a bug).
+    pub(super) oob: Cell<bool>,
+}
+
+impl<'a> Optimistic<'a> {
+    /// The page's index in its file.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The page size: loads are in bounds below it.
+    pub fn len(&self) -> usize {
+        self.file.cache.page_size
+    }
+
+    /// Always false: a page is never empty.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The frame's address, for callers that read the bytes themselves
+    /// (the C ABI). Reads through it race writers exactly as the view's
+    /// loads do (see the module docs): use atomic or volatile reads, and
+    /// trust nothing read before [`Optimistic::validate`] returns true. The
+    /// memory stays mapped for the cache's life.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.file.cache.frames.ptr(self.frame)
+    }
+
+    /// `n` bytes at `off` in bounds: their address, or `None` (and the view
+    /// remembers it, see `validate`).
+    #[inline(always)]
+    fn at(&self, off: usize, n: usize) -> Option<*const u8> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.file.cache.page_size => {
+                // SAFETY: off + n <= page size: inside the frame.
+                Some(unsafe { self.file.cache.frames.ptr(self.frame).add(off) })
+            }
+            _ => {
+                self.oob.set(true);
+                None
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn load<const N: usize>(&self, off: usize) -> [u8; N] {
+        let mut b = [0u8; N];
+        if let Some(p) = self.at(off, N) {
+            let w = self.file.cache.desc(self.frame).witness();
+            // SAFETY: in bounds of the frame (`at`); atomic loads race
+            // writers soundly as argued in the module docs.
+            unsafe { atomic_load_copy(w, &mut b, p) };
+        }
+        b
+    }
+
+    /// The byte at `off`. Out of bounds reads 0 (see `validate`).
+    #[inline]
+    pub fn load_u8(&self, off: usize) -> u8 {
+        self.load::<1>(off)[0]
+    }
+
+    /// The native-endian `u16` at `off` (any alignment). Out of bounds
+    /// reads 0 (see `validate`).
+    #[inline]
+    pub fn load_u16(&self, off: usize) -> u16 {
+        u16::from_ne_bytes(self.load(off))
+    }
+
+    /// The native-endian `u32` at `off` (any alignment). Out of bounds
+    /// reads 0 (see `validate`).
+    #[inline]
+    pub fn load_u32(&self, off: usize) -> u32 {
+        u32::from_ne_bytes(self.load(off))
+    }
+
+    /// The native-endian `u64` at `off` (any alignment; one load when
+    /// aligned). Out of bounds reads 0 (see `validate`).
+    #[inline]
+    pub fn load_u64(&self, off: usize) -> u64 {
+        u64::from_ne_bytes(self.load(off))
+    }
+
+    /// Copies `buf.len()` bytes at `off` into `buf`. Out of bounds copies
+    /// nothing and zeroes `buf` (see `validate`).
+    #[inline]
+    pub fn copy_to(&self, off: usize, buf: &mut [u8]) {
+        match self.at(off, buf.len()) {
+            Some(p) => {
+                let w = self.file.cache.desc(self.frame).witness();
+                // SAFETY: as in `load`.
+                unsafe { atomic_load_copy(w, buf, p) }
+            }
+            None => buf.fill(0),
+        }
+    }
+
+    /// Whether nothing changed the page since the view was taken: no latch
+    /// holder wrote it and its frame was not reused. Only then do the
+    /// view's earlier loads count. Writes nothing.
+    ///
+    /// # Panics
+    /// If a load fell outside the page and the page did not change: the
+    /// offset came from bytes that were valid, so the caller's page layout
+    /// is wrong (as indexing past a slice's end would be). A load outside
+    /// the page on a page that did change is expected (a torn offset) and
+    /// just fails validation.
+    #[inline]
+    pub fn validate(&self) -> bool {
+        let ok = self
+            .file
+            .inner()
+            .optimistic_validate(self.frame, self.version);
+        if ok && self.oob.get() {
+            self.out_of_bounds();
+        }
+        ok
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_bounds(&self) -> ! {
+        panic!(
+            "{}: page {}: an optimistic load fell outside the page ({} bytes) although the page did not change",
+            self.file.path().display(),
+            self.index,
+            self.len()
+        )
+    }
+
+    /// The page latched for writing if and only if it is unchanged since
+    /// the view was taken (else an `Interrupted` error: restart). Waits
+    /// for pins of the page to drain, as [`File::page_mut`] does, but never
+    /// for another latch holder: of two upgrades racing, at most one
+    /// succeeds. Not throttled at the dirty limit (the caller may hold
+    /// other latches). `PermissionDenied` through a read-only handle.
+    ///
+    /// # Panics
+    /// As [`Optimistic::validate`], for a load outside an unchanged page.
+    pub fn upgrade(self) -> io::Result<PageMut<'a>> {
+        let file = self.file;
+        file.check_writable("upgrade")?;
+        if self.oob.get() {
+            // Fails (a torn offset: restart) or panics (a layout bug).
+            self.validate();
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        let frame = file
+            .inner()
+            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version)
+            .map_err(|_| io::Error::from(io::ErrorKind::Interrupted))?;
+        Ok(file.latched(frame, self.index, false))
+    }
+}
+
+impl File {
+    /// An optimistic view of page `index` (see [`Optimistic`]): no pin and
+    /// no shared write on a hit; a miss reads the page in first (and waits
+    /// for a writer of the page, as [`File::page`] does).
+    /// `UnexpectedEof` at or past the last page.
+    #[inline]
+    pub fn optimistic(&self, index: u64) -> io::Result<Optimistic<'_>> {
+        self.check_page(index)?;
+        let (frame, version) = self.inner().optimistic_begin(&self.shared, index)?;
+        Ok(Optimistic {
+            file: self,
+            frame,
+            version,
+            index,
+            oob: Cell::new(false),
+        })
+    }
+
+    /// Pins page `index` unless that would wait for another holder: `None`
+    /// if a writer holds it (or is reading it in). A miss is read (waits
+    /// for the read only). For index structures that hold other pages and
+    /// must back off rather than wait. `UnexpectedEof` at or past the last
+    /// page.
+    pub fn try_pin(&self, index: u64) -> io::Result<Option<super::PageRef<'_>>> {
+        self.check_page(index)?;
+        Ok(self
+            .inner()
+            .try_pin(&self.shared, index)?
+            .map(|f| super::PageRef {
+                pin: crate::cache::FramePin::new(&self.cache, f),
+                index,
+            }))
+    }
+
+    /// Latches page `index` unless that would wait for another holder:
+    /// `None` if another thread latches or pins it (or a run holds it). A
+    /// miss is read. Not throttled at the dirty limit. `UnexpectedEof` at
+    /// or past the last page, `PermissionDenied` through a read-only
+    /// handle.
+    pub fn try_latch(&self, index: u64) -> io::Result<Option<PageMut<'_>>> {
+        self.check_writable("try_latch")?;
+        self.check_page(index)?;
+        Ok(self
+            .inner()
+            .try_latch(&self.shared, index)?
+            .map(|f| self.latched(f, index, false)))
+    }
+
+    /// A new page at `index`, at or past the end of file: latched, zeroed,
+    /// and dirty when released; the file grows to cover it at once. Nothing
+    /// is read and no system call is made (the length reaches the disk at
+    /// the next `sync`). `AlreadyExists` if the page is below the end of
+    /// file (or another thread created it first), `PermissionDenied`
+    /// through a read-only handle. Not throttled at the dirty limit.
+    ///
+    /// ```
+    /// use pagecache::{Config, OpenOptions, PageCache};
+    /// # fn main() -> std::io::Result<()> {
+    /// # let dir = std::env::temp_dir().join(format!("pagecache-doc-new-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let cache = PageCache::new(Config::default())?;
+    /// let file = cache.open_with(dir.join("new.bin"), OpenOptions::new().read(true).write(true).create(true))?;
+    /// let mut node = file.page_new(3)?; // pages 0-2 are a hole of zeros
+    /// node[0] = 1;
+    /// drop(node);
+    /// assert_eq!(file.len(), 4 * 4096);
+    /// assert_eq!(file.page_new(3).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    /// # drop(file); std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn page_new(&self, index: u64) -> io::Result<PageMut<'_>> {
+        self.check_writable("page_new")?;
+        let frame = self.inner().page_new(&self.shared, index)?;
+        Ok(self.latched(frame, index, true))
+    }
+
+    /// Wraps a latched, drained frame of page `index` in a [`PageMut`];
+    /// `touched`: dirty on release even if never written through.
+    pub(super) fn latched(&self, frame: FrameNo, index: u64, touched: bool) -> PageMut<'_> {
+        PageMut {
+            latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),
+            // With the latch held: the page's end of file as the holder
+            // found it (bytes past it must read as zero when released).
+            eof: self.len(),
+            file: self,
+            index,
+            touched,
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Protocol 5.8 (optimistic access and upgrade, for index structures),
+//! `try_pin`/`try_latch` (never wait for another holder) and `page_new`.
+//!
+//! ```text
+//!  reader (no reference, no shared write)    writer (latch holder, 5.5)
+//!  O1. f = tree.lookup(index); empty ->      W1. pin, claim LATCHED
+//!      miss: pin through 5.3 (reads the      W2. wait for pins to drain
+//!      page), go to O2 holding the pin       W3. version odd (Release fence)
+//!  O2. v = version (Acquire); odd -> the     W4. change the bytes
+//!      page is being changed or its frame    W5. version even (Release)
+//!      reassigned: wait for the latch        W6. unlatch (Release), wake
+//!      (or yield), retry from O1
+//!  O3. state UPTODATE, not REMOVED; identity  remover (eviction 5.2, truncate
+//!      == (file, index); else the full path    5.6, frame reuse)
+//!      (pin through 5.1/5.3), go to O2       R1. refcount frozen or orphaned
+//!  O4. set ACCESSED only if it was clear     R2. version odd, identity
+//!      (drop the O1 pin, if any)                 cleared (`FrameDesc::reset`)
+//!  -- the view (f, v) is handed out --       R3. next owner: new identity,
+//!  O5. loads: per-word relaxed atomics           version even (`assign`)
+//!      (bounds-checked, see `api/optimistic.rs`)
+//!  O6. validate: Acquire fence; version == v
+//!
+//!  upgrade (the view's holder)
+//!  U1. pin (5.1 step 2: fails if latched or free -> restart)
+//!  U2. identity == (file, index), not REMOVED, else restart
+//!  U3. claim LATCHED (fails if held -> restart: of two upgrades racing,
+//!      at most one passes U3)
+//!  U4. version == v (nobody else can move it while we hold LATCHED and a
+//!      pin), else unlatch and restart
+//!  U5. W2 (drain, then runs: 5.7 W2-W3), then W3: a `PageMut`
+//! ```
+//!
+//! Ordering. A writer makes the version odd (W3) before its first byte
+//! store (W4), with a Release fence between; a reader loads its bytes (O5)
+//! before the Acquire fence and version re-load of O6. If any load of O5
+//! read a byte stored by W4 (or by any later writer), the fences
+//! synchronise and O6's re-load sees W3's odd value or a later one, so
+//! validation fails: a validated view never saw a change. Removal and
+//! reuse change the identity only with the version odd (R2-R3), so a view
+//! validated at `v` also read the frame while it held `(file, index)`, up
+//! to date: O3's check ran after O2's Acquire load of `v`. The frame's
+//! memory stays mapped and its descriptor valid whatever happens to it
+//! (frames and descriptors are type-stable), so a stale view reads only
+//! wrong bytes, which O6 rejects, never unmapped memory.
+//!
+//! Upgrade: U3 and W1 are RMWs of one word. While the upgrader holds
+//! `LATCHED` no other writer can begin (W1 fails) and its pin keeps the
+//! frame from removal and reuse (R1 needs the refcount), so U4's comparison
+//! is final: equal means no writer and no reuse came between the view's O2
+//! and U3, which is exactly "unchanged since `optimistic`". Two upgrades of
+//! one view (or of two views at the same version) race on U3: the loser
+//! fails there, or finds the version moved at U4 if the winner already
+//! released.
+//!
+//! A writer that takes a latch and changes nothing still moves the version
+//! (its W3/W5 pair), so validation may fail without a change: restarts are
+//! spurious at worst, never missed.
+//!
+//! `try_pin` / `try_latch` take 5.1 and 5.5 with every wait for another
+//! holder replaced by a refusal (`None`): a latched page, pins that would
+//! have to drain, a run holding the page. They still wait for a frame
+//! (eviction) and for the read of a miss, which cannot depend on anything
+//! the caller holds. `page_new` inserts a latched page past the end and
+//! zero-fills it without a read (5.3 with the read replaced by zeros).
+
+use super::miss::Got;
+use super::run::RunHold;
+use super::{FileShared, Inner};
+use crate::frame::state::PinFail;
+use crate::frame::FrameNo;
+use crate::stats::Counter;
+use crate::sync::Ordering;
+use std::io;
+
+/// Why an upgrade failed: the caller restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpgradeFail {
+    /// A writer, or a reuse of the frame, came between the view and the
+    /// upgrade (or another upgrade is winning).
+    Changed,
+}
+
+impl Inner {
+    /// Protocol 5.8 O1-O4: an optimistic view `(frame, version)` of page
+    /// `index` (below end of file: the caller checked). A hit writes
+    /// nothing shared (the accessed bit only when clear); a miss reads the
+    /// page in first. Context: may sleep (a miss's read, a wait for a
+    /// latch holder); no latch or tree lock held; pins only lower pages of
+    /// this file (lock rule 4), or none.
+    #[inline]
+    pub(crate) fn optimistic_begin(&self, fs: &FileShared, index: u64) -> io::Result<(FrameNo, u64)> {
+        // O1-O3 on the first try, inlined: the hot path of a tree descent.
+        if let Some(f) = fs.tree.lookup(&self.nodes, index) {
+            if (f as usize) < self.frames.len() {
+                let d = self.desc(f);
+                if let Some(v) = d.read_begin() {
+                    let s = d.snapshot();
+                    if s.is_live() && d.identity() == (fs.id, index) {
+                        // O4.
+                        if !s.is_accessed() {
+                            d.mark_accessed();
+                        }
+                        self.hit_hook(f);
+                        self.count(Counter::Hits);
+                        return Ok((f, v));
+                    }
+                }
+            }
+        }
+        self.optimistic_slow(fs, index)
+    }
+
+    /// O1-O4 through a pin: a miss (read in), a busy page (waited for), a
+    /// stale slot. While the pin is held no writer has drained (pins stop
+    /// at W2) and the frame cannot be reused, so the version read is even
+    /// and belongs to this page. Context: as [`Inner::optimistic_begin`].
+    #[cold]
+    #[inline(never)]
+    fn optimistic_slow(&self, fs: &FileShared, index: u64) -> io::Result<(FrameNo, u64)> {
+        loop {
+            let f = self.get_page(fs, index)?;
+            let d = self.desc(f);
+            let v = d.read_begin();
+            self.release(f);
+            if let Some(v) = v {
+                return Ok((f, v));
+            }
+            // Odd under a user pin: a write-back pin may let a latch holder
+            // in only before it drained, so this is not expected; retry.
+            crate::sync::retry_point();
+        }
+    }
+
+    /// Protocol 5.8 O6. Context: any, no sleep, writes nothing.
+    #[inline(always)]
+    pub(crate) fn optimistic_validate(&self, f: FrameNo, v: u64) -> bool {
+        self.desc(f).read_validate(v)
+    }
+
+    /// Protocol 5.8 U1-U5: the page latched and drained (ready for a
+    /// `FrameLatch`) if it is unchanged since the view `(f, v)` of page
+    /// `index`. Context: may sleep (U5's drain waits for other pins; runs
+    /// over the page); no latch of this page held.
+    pub(crate) fn optimistic_upgrade(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        f: FrameNo,
+        v: u64,
+    ) -> Result<FrameNo, UpgradeFail> {
+        // U1-U2.
+        let f = self
+            .pin_as(f, fs.id, index)
+            .map_err(|_| UpgradeFail::Changed)?;
+        let d = self.desc(f);
+        // U3.
+        if !d.try_latch() {
+            self.release(f);
+            return Err(UpgradeFail::Changed);
+        }
+        // U4. Acquire fence inside: our loads of the version come after
+        // the CAS of U3.
+        if !d.read_validate(v) || d.snapshot().is_removed() {
+            d.unlatch();
+            self.release(f);
+            return Err(UpgradeFail::Changed);
+        }
+        // U5: W2 with its waits (other pins; runs, 5.7 W2-W3).
+        d.wait_drained();
+        if !self.wait_run_pins(fs, index, f) {
+            // Truncated meanwhile: the page is gone.
+            d.unlatch();
+            self.release(f);
+            return Err(UpgradeFail::Changed);
+        }
+        Ok(f)
+    }
+
+    /// 5.1 without waiting: the pinned page, or `None` if another holder
+    /// has it latched (or is reading it in). A miss is read (waits for a
+    /// frame and the read only). Context: may sleep (a miss's read); the
+    /// caller may hold pins and latches of any pages.
+    pub(crate) fn try_pin(&self, fs: &FileShared, index: u64) -> io::Result<Option<FrameNo>> {
+        let mut tries = 0usize;
+        loop {
+            match fs.tree.lookup(&self.nodes, index) {
+                Some(f) => match self.pin_as(f, fs.id, index) {
+                    Ok(f) => {
+                        self.count(Counter::Hits);
+                        return Ok(Some(f));
+                    }
+                    Err(super::PinMiss::Fail(PinFail::Latched)) => {
+                        // Latched for this page (a stale frame latched for
+                        // another page is no reason to refuse: retry).
+                        if self.desc(f).identity() == (fs.id, index) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(super::PinMiss::Fail(PinFail::Overflow)) => return Ok(None),
+                    Err(_) if tries >= 4 => {
+                        // A remover between freeze and slot clear: let it
+                        // finish (the tree lock is a leaf, held briefly).
+                        drop(fs.tree.lock());
+                    }
+                    Err(_) => {}
+                },
+                None => {
+                    if let Some(f) = self.try_insert(fs, index, true)? {
+                        self.fill(fs, index, f)?;
+                        self.desc(f).unlatch_uptodate();
+                        return Ok(Some(f));
+                    }
+                    // Another thread's page appeared: look again.
+                }
+            }
+            tries += 1;
+            self.count(Counter::LookupRetries);
+            crate::sync::retry_point();
+        }
+    }
+
+    /// 5.5 W1-W2 without waiting: the page latched and drained, or `None`
+    /// if another holder latches or pins it, or a run holds it. A miss is
+    /// read. Context: as [`Inner::try_pin`].
+    pub(crate) fn try_latch(&self, fs: &FileShared, index: u64) -> io::Result<Option<FrameNo>> {
+        if fs.tree.lookup(&self.nodes, index).is_none() {
+            if let Some(f) = self.try_insert(fs, index, true)? {
+                self.fill(fs, index, f)?;
+                return Ok(Some(f)); // latched, drained; up to date at release
+            }
+        }
+        let Some(f) = self.try_pin(fs, index)? else {
+            return Ok(None);
+        };
+        let d = self.desc(f);
+        if !d.try_latch() {
+            self.release(f);
+            return Ok(None);
+        }
+        let s = d.snapshot();
+        let free = !s.is_removed()
+            && s.refs() <= s.latch_base()
+            && matches!(self.run_over(fs, index, f), RunHold::Free);
+        if !free {
+            d.unlatch();
+            self.release(f);
+            return Ok(None);
+        }
+        Ok(Some(f))
+    }
+
+    /// A latched, zeroed page at `index`, which must be at or past the end
+    /// of file: the file grows to cover it, and nothing is read.
+    /// `AlreadyExists` if the page is below the end, or appears meanwhile
+    /// (another `page_new` of the same index won). Context: may sleep
+    /// (eviction; a latch held by a concurrent `page_new` of this page);
+    /// takes the size lock shared; the caller holds no latch of this page.
+    pub(crate) fn page_new(&self, fs: &FileShared, index: u64) -> io::Result<FrameNo> {
+        let exists = || {
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{}: new page {index}: the page exists (the file's length is {} bytes)",
+                    fs.path.display(),
+                    fs.len.load(Ordering::Acquire)
+                ),
+            )
+        };
+        let start = index.checked_shl(self.shift).filter(|s| s >> self.shift == index);
+        let end = start.and_then(|s| s.checked_add(self.page_size as u64));
+        let Some(end) = end else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: new page {index}: past any file size", fs.path.display()),
+            ));
+        };
+        self.check_len(fs, end, "new page")?;
+        let start = end - self.page_size as u64;
+        // Shared: `set_len` (exclusive) cannot cut the file between our
+        // check and the growth.
+        let size = fs.size.read_recursive();
+        // Acquire: see `fill`.
+        if fs.len.load(Ordering::Acquire) > start {
+            return Err(exists());
+        }
+        let f = match self.insert_latched(fs, index)? {
+            Got::Inserted(f) => f,
+            Got::Hit(f) => {
+                // Created meanwhile by another `page_new` (or the page a
+                // writer is growing the file with).
+                self.release(f);
+                return Err(exists());
+            }
+        };
+        // Re-check with the page latched in its slot: a page created and
+        // evicted between our check and our insert is below the end now.
+        if fs.len.load(Ordering::Acquire) > start {
+            self.abandon(fs, index, f);
+            return Err(exists());
+        }
+        let d = self.desc(f);
+        // SAFETY: the page is latched by us and not up to date, so no
+        // reader uses its bytes (stale optimistic readers of the frame's
+        // previous page use atomic loads and discard what they read).
+        unsafe { super::atomic_zero(d.witness(), self.frames.ptr(f), self.page_size) };
+        // Grow the length while the page is latched (as `write_at` does), so
+        // that a write-back of it sees its bytes inside the file. AcqRel:
+        // as in `write_at`.
+        fs.len.fetch_max(end, Ordering::AcqRel);
+        drop(size);
+        Ok(f)
+    }
+}
