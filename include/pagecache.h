@@ -32,8 +32,11 @@
 
 // The version of this ABI: bumped when a struct's layout or a function's
 // meaning changes, or functions are added (3: `pc_file_run`; 4:
-// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`).
-#define PC_ABI_VERSION 5
+// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`; 6: optimistic
+// views `pc_page_optimistic`, `pc_optimistic_validate`,
+// `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
+// `pc_page_try_latch`, `pc_latch_release_clean`).
+#define PC_ABI_VERSION 6
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -70,6 +73,9 @@
 
 // Words of private storage in a `pc_pin`.
 #define PC_PIN_PRIVATE_WORDS 10
+
+// Words of private storage in a `pc_optimistic`.
+#define PC_OPTIMISTIC_PRIVATE_WORDS 8
 
 // An anonymous region: pages of a cache's budget that belong to no file,
 // zero-filled on first touch, written nowhere (`pc_anon_new`).
@@ -170,6 +176,27 @@ typedef struct pc_pin {
   // Private to the library: the pin itself.
   uint64_t private_[PC_PIN_PRIVATE_WORDS];
 } pc_pin;
+
+// An optimistic view of a cached page (`pc_page_optimistic`): no pin, no
+// shared write. Read the page's bytes through `data` (they may be
+// changing: copy what you need, trust none of it, never follow a value
+// read as a pointer or an unchecked offset), then call
+// `pc_optimistic_validate`: 1 means nothing changed the page since the
+// view was taken, so what you read is a consistent snapshot. A view holds
+// nothing: there is no release. It stays usable (validate, upgrade) until
+// its file is closed; `data` stays readable memory for the cache's life.
+typedef struct pc_optimistic {
+  // The page's bytes (`len` of them), read-only, possibly changing.
+  const uint8_t *data;
+  // The page size in bytes.
+  size_t len;
+  // The page's index in its file.
+  uint64_t index;
+  // Private: set while the struct holds a view.
+  uint64_t held_;
+  // Private to the library: the view itself.
+  uint64_t private_[PC_OPTIMISTIC_PRIVATE_WORDS];
+} pc_optimistic;
 
 // Up to `PC_RUN_MAX` consecutive pages of one file, pinned together by
 // `pc_file_run` (one pin of their index leaf when they are cached) until
@@ -375,7 +402,72 @@ int pc_page_pin(const struct pc_file *file_, uint64_t index, struct pc_pin *pin)
 // handles come from this library and are not yet freed or closed.
 int pc_page_latch(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
 
-// Releases a pinned or latched page and clears `*pin` (`data` NULL).
+// Pins page `index` into `*pin` as `pc_page_pin` does, but never waits
+// for another holder: `-EAGAIN` (and `*pin` untouched) if a writer holds
+// the page or is reading it in. A miss is read (waits for the read
+// only). For index structures that hold other pages and must back off.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_page_try_pin(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
+
+// Latches page `index` into `*pin` as `pc_page_latch` does, but never
+// waits for another holder: `-EAGAIN` (and `*pin` untouched) if another
+// thread latches or pins the page, or a run holds it. A miss is read.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_page_try_latch(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
+
+// Latches a new page at `index`, at or past the end of file, into
+// `*pin`: zeroed, writable, dirty when released (even by
+// `pc_latch_release_clean`); the file grows to cover it at once, with no
+// read and no system call. `-EEXIST` if the page is below the end of file
+// (or another thread created it first), `-EACCES` through a read-only
+// handle.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_page_new(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
+
+// Takes an optimistic view of page `index` into `*view` (see
+// `pc_optimistic`): on a cached page no pin and no shared write (the
+// page's accessed bit only when clear); a miss reads the page in first,
+// and a page being written is waited for. `-ENXIO` past the last page.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_page_optimistic(const struct pc_file *file_, uint64_t index, struct pc_optimistic *view);
+
+// 1 if nothing changed the page since `*view` was taken (what the caller
+// read through `view->data` before this call is a consistent snapshot),
+// 0 if something did (restart), `-EINVAL` for NULL or a struct that holds
+// no view. Writes nothing shared. Reads must come before the call: the
+// call orders them (an acquire fence) before its re-check.
+//
+// # Safety
+// `view` is NULL or points to a `pc_optimistic`; the view's file is not
+// closed.
+int pc_optimistic_validate(const struct pc_optimistic *view);
+
+// Latches the viewed page into `*pin` (as `pc_page_latch`) if and only if
+// nothing changed it since `*view` was taken; else `-EAGAIN`: restart. Of
+// two upgrades racing, at most one succeeds; waits for pins of the page
+// to drain, never for another latch holder. `-EACCES` through a read-only
+// handle. The view stays in `*view` (it will no longer validate once the
+// page is changed).
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above; the
+// view's file is not closed.
+int pc_optimistic_upgrade(const struct pc_optimistic *view, struct pc_pin *pin);
+
+// Releases a pinned or latched page and clears `*pin` (`data` NULL). A
+// latched page is marked dirty (see `pc_latch_release_clean`).
 // Releasing a cleared pin again is `-EINVAL` (a copy of the struct
 // released twice cannot be detected: don't).
 //
@@ -383,6 +475,15 @@ int pc_page_latch(const struct pc_file *file_, uint64_t index, struct pc_pin *pi
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_pin_release(struct pc_pin *pin);
+
+// Releases a latch whose bytes the holder did not change: the page is
+// not marked dirty (it stays clean if it was). Also releases a pin, as
+// `pc_pin_release` does. Writing through `pin->data` and then releasing
+// with this call loses the write at the page's eviction: don't.
+//
+// # Safety
+// As `pc_pin_release`.
+int pc_latch_release_clean(struct pc_pin *pin);
 
 // Pins up to `max` consecutive pages from `start` (at most `PC_RUN_MAX`)
 // into `*run`: `run->pages[k]` points to page `start + k`, read-only,

@@ -662,6 +662,170 @@ static void test_pins_cross_threads(void) {
   OK(pc_cache_free(c));
 }
 
+/* Optimistic views, as vmcache's readers use them: read the bytes through
+ * view.data, then validate; upgrade only an unchanged page. */
+static uint64_t view_word(const pc_optimistic *v, size_t off) {
+  uint64_t x;
+  memcpy(&x, v->data + off, sizeof x); /* may be changing: validated after */
+  return x;
+}
+
+static void test_optimistic_views(void) {
+  pc_cache *c = small_cache(64);
+  pc_file *f = open_new(c, "views");
+  pc_pin pin;
+  /* a new page: zeroed, no read, the file grows */
+  OK(pc_page_new(f, 0, &pin));
+  EXPECT(pin.data && pin.data[0] == 0 && pin.data[PS - 1] == 0);
+  uint64_t seven = 7;
+  memcpy(pin.data, &seven, 8);
+  OK(pc_pin_release(&pin));
+  uint64_t len = 0;
+  OK(pc_file_len(f, &len));
+  EXPECT(len == PS);
+  EXPECT(pc_page_new(f, 0, &pin) == -EEXIST);
+  EXPECT(strstr(pc_last_error(), "page 0") != NULL);
+  OK(pc_page_new(f, 3, &pin)); /* pages 1-2 are a hole */
+  OK(pc_latch_release_clean(&pin)); /* a new page is dirty all the same */
+  OK(pc_file_len(f, &len));
+  EXPECT(len == 4 * PS);
+
+  pc_optimistic v;
+  OK(pc_page_optimistic(f, 0, &v));
+  EXPECT(v.len == PS && v.index == 0 && view_word(&v, 0) == 7);
+  EXPECT(pc_optimistic_validate(&v) == 1);
+  OK(pc_file_write_at(f, "x", 1, 100)); /* a writer changes the page */
+  EXPECT(pc_optimistic_validate(&v) == 0);
+  EXPECT(pc_optimistic_upgrade(&v, &pin) == -EAGAIN);
+  EXPECT(strstr(pc_last_error(), "restart") != NULL);
+  OK(pc_page_optimistic(f, 0, &v));
+  OK(pc_optimistic_upgrade(&v, &pin));
+  EXPECT(pin.data && pin.data[100] == 'x');
+  uint64_t eight = 8;
+  memcpy(pin.data, &eight, 8);
+  /* while latched: try_pin and try_latch refuse instead of waiting */
+  pc_pin other;
+  EXPECT(pc_page_try_pin(f, 0, &other) == -EAGAIN);
+  EXPECT(pc_page_try_latch(f, 0, &other) == -EAGAIN);
+  EXPECT(pc_optimistic_validate(&v) == 0);
+  OK(pc_pin_release(&pin));
+  OK(pc_page_try_pin(f, 0, &other));
+  EXPECT(memcmp(other.data, &eight, 8) == 0);
+  EXPECT(pc_page_try_latch(f, 0, &pin) == -EAGAIN); /* the pin must drain */
+  OK(pc_pin_release(&other));
+
+  /* a latch released clean leaves a clean page clean */
+  OK(pc_file_sync(f));
+  pc_stats st;
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages == 0);
+  OK(pc_page_try_latch(f, 0, &pin));
+  OK(pc_latch_release_clean(&pin));
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages == 0);
+  OK(pc_page_latch(f, 0, &pin));
+  OK(pc_pin_release(&pin));
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages == 1);
+
+  /* bad arguments */
+  EXPECT(pc_page_optimistic(NULL, 0, &v) == -EINVAL);
+  EXPECT(pc_page_optimistic(f, 0, NULL) == -EINVAL);
+  EXPECT(pc_page_optimistic(f, 4, &v) == -ENXIO);
+  EXPECT(pc_optimistic_validate(NULL) == -EINVAL);
+  pc_optimistic zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  EXPECT(pc_optimistic_validate(&zeroed) == -EINVAL);
+  EXPECT(pc_optimistic_upgrade(&zeroed, &pin) == -EINVAL);
+  EXPECT(pc_page_new(f, 0, NULL) == -EINVAL);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
+/* Threads race upgrades of one page: each reads the counter through a view,
+ * validates, upgrades and increments it. An upgrade succeeds only on an
+ * unchanged page, so no increment is lost; every validated view is whole
+ * (64 copies of the counter). */
+struct upgrader {
+  pc_file *f;
+  int rounds;
+  int bad, restarts;
+  char msg[256];
+};
+
+static void *upgrade_loop(void *arg) {
+  struct upgrader *u = arg;
+  for (int done = 0; done < u->rounds;) {
+    pc_optimistic v;
+    if (pc_page_optimistic(u->f, 0, &v) != 0) {
+      snprintf(u->msg, sizeof u->msg, "view: %s", pc_last_error());
+      u->bad++;
+      return NULL;
+    }
+    uint64_t n = view_word(&v, 0);
+    int whole = 1;
+    for (size_t k = 1; k < 64; k++) whole &= view_word(&v, k * 64) == n;
+    if (pc_optimistic_validate(&v) != 1) {
+      u->restarts++;
+      continue;
+    }
+    if (!whole) {
+      snprintf(u->msg, sizeof u->msg, "a validated view was torn");
+      u->bad++;
+    }
+    pc_pin pin;
+    int rc = pc_optimistic_upgrade(&v, &pin);
+    if (rc == -EAGAIN) {
+      u->restarts++;
+      continue;
+    }
+    if (rc != 0) {
+      snprintf(u->msg, sizeof u->msg, "upgrade: %s", pc_last_error());
+      u->bad++;
+      return NULL;
+    }
+    uint64_t now;
+    memcpy(&now, pin.data, 8);
+    if (now != n) {
+      snprintf(u->msg, sizeof u->msg, "upgraded a changed page (%llu, viewed %llu)",
+               (unsigned long long)now, (unsigned long long)n);
+      u->bad++;
+    }
+    n++;
+    for (size_t k = 0; k < 64; k++) memcpy(pin.data + k * 64, &n, 8);
+    pc_pin_release(&pin);
+    done++;
+  }
+  return NULL;
+}
+
+static void test_upgrade_race(void) {
+  enum { T = 4, ROUNDS = 300 };
+  pc_cache *c = small_cache(16);
+  pc_file *f = open_new(c, "upgrades");
+  pc_pin pin;
+  OK(pc_page_new(f, 0, &pin));
+  OK(pc_pin_release(&pin));
+  pthread_t th[T];
+  struct upgrader u[T];
+  for (int i = 0; i < T; i++) {
+    u[i] = (struct upgrader){f, ROUNDS, 0, 0, {0}};
+    pthread_create(&th[i], NULL, upgrade_loop, &u[i]);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    if (u[i].bad) fprintf(stderr, "upgrader %d: %d bad (%s)\n", i, u[i].bad, u[i].msg);
+    EXPECT(u[i].bad == 0);
+  }
+  OK(pc_page_pin(f, 0, &pin));
+  uint64_t n;
+  memcpy(&n, pin.data, 8);
+  EXPECT(n == (uint64_t)T * ROUNDS);
+  OK(pc_pin_release(&pin));
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
@@ -675,6 +839,8 @@ int main(int argc, char **argv) {
   test_write_read_sync();
   test_populate();
   test_pins_and_latches();
+  test_optimistic_views();
+  test_upgrade_race();
   test_runs();
   test_anon_regions();
   test_pins_cross_threads();

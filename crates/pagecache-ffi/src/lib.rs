@@ -43,8 +43,11 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
 /// meaning changes, or functions are added (3: `pc_file_run`; 4:
-/// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`).
-pub const PC_ABI_VERSION: u32 = 5;
+/// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`; 6: optimistic
+/// views `pc_page_optimistic`, `pc_optimistic_validate`,
+/// `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
+/// `pc_page_try_latch`, `pc_latch_release_clean`).
+pub const PC_ABI_VERSION: u32 = 6;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -213,6 +216,46 @@ const _: () = assert!(
 
 /// Words of private storage in a `pc_pin`.
 pub const PC_PIN_PRIVATE_WORDS: usize = 10;
+
+/// Words of private storage in a `pc_optimistic`.
+pub const PC_OPTIMISTIC_PRIVATE_WORDS: usize = 8;
+
+/// An optimistic view of a cached page (`pc_page_optimistic`): no pin, no
+/// shared write. Read the page's bytes through `data` (they may be
+/// changing: copy what you need, trust none of it, never follow a value
+/// read as a pointer or an unchecked offset), then call
+/// `pc_optimistic_validate`: 1 means nothing changed the page since the
+/// view was taken, so what you read is a consistent snapshot. A view holds
+/// nothing: there is no release. It stays usable (validate, upgrade) until
+/// its file is closed; `data` stays readable memory for the cache's life.
+#[repr(C)]
+#[derive(Debug)]
+pub struct pc_optimistic {
+    /// The page's bytes (`len` of them), read-only, possibly changing.
+    pub data: *const u8,
+    /// The page size in bytes.
+    pub len: usize,
+    /// The page's index in its file.
+    pub index: u64,
+    /// Private: set while the struct holds a view.
+    pub held_: u64,
+    /// Private to the library: the view itself.
+    pub private_: [u64; PC_OPTIMISTIC_PRIVATE_WORDS],
+}
+
+/// What a `pc_optimistic`'s private words hold.
+struct StoredView {
+    view: pagecache::Optimistic<'static>,
+    file: *const pc_file,
+}
+
+/// `pc_optimistic::held_` while a view is stored.
+const HELD_VIEW: u64 = 0x7063_5649_4557_5f21; // "pcVIEW_!"
+
+const _: () = assert!(
+    std::mem::size_of::<StoredView>() <= PC_OPTIMISTIC_PRIVATE_WORDS * 8
+        && std::mem::align_of::<StoredView>() <= 8
+);
 
 /// A cache: a memory budget of page frames shared by its files.
 #[derive(Debug)]
@@ -959,6 +1002,209 @@ pub unsafe extern "C" fn pc_page_latch(
     })
 }
 
+/// Pins page `index` into `*pin` as `pc_page_pin` does, but never waits
+/// for another holder: `-EAGAIN` (and `*pin` untouched) if a writer holds
+/// the page or is reading it in. A miss is read (waits for the read
+/// only). For index structures that hold other pages and must back off.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_try_pin(
+    file_: *const pc_file,
+    index: u64,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_page_try_pin", || {
+        hold(file_, index, pin, "pc_page_try_pin", "file", |f| {
+            match f.file.try_pin(index)? {
+                Some(p) => Ok(Held::Pin(p)),
+                None => Err(would_wait(
+                    "pc_page_try_pin",
+                    f,
+                    index,
+                    "latched by another holder",
+                )),
+            }
+        })
+    })
+}
+
+/// Latches page `index` into `*pin` as `pc_page_latch` does, but never
+/// waits for another holder: `-EAGAIN` (and `*pin` untouched) if another
+/// thread latches or pins the page, or a run holds it. A miss is read.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_try_latch(
+    file_: *const pc_file,
+    index: u64,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_page_try_latch", || {
+        hold(
+            file_,
+            index,
+            pin,
+            "pc_page_try_latch",
+            "file",
+            |f| match f.file.try_latch(index)? {
+                Some(m) => Ok(Held::Latch(m)),
+                None => Err(would_wait(
+                    "pc_page_try_latch",
+                    f,
+                    index,
+                    "pinned or latched by another holder",
+                )),
+            },
+        )
+    })
+}
+
+/// Latches a new page at `index`, at or past the end of file, into
+/// `*pin`: zeroed, writable, dirty when released (even by
+/// `pc_latch_release_clean`); the file grows to cover it at once, with no
+/// read and no system call. `-EEXIST` if the page is below the end of file
+/// (or another thread created it first), `-EACCES` through a read-only
+/// handle.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_new(file_: *const pc_file, index: u64, pin: *mut pc_pin) -> c_int {
+    guard("pc_page_new", || {
+        hold(file_, index, pin, "pc_page_new", "file", |f| {
+            Ok(Held::Latch(f.file.page_new(index)?))
+        })
+    })
+}
+
+/// Takes an optimistic view of page `index` into `*view` (see
+/// `pc_optimistic`): on a cached page no pin and no shared write (the
+/// page's accessed bit only when clear); a miss reads the page in first,
+/// and a page being written is waited for. `-ENXIO` past the last page.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_optimistic(
+    file_: *const pc_file,
+    index: u64,
+    view: *mut pc_optimistic,
+) -> c_int {
+    guard("pc_page_optimistic", || {
+        // SAFETY: the contract: null or a live handle of this library.
+        let r = unsafe { arg(file_, "pc_page_optimistic", "file") }?;
+        let v = out(view, "pc_page_optimistic", "view")?;
+        // SAFETY: the view borrows the handle, which the caller must not
+        // close while it uses the view (`pc_optimistic`'s contract).
+        let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
+        let o = f.file.optimistic(index)?;
+        let mut out = pc_optimistic {
+            data: o.as_ptr(),
+            len: o.len(),
+            index,
+            held_: HELD_VIEW,
+            private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
+        };
+        // SAFETY: large and aligned enough (asserted at compile time). A
+        // view has no destructor, so copies and overwrites leak nothing.
+        unsafe {
+            out.private_
+                .as_mut_ptr()
+                .cast::<StoredView>()
+                .write(StoredView { view: o, file: r })
+        };
+        // SAFETY: non-null, writable (the contract).
+        unsafe { v.write(out) };
+        Ok(())
+    })
+}
+
+/// The view stored in `*view`, or `-EINVAL`.
+///
+/// # Safety
+/// `view` is NULL or points to a `pc_optimistic`.
+unsafe fn stored_view<'a>(view: *const pc_optimistic, what: &str) -> io::Result<&'a StoredView> {
+    // SAFETY: the caller's contract.
+    let v = unsafe { arg(view, what, "view") }?;
+    if v.held_ != HELD_VIEW {
+        return Err(invalid(format!(
+            "{what}: not a view taken by pc_page_optimistic"
+        )));
+    }
+    // SAFETY: `held_` says `pc_page_optimistic` stored a `StoredView`.
+    Ok(unsafe { &*v.private_.as_ptr().cast::<StoredView>() })
+}
+
+/// 1 if nothing changed the page since `*view` was taken (what the caller
+/// read through `view->data` before this call is a consistent snapshot),
+/// 0 if something did (restart), `-EINVAL` for NULL or a struct that holds
+/// no view. Writes nothing shared. Reads must come before the call: the
+/// call orders them (an acquire fence) before its re-check.
+///
+/// # Safety
+/// `view` is NULL or points to a `pc_optimistic`; the view's file is not
+/// closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_optimistic_validate(view: *const pc_optimistic) -> c_int {
+    // SAFETY: the contract.
+    match unsafe { stored_view(view, "pc_optimistic_validate") } {
+        Ok(s) => s.view.validate() as c_int,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Latches the viewed page into `*pin` (as `pc_page_latch`) if and only if
+/// nothing changed it since `*view` was taken; else `-EAGAIN`: restart. Of
+/// two upgrades racing, at most one succeeds; waits for pins of the page
+/// to drain, never for another latch holder. `-EACCES` through a read-only
+/// handle. The view stays in `*view` (it will no longer validate once the
+/// page is changed).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above; the
+/// view's file is not closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_optimistic_upgrade(
+    view: *const pc_optimistic,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_optimistic_upgrade", || {
+        // SAFETY: the contract.
+        let s = unsafe { stored_view(view, "pc_optimistic_upgrade") }?;
+        let index = s.view.index();
+        let o = s.view.clone();
+        hold(s.file, index, pin, "pc_optimistic_upgrade", "file", |f| {
+            o.upgrade().map(Held::Latch).map_err(|e| {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    would_wait(
+                        "pc_optimistic_upgrade",
+                        f,
+                        index,
+                        "changed since the view was taken: restart",
+                    )
+                } else {
+                    e
+                }
+            })
+        })
+    })
+}
+
+/// `-EAGAIN`'s error: `what` of page `index` of `f` would have waited.
+fn would_wait(what: &str, f: &pc_file, index: u64, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!("{what}: {}: page {index} {why}", f.file.path().display()),
+    )
+}
+
 /// Releases a pinned or latched page and clears `*pin` (`data` NULL). A
 /// latched page is marked dirty (see `pc_latch_release_clean`).
 /// Releasing a cleared pin again is `-EINVAL` (a copy of the struct
@@ -969,7 +1215,9 @@ pub unsafe extern "C" fn pc_page_latch(
 /// handles come from this library and are not yet freed or closed.
 #[no_mangle]
 pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
-    guard("pc_pin_release", || release_held(pin, "pc_pin_release", true))
+    guard("pc_pin_release", || {
+        release_held(pin, "pc_pin_release", true)
+    })
 }
 
 /// Releases a latch whose bytes the holder did not change: the page is

@@ -186,6 +186,125 @@ fn optimistic_read_vs_write() {
     });
 }
 
+/// 5.8 view vs write: a thread takes an optimistic view of a cached page
+/// and copies 64 bytes (loom may interrupt the copy halfway) while another
+/// writes them. A validated copy is never torn; a view taken before the
+/// write never validates after it.
+#[test]
+fn optimistic_view_vs_write() {
+    model(3, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let fw = f.clone();
+        let writer = thread::spawn(move || fw.write_at(&[7u8; 64], 0).unwrap());
+        let o = f.optimistic(0).unwrap();
+        let mut buf = [0u8; 64];
+        o.copy_to(0, &mut buf);
+        if o.validate() {
+            assert!(buf == [1; 64] || buf == [7; 64], "validated a torn copy");
+        }
+        writer.join().unwrap();
+        if o.validate() {
+            assert_eq!(buf, [7; 64], "validated a view taken before the write");
+        }
+        c.validate();
+    });
+}
+
+/// 5.8 view vs eviction and reuse of the frame: the cache is full (two
+/// file pages, two anonymous ones), a reader takes a view of page 0 and
+/// loads it while another thread misses page 2, which may evict page 0 and
+/// refill its frame with page 2's bytes. A view that validates read page
+/// 0's bytes; reading the recycled frame is harmless.
+#[test]
+fn optimistic_view_vs_eviction_and_reuse() {
+    model(1, || {
+        let (_t, c, f, anon) = full_cache();
+        let f2 = f.clone();
+        let reader = thread::spawn(move || {
+            let o = f2.optimistic(0).unwrap();
+            let a = o.load_u64(0);
+            let b = o.load_u64(PS - 8);
+            if o.validate() {
+                assert_eq!((a, b), (0x0101_0101_0101_0101, 0x0101_0101_0101_0101));
+            }
+        });
+        let p = f.page(2).unwrap();
+        assert!(p.iter().all(|&b| b == 3));
+        drop(p);
+        reader.join().unwrap();
+        drop(anon);
+        c.validate();
+    });
+}
+
+/// 5.8 view vs truncate: `set_len` cuts page 1 (and the file grows again,
+/// reading zeros) while a reader holds a view of it. A validated view read
+/// page 1's old bytes while it was still the page; a view taken before the
+/// cut never validates after it.
+#[test]
+fn optimistic_view_vs_truncate() {
+    model(2, || {
+        let (_t, c, f) = cached_file(2, 1);
+        let f2 = f.clone();
+        let cut = thread::spawn(move || {
+            f2.set_len(PS as u64).unwrap();
+            f2.set_len(2 * PS as u64).unwrap();
+        });
+        match f.optimistic(1) {
+            Ok(o) => {
+                let v = o.load_u64(64);
+                if o.validate() {
+                    assert!(v == 0x0202_0202_0202_0202 || v == 0, "stale or torn");
+                }
+                cut.join().unwrap();
+                if v != 0 {
+                    assert!(!o.validate(), "a view of a truncated page validated");
+                }
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+                cut.join().unwrap();
+            }
+        }
+        assert!(f.page(1).unwrap().iter().all(|&b| b == 0), "stale bytes");
+        c.validate();
+    });
+}
+
+/// 5.8 two upgrades racing: two threads each take a view of page 0, read
+/// its first byte, upgrade and increment it. An upgrade succeeds only on an
+/// unchanged page (it sees the byte its view read), so no increment is
+/// lost: the final byte is the initial one plus the successful upgrades,
+/// and with both views taken before either upgrade, one of them fails.
+#[test]
+fn optimistic_upgrades_race() {
+    model(2, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let bump = |f: &File| -> u8 {
+            let o = f.optimistic(0).unwrap();
+            let v = o.load_u8(0);
+            match o.upgrade() {
+                Ok(mut m) => {
+                    assert_eq!(m[0], v, "upgraded a changed page");
+                    m[0] = v + 1;
+                    1
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Interrupted);
+                    0
+                }
+            }
+        };
+        let f2 = f.clone();
+        let other = thread::spawn(move || bump(&f2));
+        let mine = bump(&f);
+        let wins = mine + other.join().unwrap();
+        assert!(wins >= 1, "both upgrades failed with no writer");
+        assert_eq!(f.page(0).unwrap()[0], 1 + wins, "an increment was lost");
+        c.validate();
+    });
+}
+
 /// 5.5 vs a pin: pins are latches, so a pinned page never changes under
 /// its reader, and the writer waits for the pin to drain.
 #[test]

@@ -39,7 +39,9 @@ fn a_view_reads_the_page_and_validates_until_a_writer_changes_it() {
     assert_eq!(o.load_u8(PS - 1), pattern(3 * PS as u64 - 1));
     assert_eq!(
         o.load_u32(1),
-        u32::from_ne_bytes(std::array::from_fn(|i| pattern(2 * PS as u64 + 1 + i as u64)))
+        u32::from_ne_bytes(std::array::from_fn(|i| pattern(
+            2 * PS as u64 + 1 + i as u64
+        )))
     );
     let mut buf = vec![0u8; PS];
     o.copy_to(0, &mut buf);
@@ -110,7 +112,10 @@ fn a_view_of_an_evicted_or_truncated_page_fails_validation_and_stays_readable() 
     assert!(o.validate());
     f.set_len(10 * PS as u64).unwrap();
     assert!(!o.validate(), "a view of a truncated page validated");
-    assert_eq!(f.optimistic(10).unwrap_err().kind(), ErrorKind::UnexpectedEof);
+    assert_eq!(
+        f.optimistic(10).unwrap_err().kind(),
+        ErrorKind::UnexpectedEof
+    );
     c.validate();
 }
 
@@ -296,8 +301,13 @@ fn page_new_grows_the_file_without_a_read_or_a_system_call() {
     let m = f.page_new(6).unwrap();
     assert!(m.iter().all(|&b| b == 0), "a new page showed stale bytes");
     drop(m);
-    let ro = c.open_with(d.path("f"), OpenOptions::new().read(true)).unwrap();
-    assert_eq!(ro.page_new(9).unwrap_err().kind(), ErrorKind::PermissionDenied);
+    let ro = c
+        .open_with(d.path("f"), OpenOptions::new().read(true))
+        .unwrap();
+    assert_eq!(
+        ro.page_new(9).unwrap_err().kind(),
+        ErrorKind::PermissionDenied
+    );
     assert_eq!(
         ro.optimistic(0).unwrap().upgrade().unwrap_err().kind(),
         ErrorKind::PermissionDenied
@@ -399,11 +409,18 @@ fn oversubscribed_views_and_upgrades_never_validate_a_torn_page() {
         let p = f.page(i).unwrap();
         let v = u64::from_ne_bytes(p[..8].try_into().unwrap());
         for k in 0..64 {
-            assert_eq!(u64::from_ne_bytes(p[k * 64..k * 64 + 8].try_into().unwrap()), v);
+            assert_eq!(
+                u64::from_ne_bytes(p[k * 64..k * 64 + 8].try_into().unwrap()),
+                v
+            );
         }
         sum += v;
     }
-    assert_eq!(sum, upgrades.load(Ordering::Relaxed), "an upgrade's write was lost");
+    assert_eq!(
+        sum,
+        upgrades.load(Ordering::Relaxed),
+        "an upgrade's write was lost"
+    );
     assert!(upgrades.load(Ordering::Relaxed) > 0);
     assert!(validated.load(Ordering::Relaxed) > 0);
     assert!(c.stats().evictions > 0, "the test must evict");

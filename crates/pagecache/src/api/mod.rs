@@ -2,9 +2,7 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
-use crate::cache::{
-    FileShared, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX,
-};
+use crate::cache::{FileShared, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX};
 pub use crate::frame::alloc::PoolKind;
 use crate::io::engine::Engine;
 pub use crate::io::IoEngine;

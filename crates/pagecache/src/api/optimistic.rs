@@ -38,6 +38,7 @@
 //!   - Whatever a load returned is discarded unless the version is
 //!     unchanged afterwards (Acquire fence, then re-load): a value that a
 //!     writer's store produced always comes with a failed validation.
+//!
 //!   The alternative that is sound in the model today, making `PageMut`
 //!   writes atomic too (no `DerefMut` to `&mut [u8]`), would break every
 //!   user of `PageMut` and cost 2x on page-sized writes (`cache::copy`).

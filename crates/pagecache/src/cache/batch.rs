@@ -190,9 +190,14 @@ impl Inner {
         let iov = run
             .fills
             .iter()
-            .map(|fl| libc::iovec {
-                iov_base: self.frames.ptr(fl.frame).cast(),
-                iov_len: self.page_size,
+            .map(|fl| {
+                // The read writes the frame's bytes: a writer of them, as
+                // far as loom's models can see (`crate::sync::Witness`).
+                self.desc(fl.frame).witness().touch();
+                libc::iovec {
+                    iov_base: self.frames.ptr(fl.frame).cast(),
+                    iov_len: self.page_size,
+                }
             })
             .collect();
         self.counters.add(Counter::Reads, run.len() as u64);

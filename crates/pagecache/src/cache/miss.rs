@@ -159,6 +159,11 @@ impl Inner {
         // published (not UPTODATE, refs = cache + inserter, drained);
         // optimistic readers see !UPTODATE and back off.
         let buf = unsafe { self.frames.bytes_mut(fill.frame) };
+        // The read writes the frame's bytes: to loom's models a writer of
+        // them (`crate::sync::Witness`), ordered after the frame's new
+        // version by the Release fence of its reassignment, so a stale
+        // optimistic reader that copies these bytes fails validation.
+        self.desc(fill.frame).witness().touch();
         fs.disk.touch();
         read_full(&*fs.read_fd, buf, offset)
     }

@@ -482,6 +482,8 @@ impl std::ops::Deref for FrameLatch<'_> {
 
 impl std::ops::DerefMut for FrameLatch<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
+        // A writer of the bytes, to loom's models (`crate::sync::Witness`).
+        self.cache.desc(self.frame).witness().touch();
         // SAFETY: latched and drained with the version odd: exclusive (the
         // `&mut self` borrow keeps a second slice from existing).
         unsafe { self.cache.frames.bytes_mut(self.frame) }

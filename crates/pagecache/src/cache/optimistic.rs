@@ -88,7 +88,11 @@ impl Inner {
     /// latch holder); no latch or tree lock held; pins only lower pages of
     /// this file (lock rule 4), or none.
     #[inline]
-    pub(crate) fn optimistic_begin(&self, fs: &FileShared, index: u64) -> io::Result<(FrameNo, u64)> {
+    pub(crate) fn optimistic_begin(
+        &self,
+        fs: &FileShared,
+        index: u64,
+    ) -> io::Result<(FrameNo, u64)> {
         // O1-O3 on the first try, inlined: the hot path of a tree descent.
         if let Some(f) = fs.tree.lookup(&self.nodes, index) {
             if (f as usize) < self.frames.len() {
@@ -98,7 +102,7 @@ impl Inner {
                     if s.is_live() && d.identity() == (fs.id, index) {
                         // O4.
                         if !s.is_accessed() {
-                            d.mark_accessed();
+                            d.mark_accessed(s);
                         }
                         self.hit_hook(f);
                         self.count(Counter::Hits);
@@ -266,12 +270,17 @@ impl Inner {
                 ),
             )
         };
-        let start = index.checked_shl(self.shift).filter(|s| s >> self.shift == index);
+        let start = index
+            .checked_shl(self.shift)
+            .filter(|s| s >> self.shift == index);
         let end = start.and_then(|s| s.checked_add(self.page_size as u64));
         let Some(end) = end else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{}: new page {index}: past any file size", fs.path.display()),
+                format!(
+                    "{}: new page {index}: past any file size",
+                    fs.path.display()
+                ),
             ));
         };
         self.check_len(fs, end, "new page")?;

@@ -229,7 +229,7 @@ impl Inner {
                 break;
             }
             if !s.is_accessed() {
-                d.mark_accessed();
+                d.mark_accessed(s);
             }
             k += 1;
         }

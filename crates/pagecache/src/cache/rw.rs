@@ -160,7 +160,7 @@ impl Inner {
             // 5.
             if d.read_validate(v) {
                 if !s.is_accessed() {
-                    d.mark_accessed();
+                    d.mark_accessed(s);
                 }
                 self.hit_hook(f);
                 return Optimistic::Copied;

@@ -497,10 +497,22 @@ impl FrameDesc {
     // ----- replacement ------------------------------------------------------------
 
     /// Sets the accessed bit for a reader that took no pin (an optimistic
-    /// read); callers only do so when they saw it clear. Context: any.
-    pub fn mark_accessed(&self) {
+    /// read), which saw the word as `seen` with the bit clear: a
+    /// compare-and-swap from exactly that value, so a frame that changed
+    /// meanwhile (freed, frozen, reassigned: its word was stored, not
+    /// updated) is left alone, and a reader that lost the race to another
+    /// change merely gives up a hint. (An unconditional `fetch_or` would be
+    /// as correct on hardware; loom, whose RMWs can be split by a plain
+    /// store, tokio-rs/loom#254, turned it into a lost reassignment.)
+    /// Context: any.
+    pub fn mark_accessed(&self, seen: State) {
         // Relaxed: a hint for replacement only; no data is published.
-        self.state.fetch_or(ACCESSED, Ordering::Relaxed);
+        let _ = self.state.compare_exchange(
+            seen.0,
+            seen.0 | ACCESSED,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Clears the accessed bit (aging by a replacement policy). Context: any.

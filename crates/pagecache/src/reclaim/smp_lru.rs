@@ -117,7 +117,7 @@ mod tests {
             p.inserted(&t, f);
         }
         assert_eq!(p.listed().unwrap().unwrap(), vec![3, 2, 1, 0]);
-        t.desc(0).mark_accessed();
+        t.desc(0).mark_accessed(t.desc(0).snapshot());
         let mut out = Vec::new();
         p.candidates(&t, &mut out, 2, false);
         assert_eq!(out, vec![1, 2], "0 had its second chance");
