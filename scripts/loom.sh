@@ -12,4 +12,9 @@ start=$(date +%s)
 # The crate builds under loom: lint that build too (loom-only code paths).
 cargo clippy --release -p pagecache --tests -- -D warnings
 cargo test --release -p pagecache --test loom -- --test-threads=1 "$@"
+# The B+tree's upgrade-and-split path, over the cache's real protocols.
+if [ $# -eq 0 ]; then
+  cargo clippy --release -p pagecache-btree --tests -- -D warnings
+  cargo test --release -p pagecache-btree --test loom -- --test-threads=1
+fi
 echo "loom models passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,913 @@
+//! A concurrent B+tree in one file of a [`pagecache`] cache: byte-string
+//! keys and values, point lookups, upserts, removals and ordered scans,
+//! descending with optimistic lock coupling (as vmcache's and LeanStore's
+//! trees do) over the cache's optimistic views ([`File::optimistic`]).
+//!
+//! ```
+//! use pagecache::{Config, OpenOptions, PageCache};
+//! use pagecache_btree::BTree;
+//! # fn main() -> std::io::Result<()> {
+//! # let dir = std::env::temp_dir().join(format!("pagecache-btree-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! let cache = PageCache::new(Config::default())?;
+//! let file = cache.open_with(dir.join("tree"), OpenOptions::new().read(true).write(true).create(true))?;
+//! let tree = BTree::open(file)?; // an empty file becomes an empty tree
+//! tree.insert(b"apple", b"red")?;
+//! tree.insert(b"banana", b"yellow")?;
+//! assert_eq!(tree.get(b"apple")?.as_deref(), Some(&b"red"[..]));
+//! let mut keys = Vec::new();
+//! tree.scan(b"a", |k, _| { keys.push(k.to_vec()); true })?;
+//! assert_eq!(keys, [b"apple".to_vec(), b"banana".to_vec()]);
+//! tree.sync()?; // reopening the file now gives exactly these two entries
+//! # drop(tree); std::fs::remove_dir_all(&dir)?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! Page 0 is the metadata page (magic, format, page size, the root's page,
+//! the next page to allocate, the number of entries); every other page is
+//! a node (`node.rs`: a slotted page, keys in byte order). Inner nodes map
+//! separator keys to children; leaves hold the entries and link to the next
+//! leaf, which ordered scans follow. New nodes come from
+//! [`File::page_new`]: a zeroed, latched page past the end of the file,
+//! with no read and no system call.
+//!
+//! Limits: a key is at most [`BTree::max_key_len`] bytes and a key plus its
+//! value at most [`BTree::max_entry_len`] (998 and 1006 bytes with 4 KiB
+//! pages: at least four entries fit a node); page sizes from 4 to 32 KiB.
+//! Nodes split when full and are **never merged**: a node may become empty
+//! after removals and stays in the tree (lookups and scans pass it by), so
+//! the file does not shrink; rebuild the tree to reclaim space.
+//!
+//! # Protocol (optimistic lock coupling over protocol 5.8)
+//!
+//! ```text
+//!  lookup(key)                              insert(key, value) / remove(key)
+//!  L1. view the metadata page; read the     I1. L1-L3 to the leaf (keep the
+//!      root's page; validate                    leaf's view)
+//!  L2. at an inner node: child = the child  I2. find the slot; if the entry
+//!      for key; validate the node (the          does not fit: S1-S4, restart
+//!      child number is not torn); view      I3. upgrade the leaf's view to a
+//!      the child (may read it in); validate     latch: fails iff the leaf
+//!      the node again (the child was its        changed since I1's view ->
+//!      child when its view began)               restart at I1
+//!  L3. at the leaf: find the slot, copy     I4. change the leaf (what I2
+//!      the value; validate -> done; any         computed still holds: the
+//!      failed validation restarts at L1         page is unchanged); release
+//!
+//!  split (S), for the first node on the way down that is full
+//!  S1. descend as L1-L2; stop at the first node that cannot take the
+//!      entry (a leaf) or any separator (an inner node); its parent can
+//!  S2. upgrade the parent's view, then the node's (parents first: never a
+//!      latch held while waiting for one above); either fails -> restart
+//!  S3. a new page (page_new) takes the node's upper half; the node keeps
+//!      the lower half (a leaf links to the new page, which links to the
+//!      old next leaf); the parent gets the separator pointing to the node
+//!      and its old pointer to the node now points to the new page. The
+//!      root's parent is the metadata page: a root split first puts a new,
+//!      empty inner root above the old one
+//!  S4. release the latches (versions move: concurrent views of the node
+//!      and the parent fail validation and restart)
+//! ```
+//!
+//! Ordering argument: every byte a lookup acts on was read through a view
+//! that validated after the read (5.8's guarantee: nothing changed the page
+//! meanwhile), and each child number is validated before it is followed, so
+//! a lookup follows only pointers that were current. A child's view begins
+//! before its parent's second validation, so the child was the parent's
+//! child for the key when the child's view began; if the child splits
+//! afterwards, its own validation fails. A writer changes a page only under
+//! its latch, taken by upgrading a view that was current when its decision
+//! was made (I3, S2): an upgrade succeeds only if the page is unchanged
+//! since that view. Latches are taken top-down only (S2), and an upgrade
+//! never waits for another latch holder (it fails instead), so writers
+//! cannot deadlock; restarts are bounded by the writers' progress.
+//!
+//! The "before" design of the lab, [`Coupling::Pin`], descends with pins
+//! instead ([`File::page`]: two atomic read-modify-writes of each visited
+//! page's state word, the root's above all) and latches with
+//! [`File::page_mut`], splitting top-down with latch coupling.
+//!
+//! # Durability
+//!
+//! [`BTree::sync`] writes the metadata (entry count, next page) and syncs
+//! the file: after it returns, reopening the file gives exactly the tree
+//! as it was (with no writer running during the sync). Between syncs the
+//! file on disk may hold any mix of older and newer pages (the cache writes
+//! pages back as it evicts them and in the background), so a crash between
+//! syncs can leave a tree that does not reopen consistently: crash
+//! consistency needs a write-ahead log or shadow pages, which this crate
+//! does not have.
+
+use crossbeam_utils::CachePadded;
+use pagecache::{File, Optimistic, PageMut};
+use std::io::{self, ErrorKind};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+mod node;
+use node::{Bytes, Corrupt};
+
+const META: u64 = 0;
+const MAGIC: u64 = u64::from_le_bytes(*b"PCBTREE1");
+const FORMAT: u32 = 1;
+const M_MAGIC: usize = 0;
+const M_FORMAT: usize = 8;
+const M_PAGE_SIZE: usize = 12;
+const M_ROOT: usize = 16;
+const M_NEXT: usize = 24;
+const M_LEN: usize = 32;
+
+/// Stripes of the entry count (one cache line each: inserts on different
+/// threads do not write one shared line).
+const STRIPES: usize = 16;
+
+/// How a tree's operations hold the pages they visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Coupling {
+    /// Optimistic lock coupling: views with no shared write, validated;
+    /// upgrades to latches for changes (the default).
+    #[default]
+    Optimistic,
+    /// Pin coupling: every visited page pinned ([`File::page`]), changes
+    /// under [`File::page_mut`] latches (the "before" design).
+    Pin,
+}
+
+/// A B+tree stored in one file of the cache. `Send + Sync`: share it
+/// between threads by reference or in an `Arc`.
+#[derive(Debug)]
+pub struct BTree {
+    file: File,
+    ps: usize,
+    coupling: Coupling,
+    next_page: AtomicU64,
+    /// The entry count at open.
+    base_len: u64,
+    /// Changes of the count since open, by stripe.
+    delta: Box<[CachePadded<AtomicI64>]>,
+}
+
+/// The outcome of one optimistic attempt.
+enum Step<T> {
+    Done(T),
+    Restart,
+}
+
+use Step::{Done, Restart};
+
+thread_local! {
+    static STRIPE: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES
+    };
+}
+
+/// A restart: under loom, a yield (loom requires every retry loop to let
+/// the other threads run; the cache's own loops do the same).
+#[inline]
+fn restart_point() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+fn corrupt(file: &File, page: u64, what: &str) -> io::Error {
+    io::Error::new(
+        ErrorKind::InvalidData,
+        format!("{}: B-tree page {page}: {what}", file.path().display()),
+    )
+}
+
+impl BTree {
+    /// Opens the tree in `file` with optimistic coupling; an empty file
+    /// becomes an empty tree (written at the next [`BTree::sync`]).
+    /// `InvalidData` if the file holds something else.
+    pub fn open(file: File) -> io::Result<BTree> {
+        BTree::open_with(file, Coupling::Optimistic)
+    }
+
+    /// [`BTree::open`] with the given coupling.
+    pub fn open_with(file: File, coupling: Coupling) -> io::Result<BTree> {
+        let ps = file.page_size();
+        if !(4096..=32768).contains(&ps) {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "{}: B-tree pages must be 4 to 32 KiB (the cache's are {ps} bytes)",
+                    file.path().display()
+                ),
+            ));
+        }
+        let (next, len) = if file.is_empty() {
+            let mut meta = file.page_new(META)?;
+            let mut root = file.page_new(1)?;
+            node::init(&mut root, true, 0);
+            drop(root);
+            meta[M_MAGIC..M_MAGIC + 8].copy_from_slice(&MAGIC.to_le_bytes());
+            meta[M_FORMAT..M_FORMAT + 4].copy_from_slice(&FORMAT.to_le_bytes());
+            meta[M_PAGE_SIZE..M_PAGE_SIZE + 4].copy_from_slice(&(ps as u32).to_le_bytes());
+            meta[M_ROOT..M_ROOT + 8].copy_from_slice(&1u64.to_le_bytes());
+            meta[M_NEXT..M_NEXT + 8].copy_from_slice(&2u64.to_le_bytes());
+            (2, 0)
+        } else {
+            let meta = file.page(META)?;
+            let m: &[u8] = &meta;
+            if m.u64(M_MAGIC) != MAGIC || m.u32(M_FORMAT) != FORMAT {
+                return Err(corrupt(
+                    &file,
+                    META,
+                    "not a B-tree of this format (bad magic or format)",
+                ));
+            }
+            if m.u32(M_PAGE_SIZE) as usize != ps {
+                return Err(corrupt(
+                    &file,
+                    META,
+                    &format!(
+                        "written with {}-byte pages, the cache has {ps}",
+                        m.u32(M_PAGE_SIZE)
+                    ),
+                ));
+            }
+            let pages = file.len().div_ceil(ps as u64);
+            let root = m.u64(M_ROOT);
+            if root == META || root >= pages {
+                return Err(corrupt(
+                    &file,
+                    META,
+                    &format!("root page {root} outside the file"),
+                ));
+            }
+            (m.u64(M_NEXT).max(pages), m.u64(M_LEN))
+        };
+        Ok(BTree {
+            file,
+            ps,
+            coupling,
+            next_page: AtomicU64::new(next),
+            base_len: len,
+            delta: (0..STRIPES)
+                .map(|_| CachePadded::new(AtomicI64::new(0)))
+                .collect(),
+        })
+    }
+
+    /// The file the tree lives in.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The coupling its operations use.
+    pub fn coupling(&self) -> Coupling {
+        self.coupling
+    }
+
+    /// The longest key: any key fits as a separator in an inner node.
+    pub fn max_key_len(&self) -> usize {
+        self.max_entry_len() - 8
+    }
+
+    /// The longest key plus value.
+    pub fn max_entry_len(&self) -> usize {
+        (self.ps - node::HDR) / 4 - node::SLOT
+    }
+
+    /// Entries in the tree (exact when no insert or remove is running).
+    pub fn len(&self) -> u64 {
+        let d: i64 = self.delta.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (self.base_len as i64 + d).max(0) as u64
+    }
+
+    /// Whether the tree has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn count(&self, n: i64) {
+        let s = STRIPE.with(|s| *s);
+        self.delta[s].fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn check_key(&self, key: &[u8], value_len: usize) -> io::Result<()> {
+        if key.len() > self.max_key_len() || key.len() + value_len > self.max_entry_len() {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "{}: B-tree entry of a {}-byte key and a {value_len}-byte value: at most {} bytes of key and {} of key and value together",
+                    self.file.path().display(),
+                    key.len(),
+                    self.max_key_len(),
+                    self.max_entry_len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A view of node `pid`, read in if needed; a page past the end of the
+    /// file (a corrupt pointer, followed only after validation) is
+    /// `InvalidData`.
+    fn view(&self, pid: u64) -> io::Result<Optimistic<'_>> {
+        self.file.optimistic(pid).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                corrupt(
+                    &self.file,
+                    pid,
+                    "a pointer to a page past the end of the file",
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    /// What a read of a view gave: its result if the view validates,
+    /// `Restart` if it does not, an error if an unchanged page is corrupt.
+    fn checked<T>(&self, o: &Optimistic<'_>, r: Result<T, Corrupt>) -> io::Result<Step<T>> {
+        if !o.validate() {
+            restart_point();
+            return Ok(Restart);
+        }
+        r.map(Done)
+            .map_err(|_| corrupt(&self.file, o.index(), "inconsistent node"))
+    }
+
+    // ----- optimistic descent -------------------------------------------------------
+
+    /// L1-L2: views of the leaf for `key` and of its parent (the metadata
+    /// page when the root is a leaf), both current when taken.
+    fn descend(&self, key: &[u8]) -> io::Result<(Optimistic<'_>, Optimistic<'_>)> {
+        'restart: loop {
+            let meta = self.view(META)?;
+            let root = meta.u64(M_ROOT);
+            if !meta.validate() {
+                restart_point();
+                continue;
+            }
+            let mut parent = meta;
+            let mut node = self.view(root)?;
+            if !parent.validate() {
+                restart_point();
+                continue;
+            }
+            loop {
+                if node::is_leaf(&node) {
+                    return Ok((parent, node));
+                }
+                let child = match self.checked(&node, node::child_for(&node, key))? {
+                    Done(c) => c,
+                    Restart => continue 'restart,
+                };
+                let c = self.view(child)?;
+                if !node.validate() {
+                    restart_point();
+                    continue 'restart;
+                }
+                parent = node;
+                node = c;
+            }
+        }
+    }
+
+    // ----- lookups ------------------------------------------------------------------
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let mut v = Vec::new();
+        Ok(self.get_into(key, &mut v)?.then_some(v))
+    }
+
+    /// Copies the value of `key` into `out` (replacing its contents) and
+    /// returns true, or returns false if `key` is absent.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> io::Result<bool> {
+        if self.coupling == Coupling::Pin {
+            return self.get_pinned(key, out);
+        }
+        loop {
+            let (_, leaf) = self.descend(key)?;
+            let r = node::lower_bound(&leaf, key).and_then(|(pos, found)| {
+                if found {
+                    node::value_at(&leaf, pos, out)?;
+                }
+                Ok(found)
+            });
+            if let Done(found) = self.checked(&leaf, r)? {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Calls `f` with each entry whose key is `>= from`, in key order,
+    /// until it returns false or the entries run out. Entries inserted or
+    /// removed during the scan may or may not be seen; every entry seen was
+    /// in the tree when its leaf was read, and no key is seen twice.
+    pub fn scan(&self, from: &[u8], mut f: impl FnMut(&[u8], &[u8]) -> bool) -> io::Result<()> {
+        if self.coupling == Coupling::Pin {
+            return self.scan_pinned(from, f);
+        }
+        let mut from = from.to_vec();
+        let mut inclusive = true;
+        let mut buf: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        'restart: loop {
+            let (_, mut leaf) = self.descend(&from)?;
+            loop {
+                let r = collect(&leaf, &from, inclusive, &mut buf);
+                let next = match self.checked(&leaf, r)? {
+                    Done(n) => n,
+                    Restart => continue 'restart,
+                };
+                for (k, v) in &buf {
+                    if !f(k, v) {
+                        return Ok(());
+                    }
+                }
+                if let Some((k, _)) = buf.last() {
+                    from.clone_from(k);
+                    inclusive = false;
+                }
+                if next == 0 {
+                    return Ok(());
+                }
+                leaf = self.view(next)?;
+                if !node::is_leaf(&leaf) {
+                    if !leaf.validate() {
+                        continue 'restart;
+                    }
+                    return Err(corrupt(
+                        &self.file,
+                        next,
+                        "a leaf's next page is not a leaf",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The entries with `from <= key < to` (`to`: `None` for no bound), in
+    /// order.
+    pub fn range(&self, from: &[u8], to: Option<&[u8]>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.scan(from, |k, v| {
+            if to.is_some_and(|t| k >= t) {
+                return false;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+            true
+        })?;
+        Ok(out)
+    }
+
+    // ----- changes ------------------------------------------------------------------
+
+    /// Inserts `key` with `value`, replacing the value if `key` is present
+    /// (returns true then). `InvalidInput` past the size limits.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> io::Result<bool> {
+        self.check_key(key, value.len())?;
+        if self.coupling == Coupling::Pin {
+            return self.insert_pinned(key, value);
+        }
+        loop {
+            // I1.
+            let (_, leaf) = self.descend(key)?;
+            // I2.
+            let r = node::lower_bound(&leaf, key).and_then(|(pos, found)| {
+                let old = if found {
+                    let (_, klen, vlen) = node::slot(&leaf, pos)?;
+                    Some(klen + vlen)
+                } else {
+                    None
+                };
+                Ok((pos, found, node::fits(&leaf, key.len(), value.len(), old)?))
+            });
+            let (pos, found, fits) = match self.checked(&leaf, r)? {
+                Done(x) => x,
+                Restart => continue,
+            };
+            if !fits {
+                self.split_for(key, key.len() + value.len())?;
+                continue;
+            }
+            // I3.
+            let pid = leaf.index();
+            let mut m = match leaf.upgrade() {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {
+                    restart_point();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // I4.
+            let r = if found {
+                node::replace_at(&mut m, pos, value)
+            } else {
+                node::insert_at(&mut m, pos, key, value)
+            };
+            r.map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+            if !found {
+                self.count(1);
+            }
+            return Ok(found);
+        }
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(&self, key: &[u8]) -> io::Result<bool> {
+        if self.coupling == Coupling::Pin {
+            return self.remove_pinned(key);
+        }
+        loop {
+            let (_, leaf) = self.descend(key)?;
+            let (pos, found) = match self.checked(&leaf, node::lower_bound(&leaf, key))? {
+                Done(x) => x,
+                Restart => continue,
+            };
+            if !found {
+                return Ok(false);
+            }
+            let pid = leaf.index();
+            let mut m = match leaf.upgrade() {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {
+                    restart_point();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            node::remove_at(&mut m, pos)
+                .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+            self.count(-1);
+            return Ok(true);
+        }
+    }
+
+    /// S1-S4: splits the first node on the way to `key` that is full (a
+    /// leaf that cannot take an entry of `need` bytes, an inner node that
+    /// cannot take any separator). Returns when one split was made, or when
+    /// none was needed any more (another thread split first).
+    fn split_for(&self, key: &[u8], need: usize) -> io::Result<()> {
+        'restart: loop {
+            // S1.
+            let meta = self.view(META)?;
+            let root = meta.u64(M_ROOT);
+            if !meta.validate() {
+                restart_point();
+                continue;
+            }
+            let mut parent = meta;
+            let mut node = self.view(root)?;
+            if !parent.validate() {
+                restart_point();
+                continue;
+            }
+            loop {
+                let leaf = node::is_leaf(&node);
+                let full = if leaf {
+                    node::fits(&node, need, 0, None).map(|f| !f)
+                } else {
+                    node::fits(&node, self.max_key_len(), 8, None).map(|f| !f)
+                };
+                let full = match self.checked(&node, full)? {
+                    Done(f) => f,
+                    Restart => continue 'restart,
+                };
+                if full {
+                    // S2: parent first, then the node.
+                    let (ppid, npid) = (parent.index(), node.index());
+                    let mut p = match parent.upgrade() {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {
+                            restart_point();
+                            continue 'restart;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let mut n = match node.upgrade() {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {
+                            restart_point();
+                            continue 'restart;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    // S3 (S4: the guards' drops).
+                    return if ppid == META {
+                        self.split_root(&mut p, &mut n)
+                    } else {
+                        self.split_child(&mut p, ppid, &mut n, npid)
+                    };
+                }
+                if leaf {
+                    return Ok(()); // not full any more
+                }
+                let child = match self.checked(&node, node::child_for(&node, key))? {
+                    Done(c) => c,
+                    Restart => continue 'restart,
+                };
+                let c = self.view(child)?;
+                if !node.validate() {
+                    restart_point();
+                    continue 'restart;
+                }
+                parent = node;
+                node = c;
+            }
+        }
+    }
+
+    /// A new page for a node.
+    fn new_page(&self) -> io::Result<(u64, PageMut<'_>)> {
+        loop {
+            let pid = self.next_page.fetch_add(1, Ordering::Relaxed);
+            match self.file.page_new(pid) {
+                Ok(m) => return Ok((pid, m)),
+                // A page past the recorded next page (a tree reopened
+                // after a crash): skip it.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// S3 for the root: a new inner root above it, then the split.
+    fn split_root(&self, meta: &mut PageMut<'_>, root: &mut PageMut<'_>) -> io::Result<()> {
+        let old = root.index();
+        let (pid, mut new_root) = self.new_page()?;
+        node::init(&mut new_root, false, old);
+        self.split_child(&mut new_root, pid, root, old)?;
+        meta[M_ROOT..M_ROOT + 8].copy_from_slice(&pid.to_le_bytes());
+        Ok(())
+    }
+
+    /// S3: splits latched `child` (page `cpid`) under latched `parent`
+    /// (page `ppid`), which has room for any separator.
+    fn split_child(
+        &self,
+        parent: &mut [u8],
+        ppid: u64,
+        child: &mut PageMut<'_>,
+        cpid: u64,
+    ) -> io::Result<()> {
+        let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
+        let es = node::entries(child).map_err(|_| bad(cpid))?;
+        let leaf = node::is_leaf(&child[..]);
+        let up = node::upper(&child[..]);
+        if es.len() < 2 + usize::from(!leaf) {
+            return Err(bad(cpid));
+        }
+        // The split point: half the bytes on each side.
+        let total: usize = es.iter().map(|(k, v)| k.len() + v.len() + node::SLOT).sum();
+        let mut m = 0;
+        let mut acc = 0;
+        while m < es.len() - 1 && acc < total / 2 {
+            acc += es[m].0.len() + es[m].1.len() + node::SLOT;
+            m += 1;
+        }
+        let m = m.clamp(1, es.len() - 1 - usize::from(!leaf));
+        let (npid, mut new) = self.new_page()?;
+        let sep = if leaf {
+            node::rebuild(&mut new, true, &es[m..], up);
+            node::rebuild(child, true, &es[..m], npid);
+            es[m - 1].0.clone()
+        } else {
+            let mid_child = u64::from_le_bytes(es[m].1[..8].try_into().map_err(|_| bad(cpid))?);
+            node::rebuild(&mut new, false, &es[m + 1..], up);
+            node::rebuild(child, false, &es[..m], mid_child);
+            es[m].0.clone()
+        };
+        drop(new);
+        let (pos, _) = node::lower_bound(parent, &sep).map_err(|_| bad(ppid))?;
+        let here = if pos == node::count(parent).map_err(|_| bad(ppid))? {
+            node::upper(parent)
+        } else {
+            node::child_at(parent, pos).map_err(|_| bad(ppid))?
+        };
+        if here != cpid {
+            return Err(corrupt(
+                &self.file,
+                ppid,
+                &format!("does not point to its child {cpid}"),
+            ));
+        }
+        node::insert_at(parent, pos, &sep, &cpid.to_le_bytes()).map_err(|_| bad(ppid))?;
+        node::set_child(parent, pos + 1, npid).map_err(|_| bad(ppid))?;
+        Ok(())
+    }
+
+    // ----- pin coupling (the "before" design) -----------------------------------------
+
+    fn get_pinned(&self, key: &[u8], out: &mut Vec<u8>) -> io::Result<bool> {
+        let leaf = self.pin_leaf(key)?;
+        let (pos, found) = node::lower_bound(&leaf[..], key)
+            .map_err(|_| corrupt(&self.file, leaf.index(), "inconsistent node"))?;
+        if found {
+            node::value_at(&leaf[..], pos, out)
+                .map_err(|_| corrupt(&self.file, leaf.index(), "inconsistent node"))?;
+        }
+        Ok(found)
+    }
+
+    /// The leaf for `key`, pinned, with pin coupling (each child pinned
+    /// before its parent's pin is dropped).
+    fn pin_leaf(&self, key: &[u8]) -> io::Result<pagecache::PageRef<'_>> {
+        let meta = self.file.page(META)?;
+        let mut node = self.pin(meta[..].u64(M_ROOT))?;
+        drop(meta);
+        while !node::is_leaf(&node[..]) {
+            let c = node::child_for(&node[..], key)
+                .map_err(|_| corrupt(&self.file, node.index(), "inconsistent node"))?;
+            node = self.pin(c)?;
+        }
+        Ok(node)
+    }
+
+    fn pin(&self, pid: u64) -> io::Result<pagecache::PageRef<'_>> {
+        self.file.page(pid).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                corrupt(
+                    &self.file,
+                    pid,
+                    "a pointer to a page past the end of the file",
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    fn insert_pinned(&self, key: &[u8], value: &[u8]) -> io::Result<bool> {
+        loop {
+            match self.change_pinned(key, Some(value))? {
+                Some(replaced) => return Ok(replaced),
+                None => self.split_pinned(key, key.len() + value.len())?,
+            }
+        }
+    }
+
+    fn remove_pinned(&self, key: &[u8]) -> io::Result<bool> {
+        Ok(self.change_pinned(key, None)?.unwrap_or(false))
+    }
+
+    /// Pin-couples down to the leaf's parent, latches the leaf, and inserts
+    /// (`Some(value)`) or removes (`None`). `None` if the entry does not
+    /// fit. The parent's pin keeps the leaf from splitting meanwhile
+    /// (a split latches the parent).
+    fn change_pinned(&self, key: &[u8], value: Option<&[u8]>) -> io::Result<Option<bool>> {
+        let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
+        let meta = self.file.page(META)?;
+        let mut parent = meta;
+        let mut pid = parent[..].u64(M_ROOT);
+        loop {
+            let n = self.pin(pid)?;
+            if node::is_leaf(&n[..]) {
+                drop(n);
+                break;
+            }
+            pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?;
+            parent = n;
+        }
+        let mut leaf = self.file.page_mut(pid)?;
+        if !node::is_leaf(&leaf[..]) {
+            return Err(bad(pid));
+        }
+        let (pos, found) = node::lower_bound(&leaf[..], key).map_err(|_| bad(pid))?;
+        let Some(value) = value else {
+            if found {
+                node::remove_at(&mut leaf, pos).map_err(|_| bad(pid))?;
+                self.count(-1);
+            }
+            return Ok(Some(found));
+        };
+        let old = if found {
+            let (_, k, v) = node::slot(&leaf[..], pos).map_err(|_| bad(pid))?;
+            Some(k + v)
+        } else {
+            None
+        };
+        if !node::fits(&leaf[..], key.len(), value.len(), old).map_err(|_| bad(pid))? {
+            return Ok(None);
+        }
+        if found {
+            node::replace_at(&mut leaf, pos, value).map_err(|_| bad(pid))?;
+        } else {
+            node::insert_at(&mut leaf, pos, key, value).map_err(|_| bad(pid))?;
+            self.count(1);
+        }
+        drop(parent);
+        Ok(Some(found))
+    }
+
+    /// Latch coupling from the metadata page down, splitting the first full
+    /// node on the way (its parent is latched and has room).
+    fn split_pinned(&self, key: &[u8], need: usize) -> io::Result<()> {
+        let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
+        let mut parent = self.file.page_mut(META)?;
+        let mut node = self.file.page_mut(parent[..].u64(M_ROOT))?;
+        loop {
+            let npid = node.index();
+            let leaf = node::is_leaf(&node[..]);
+            let full = if leaf {
+                !node::fits(&node[..], need, 0, None).map_err(|_| bad(npid))?
+            } else {
+                !node::fits(&node[..], self.max_key_len(), 8, None).map_err(|_| bad(npid))?
+            };
+            if full {
+                let ppid = parent.index();
+                return if ppid == META {
+                    self.split_root(&mut parent, &mut node)
+                } else {
+                    self.split_child(&mut parent, ppid, &mut node, npid)
+                };
+            }
+            if leaf {
+                return Ok(());
+            }
+            let c = node::child_for(&node[..], key).map_err(|_| bad(npid))?;
+            let child = self.file.page_mut(c)?;
+            parent = node;
+            node = child;
+        }
+    }
+
+    fn scan_pinned(&self, from: &[u8], mut f: impl FnMut(&[u8], &[u8]) -> bool) -> io::Result<()> {
+        let mut leaf = self.pin_leaf(from)?;
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        let mut first = true;
+        loop {
+            let pid = leaf.index();
+            let b = &leaf[..];
+            let start = if first {
+                node::lower_bound(b, from)
+                    .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?
+                    .0
+            } else {
+                0
+            };
+            first = false;
+            let n = node::count(b).map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+            for i in start..n {
+                node::key_at(b, i, &mut k)
+                    .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+                node::value_at(b, i, &mut v)
+                    .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+                if !f(&k, &v) {
+                    return Ok(());
+                }
+            }
+            let next = node::upper(b);
+            if next == 0 {
+                return Ok(());
+            }
+            leaf = self.pin(next)?;
+        }
+    }
+
+    // ----- durability ---------------------------------------------------------------
+
+    /// Writes the metadata and syncs the file: after it returns, reopening
+    /// the file gives the tree as it is now (see the crate docs: with no
+    /// writer running meanwhile).
+    pub fn sync(&self) -> io::Result<()> {
+        {
+            let mut meta = self.file.page_mut(META)?;
+            let next = self.next_page.load(Ordering::Relaxed);
+            meta[M_NEXT..M_NEXT + 8].copy_from_slice(&next.to_le_bytes());
+            meta[M_LEN..M_LEN + 8].copy_from_slice(&self.len().to_le_bytes());
+        }
+        self.file.sync()
+    }
+
+    /// The file, without syncing (to discard what was not synced, say).
+    pub fn into_file(self) -> File {
+        self.file
+    }
+
+    /// [`BTree::sync`], then closes the file, reporting write-back errors.
+    pub fn close(self) -> io::Result<()> {
+        self.sync()?;
+        self.file.close()
+    }
+}
+
+/// Copies the entries of `leaf` with keys `>= from` (`> from` unless
+/// `inclusive`) into `buf`; returns the next leaf.
+fn collect<B: Bytes + ?Sized>(
+    leaf: &B,
+    from: &[u8],
+    inclusive: bool,
+    buf: &mut Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<u64, Corrupt> {
+    let (mut pos, found) = node::lower_bound(leaf, from)?;
+    if found && !inclusive {
+        pos += 1;
+    }
+    let n = node::count(leaf)?;
+    buf.truncate(n.saturating_sub(pos));
+    buf.resize_with(n.saturating_sub(pos), Default::default);
+    for (i, (k, v)) in (pos..n).zip(buf.iter_mut()) {
+        node::key_at(leaf, i, k)?;
+        node::value_at(leaf, i, v)?;
+    }
+    Ok(node::upper(leaf))
+}

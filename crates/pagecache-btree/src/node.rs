@@ -1,0 +1,487 @@
+//! The node format: a slotted page, read through [`Bytes`] (an optimistic
+//! view, whose loads may see bytes being changed, or a pinned or latched
+//! page), written only through a latched page's `&mut [u8]`.
+//!
+//! ```text
+//!  0        2       4           6        8               16      18     24
+//! +--------+-------+-----------+--------+---------------+-------+------+
+//! | count  | flags | heap_start| (pad)  | upper / next  | dead  |(pad) |
+//! +--------+-------+-----------+--------+---------------+-------+------+
+//! | slot 0 | slot 1 | ...  -> free space <-  ... heap: key, value | ...|
+//! +---------------------------------------------------------------------+
+//!  slot (12 bytes): offset u16 | key length u16 | value length u16 |
+//!                   (pad) u16 | head u32 (the key's first 4 bytes, big-endian)
+//! ```
+//!
+//! Slots are in key order (byte-wise); the heap grows down from the page's
+//! end. A leaf's value is the user's; an inner node's value is a child's
+//! page number (8 bytes, little-endian) holding the keys `<=` its key and
+//! `>` the previous slot's; `upper` holds the keys above the last slot. In a
+//! leaf, `upper` is the next leaf (0: none) for ordered scans. `dead` counts
+//! heap bytes freed by removals and replacements, reclaimed by compaction.
+//!
+//! Every offset read from a page is checked against the page size before
+//! it is used, so a torn or corrupt page yields [`Corrupt`], never an
+//! access outside the page; a reader acts on it only after validating the
+//! view (a torn page then restarts; an unchanged one is really corrupt).
+
+use std::cmp::Ordering;
+
+pub(crate) const HDR: usize = 24;
+pub(crate) const SLOT: usize = 12;
+const LEAF: u16 = 1;
+
+/// A node's bytes were inconsistent (torn, or corrupt on disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Corrupt;
+
+/// Read access to a page: an optimistic view or plain bytes.
+pub(crate) trait Bytes {
+    fn len(&self) -> usize;
+    fn u8(&self, off: usize) -> u8;
+    fn u16(&self, off: usize) -> u16;
+    fn u32(&self, off: usize) -> u32;
+    fn u64(&self, off: usize) -> u64;
+    fn copy(&self, off: usize, out: &mut [u8]);
+}
+
+impl Bytes for pagecache::Optimistic<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        pagecache::Optimistic::len(self)
+    }
+    #[inline]
+    fn u8(&self, off: usize) -> u8 {
+        self.load_u8(off)
+    }
+    #[inline]
+    fn u16(&self, off: usize) -> u16 {
+        u16::from_le(self.load_u16(off))
+    }
+    #[inline]
+    fn u32(&self, off: usize) -> u32 {
+        u32::from_le(self.load_u32(off))
+    }
+    #[inline]
+    fn u64(&self, off: usize) -> u64 {
+        u64::from_le(self.load_u64(off))
+    }
+    #[inline]
+    fn copy(&self, off: usize, out: &mut [u8]) {
+        self.copy_to(off, out)
+    }
+}
+
+impl Bytes for [u8] {
+    #[inline]
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    #[inline]
+    fn u8(&self, off: usize) -> u8 {
+        self[off]
+    }
+    #[inline]
+    fn u16(&self, off: usize) -> u16 {
+        u16::from_le_bytes(self[off..off + 2].try_into().unwrap())
+    }
+    #[inline]
+    fn u32(&self, off: usize) -> u32 {
+        u32::from_le_bytes(self[off..off + 4].try_into().unwrap())
+    }
+    #[inline]
+    fn u64(&self, off: usize) -> u64 {
+        u64::from_le_bytes(self[off..off + 8].try_into().unwrap())
+    }
+    #[inline]
+    fn copy(&self, off: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self[off..off + out.len()])
+    }
+}
+
+/// The head of a key: its first four bytes, big-endian, zero-padded. Keys
+/// with different heads compare as their heads do.
+#[inline]
+pub(crate) fn head(key: &[u8]) -> u32 {
+    let mut b = [0u8; 4];
+    let n = key.len().min(4);
+    b[..n].copy_from_slice(&key[..n]);
+    u32::from_be_bytes(b)
+}
+
+/// Slot `i`: (offset, key length, value length), checked in bounds.
+#[inline]
+pub(crate) fn slot<B: Bytes + ?Sized>(b: &B, i: usize) -> Result<(usize, usize, usize), Corrupt> {
+    let s = HDR + i * SLOT;
+    if s + SLOT > b.len() {
+        return Err(Corrupt);
+    }
+    let w = b.u64(s);
+    let (off, klen, vlen) = (
+        (w & 0xffff) as usize,
+        ((w >> 16) & 0xffff) as usize,
+        ((w >> 32) & 0xffff) as usize,
+    );
+    if off < HDR || off + klen + vlen > b.len() {
+        return Err(Corrupt);
+    }
+    Ok((off, klen, vlen))
+}
+
+#[inline]
+pub(crate) fn count<B: Bytes + ?Sized>(b: &B) -> Result<usize, Corrupt> {
+    let n = b.u16(0) as usize;
+    if HDR + n * SLOT > b.len() {
+        return Err(Corrupt);
+    }
+    Ok(n)
+}
+
+#[inline]
+pub(crate) fn is_leaf<B: Bytes + ?Sized>(b: &B) -> bool {
+    b.u16(2) & LEAF != 0
+}
+
+/// A leaf's next leaf, or an inner node's rightmost child.
+#[inline]
+pub(crate) fn upper<B: Bytes + ?Sized>(b: &B) -> u64 {
+    b.u64(8)
+}
+
+/// Compares the key at `off` (`klen` bytes, in bounds) with `key`, eight
+/// bytes at a time, without copying it out.
+#[inline]
+fn cmp_key<B: Bytes + ?Sized>(b: &B, off: usize, klen: usize, key: &[u8]) -> Ordering {
+    let n = klen.min(key.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let a = u64::from_be_bytes(b.u64(off + i).to_le_bytes());
+        let k = u64::from_be_bytes(key[i..i + 8].try_into().unwrap());
+        if a != k {
+            return a.cmp(&k);
+        }
+        i += 8;
+    }
+    while i < n {
+        let a = b.u8(off + i);
+        if a != key[i] {
+            return a.cmp(&key[i]);
+        }
+        i += 1;
+    }
+    klen.cmp(&key.len())
+}
+
+/// The first slot whose key is `>= key`, and whether it is equal.
+pub(crate) fn lower_bound<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<(usize, bool), Corrupt> {
+    let n = count(b)?;
+    let h = head(key);
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let sh = b.u32(HDR + mid * SLOT + 8);
+        let ord = match sh.cmp(&h) {
+            Ordering::Equal => {
+                let (off, klen, _) = slot(b, mid)?;
+                cmp_key(b, off, klen, key)
+            }
+            o => o,
+        };
+        match ord {
+            Ordering::Less => lo = mid + 1,
+            Ordering::Greater => hi = mid,
+            Ordering::Equal => return Ok((mid, true)),
+        }
+    }
+    Ok((lo, false))
+}
+
+/// An inner node's child for `key`.
+pub(crate) fn child_for<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<u64, Corrupt> {
+    let (pos, _) = lower_bound(b, key)?;
+    if pos == count(b)? {
+        Ok(upper(b))
+    } else {
+        child_at(b, pos)
+    }
+}
+
+/// An inner node's child in slot `pos`.
+pub(crate) fn child_at<B: Bytes + ?Sized>(b: &B, pos: usize) -> Result<u64, Corrupt> {
+    let (off, klen, vlen) = slot(b, pos)?;
+    if vlen != 8 {
+        return Err(Corrupt);
+    }
+    Ok(b.u64(off + klen))
+}
+
+/// Copies the key of slot `i` into `out` (cleared first).
+pub(crate) fn key_at<B: Bytes + ?Sized>(b: &B, i: usize, out: &mut Vec<u8>) -> Result<(), Corrupt> {
+    let (off, klen, _) = slot(b, i)?;
+    out.clear();
+    out.resize(klen, 0);
+    b.copy(off, out);
+    Ok(())
+}
+
+/// Copies the value of slot `i` into `out` (cleared first).
+pub(crate) fn value_at<B: Bytes + ?Sized>(
+    b: &B,
+    i: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Corrupt> {
+    let (off, klen, vlen) = slot(b, i)?;
+    out.clear();
+    out.resize(vlen, 0);
+    b.copy(off + klen, out);
+    Ok(())
+}
+
+/// Free bytes, counting what compaction would reclaim.
+pub(crate) fn free_space<B: Bytes + ?Sized>(b: &B) -> Result<usize, Corrupt> {
+    let n = count(b)?;
+    let heap = b.u16(4) as usize;
+    let dead = b.u16(16) as usize;
+    let used = HDR + n * SLOT;
+    if heap < used || heap > b.len() {
+        return Err(Corrupt);
+    }
+    Ok(heap - used + dead)
+}
+
+/// Whether an entry of `klen + vlen` bytes fits, replacing `old` bytes of
+/// an existing entry with the same key (0 if new).
+pub(crate) fn fits<B: Bytes + ?Sized>(
+    b: &B,
+    klen: usize,
+    vlen: usize,
+    replacing: Option<usize>,
+) -> Result<bool, Corrupt> {
+    let free = free_space(b)?;
+    Ok(match replacing {
+        Some(old) => free + old >= klen + vlen,
+        None => free >= SLOT + klen + vlen,
+    })
+}
+
+// ----- writes (latched pages) --------------------------------------------------
+
+fn put_u16(p: &mut [u8], off: usize, v: u16) {
+    p[off..off + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(p: &mut [u8], off: usize, v: u64) {
+    p[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Formats `p` as an empty node.
+pub(crate) fn init(p: &mut [u8], leaf: bool, upper: u64) {
+    p[..HDR].fill(0);
+    put_u16(p, 2, if leaf { LEAF } else { 0 });
+    put_u16(p, 4, p.len() as u16);
+    put_u64(p, 8, upper);
+}
+
+pub(crate) fn set_upper(p: &mut [u8], v: u64) {
+    put_u64(p, 8, v);
+}
+
+/// A decoded entry: key and value.
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
+
+/// Every entry of a node, decoded (splits and compaction).
+pub(crate) fn entries(p: &[u8]) -> Result<Vec<Entry>, Corrupt> {
+    let n = count(p)?;
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let (off, klen, vlen) = slot(p, i)?;
+        v.push((
+            p[off..off + klen].to_vec(),
+            p[off + klen..off + klen + vlen].to_vec(),
+        ));
+    }
+    Ok(v)
+}
+
+/// Rewrites `p` as a node of the given kind holding exactly `es` (in
+/// order), with `upper`. The caller checked that they fit.
+pub(crate) fn rebuild(p: &mut [u8], leaf: bool, es: &[Entry], upper: u64) {
+    init(p, leaf, upper);
+    for (i, (k, v)) in es.iter().enumerate() {
+        append(p, i, k, v);
+    }
+}
+
+/// Writes entry `(k, v)` into slot `i` (slots `>= i` already moved) from
+/// the heap's free space.
+fn append(p: &mut [u8], i: usize, k: &[u8], v: &[u8]) {
+    let heap = p.u16(4) as usize - k.len() - v.len();
+    p[heap..heap + k.len()].copy_from_slice(k);
+    p[heap + k.len()..heap + k.len() + v.len()].copy_from_slice(v);
+    put_u16(p, 4, heap as u16);
+    let s = HDR + i * SLOT;
+    put_u16(p, s, heap as u16);
+    put_u16(p, s + 2, k.len() as u16);
+    put_u16(p, s + 4, v.len() as u16);
+    put_u16(p, s + 6, 0);
+    p[s + 8..s + 12].copy_from_slice(&head(k).to_le_bytes());
+    let n = p.u16(0);
+    put_u16(p, 0, n.max(i as u16 + 1));
+}
+
+/// Compacts the heap (drops dead bytes) if the contiguous free space is
+/// short of `need`.
+fn make_room(p: &mut [u8], need: usize) -> Result<(), Corrupt> {
+    let n = count(p)?;
+    let contiguous = p.u16(4) as usize - (HDR + n * SLOT);
+    if contiguous >= need {
+        return Ok(());
+    }
+    let es = entries(p)?;
+    let (leaf, up) = (is_leaf(p), upper(p));
+    rebuild(p, leaf, &es, up);
+    Ok(())
+}
+
+/// Inserts `(k, v)` at slot `pos` (the caller checked it fits and that
+/// `pos` keeps the order).
+pub(crate) fn insert_at(p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) -> Result<(), Corrupt> {
+    make_room(p, SLOT + k.len() + v.len())?;
+    let n = count(p)?;
+    let s = HDR + pos * SLOT;
+    p.copy_within(s..HDR + n * SLOT, s + SLOT);
+    put_u16(p, 0, n as u16 + 1);
+    append(p, pos, k, v);
+    Ok(())
+}
+
+/// Removes slot `pos`.
+pub(crate) fn remove_at(p: &mut [u8], pos: usize) -> Result<(), Corrupt> {
+    let n = count(p)?;
+    let (_, klen, vlen) = slot(p, pos)?;
+    let s = HDR + pos * SLOT;
+    p.copy_within(s + SLOT..HDR + n * SLOT, s);
+    put_u16(p, 0, n as u16 - 1);
+    let dead = p.u16(16) as usize + klen + vlen;
+    put_u16(p, 16, dead as u16);
+    Ok(())
+}
+
+/// Replaces the value of slot `pos` (the caller checked it fits).
+pub(crate) fn replace_at(p: &mut [u8], pos: usize, v: &[u8]) -> Result<(), Corrupt> {
+    let (off, klen, vlen) = slot(p, pos)?;
+    if vlen == v.len() {
+        p[off + klen..off + klen + vlen].copy_from_slice(v);
+        return Ok(());
+    }
+    let k = p[off..off + klen].to_vec();
+    remove_at(p, pos)?;
+    insert_at(p, pos, &k, v)
+}
+
+/// Sets an inner node's child in slot `pos` (or `upper` at `count`).
+pub(crate) fn set_child(p: &mut [u8], pos: usize, child: u64) -> Result<(), Corrupt> {
+    if pos == count(p)? {
+        set_upper(p, child);
+        return Ok(());
+    }
+    let (off, klen, vlen) = slot(p, pos)?;
+    if vlen != 8 {
+        return Err(Corrupt);
+    }
+    put_u64(p, off + klen, child);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_removes_and_compacts_in_order() {
+        let mut p = vec![0u8; 4096];
+        init(&mut p, true, 0);
+        let keys: Vec<Vec<u8>> = (0..40u32)
+            .rev()
+            .map(|i| format!("key{i:03}").into_bytes())
+            .collect();
+        for k in &keys {
+            let (pos, found) = lower_bound(&p[..], k).unwrap();
+            assert!(!found);
+            assert!(fits(&p[..], k.len(), 50, None).unwrap());
+            insert_at(&mut p, pos, k, &[k[5]; 50]).unwrap();
+        }
+        assert_eq!(count(&p[..]).unwrap(), 40);
+        let es = entries(&p).unwrap();
+        assert!(es.windows(2).all(|w| w[0].0 < w[1].0));
+        for k in &keys {
+            let (pos, found) = lower_bound(&p[..], k).unwrap();
+            assert!(found);
+            let mut v = Vec::new();
+            value_at(&p[..], pos, &mut v).unwrap();
+            assert_eq!(v, vec![k[5]; 50]);
+        }
+        // Remove half, then fill the freed space (compaction).
+        for k in keys.iter().step_by(2) {
+            let (pos, found) = lower_bound(&p[..], k).unwrap();
+            assert!(found);
+            remove_at(&mut p, pos).unwrap();
+        }
+        let mut extra = 0;
+        loop {
+            let k = format!("zz{extra:04}").into_bytes();
+            if !fits(&p[..], k.len(), 50, None).unwrap() {
+                break;
+            }
+            let (pos, _) = lower_bound(&p[..], &k).unwrap();
+            insert_at(&mut p, pos, &k, &[1; 50]).unwrap();
+            extra += 1;
+        }
+        assert!(extra >= 20, "compaction reclaimed the removed entries");
+        let es = entries(&p).unwrap();
+        assert!(es.windows(2).all(|w| w[0].0 < w[1].0));
+        // Replace with a longer value.
+        let k = &keys[1];
+        let (pos, _) = lower_bound(&p[..], k).unwrap();
+        replace_at(&mut p, pos, &[7; 40]).unwrap();
+        let mut v = Vec::new();
+        value_at(&p[..], pos, &mut v).unwrap();
+        assert_eq!(v, vec![7; 40]);
+    }
+
+    #[test]
+    fn keys_compare_bytewise_whatever_their_heads() {
+        let mut p = vec![0u8; 4096];
+        init(&mut p, true, 0);
+        let keys: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"a\0",
+            b"ab",
+            b"abcd",
+            b"abcd\0",
+            b"abcde",
+            b"abce",
+            b"b",
+            b"\xff\xff\xff\xff\xff",
+        ];
+        for k in keys.iter().rev() {
+            let (pos, _) = lower_bound(&p[..], k).unwrap();
+            insert_at(&mut p, pos, k, b"v").unwrap();
+        }
+        let got: Vec<Vec<u8>> = entries(&p).unwrap().into_iter().map(|e| e.0).collect();
+        let want: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn corrupt_offsets_are_reported_not_followed() {
+        let mut p = vec![0u8; 4096];
+        init(&mut p, true, 0);
+        insert_at(&mut p, 0, b"key", b"value").unwrap();
+        put_u16(&mut p, HDR, 4094); // offset past the page's end with the lengths
+        assert_eq!(slot(&p[..], 0), Err(Corrupt));
+        put_u16(&mut p, 0, 5000); // count past the page
+        assert_eq!(count(&p[..]), Err(Corrupt));
+    }
+}

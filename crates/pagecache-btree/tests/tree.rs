@@ -1,0 +1,341 @@
+//! The B+tree against `std::collections::BTreeMap`: one thread with random
+//! operations, threads on disjoint key ranges with readers of all of them,
+//! reopening after `sync`, and tiny caches that evict nodes all the time.
+
+use pagecache::{Config, File, OpenOptions, PageCache};
+use pagecache_btree::{BTree, Coupling};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pagecache-btree-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A cache of `frames` 4 KiB frames, the flusher off unless `flusher`.
+fn cache(frames: usize, flusher: bool) -> PageCache {
+    PageCache::new(Config {
+        capacity: frames * 4096,
+        dirty_background_percent: if flusher { 10 } else { 100 },
+        dirty_limit_percent: if flusher { 20 } else { 100 },
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn open(c: &PageCache, d: &Dir) -> File {
+    c.open_with(
+        d.0.join("tree"),
+        OpenOptions::new().read(true).write(true).create(true),
+    )
+    .unwrap()
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A key of varied length (1-40 bytes, sometimes long) from `n`: many
+/// share prefixes and heads, so the full comparison is exercised.
+fn key(n: u64, long: bool) -> Vec<u8> {
+    let mut k = format!("k{:05}", n % 100_000).into_bytes();
+    if n % 3 == 0 {
+        k.extend_from_slice(&n.to_be_bytes());
+    }
+    if long {
+        k.resize(300 + (n % 200) as usize, b'x');
+    }
+    k
+}
+
+fn value(rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.below(10) {
+        0 => 0,
+        1 => 400 + rng.below(500) as usize,
+        _ => rng.below(130) as usize,
+    };
+    let b = rng.next() as u8;
+    vec![b; len]
+}
+
+fn check_all(t: &BTree, m: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let all = t.range(b"", None).unwrap();
+    assert_eq!(all.len(), m.len(), "scan length");
+    for ((k, v), (mk, mv)) in all.iter().zip(m.iter()) {
+        assert_eq!((k, v), (mk, mv));
+    }
+    assert_eq!(t.len(), m.len() as u64, "len()");
+}
+
+/// One thread, random operations, checked against the model after each;
+/// a cache of 16 frames for a tree of hundreds of pages.
+fn model_check(coupling: Coupling, seed: u64, ops: usize) {
+    let d = Dir::new("model");
+    let c = cache(16, true);
+    let t = BTree::open_with(open(&c, &d), coupling).unwrap();
+    let mut m = BTreeMap::new();
+    let mut rng = Rng(seed);
+    for op in 0..ops {
+        let n = rng.below(4000);
+        let k = key(n, rng.below(50) == 0);
+        match rng.below(10) {
+            0..=4 => {
+                let mut v = value(&mut rng);
+                v.truncate(t.max_entry_len() - k.len());
+                let replaced = t.insert(&k, &v).unwrap();
+                assert_eq!(
+                    replaced,
+                    m.insert(k, v).is_some(),
+                    "seed {seed} op {op}: insert"
+                );
+            }
+            5 | 6 => {
+                assert_eq!(
+                    t.remove(&k).unwrap(),
+                    m.remove(&k).is_some(),
+                    "seed {seed} op {op}: remove"
+                );
+            }
+            7 | 8 => {
+                assert_eq!(
+                    t.get(&k).unwrap(),
+                    m.get(&k).cloned(),
+                    "seed {seed} op {op}: get"
+                );
+            }
+            _ => {
+                let hi = key(n + rng.below(200), false);
+                let got = t.range(&k, Some(&hi)).unwrap();
+                let want: Vec<_> = m
+                    .range(k.clone()..hi.clone())
+                    .map(|(a, b)| (a.clone(), b.clone()))
+                    .collect();
+                assert_eq!(got, want, "seed {seed} op {op}: range");
+            }
+        }
+        if op % 1000 == 999 {
+            check_all(&t, &m);
+        }
+    }
+    check_all(&t, &m);
+    assert!(c.stats().evictions > 0, "the model must evict nodes");
+    c.validate();
+}
+
+#[test]
+fn randomized_against_btreemap_optimistic() {
+    for seed in 1..=3 {
+        model_check(Coupling::Optimistic, seed * 7919, 6000);
+    }
+}
+
+#[test]
+fn randomized_against_btreemap_pin_coupled() {
+    for seed in 1..=2 {
+        model_check(Coupling::Pin, seed * 104_729, 6000);
+    }
+}
+
+#[test]
+fn oversized_entries_are_refused_and_limits_hold() {
+    let d = Dir::new("limits");
+    let c = cache(64, false);
+    let t = BTree::open(open(&c, &d)).unwrap();
+    assert_eq!(t.max_entry_len(), 1006);
+    assert_eq!(t.max_key_len(), 998);
+    let k = vec![7u8; t.max_key_len()];
+    let e = t.insert(&vec![1; t.max_key_len() + 1], b"").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("tree"), "{e}");
+    assert_eq!(
+        t.insert(&k, &[0; 9]).unwrap_err().kind(),
+        std::io::ErrorKind::InvalidInput
+    );
+    // Largest entries: four per node, so every insert of a fifth splits.
+    for i in 0..200u16 {
+        let mut k = vec![b'a'; t.max_key_len()];
+        k[..2].copy_from_slice(&i.to_be_bytes());
+        assert!(!t.insert(&k, &[i as u8; 8]).unwrap());
+    }
+    for i in 0..200u16 {
+        let mut k = vec![b'a'; t.max_key_len()];
+        k[..2].copy_from_slice(&i.to_be_bytes());
+        assert_eq!(t.get(&k).unwrap(), Some(vec![i as u8; 8]));
+    }
+    assert_eq!(t.len(), 200);
+}
+
+#[test]
+fn a_synced_tree_reopens_with_exactly_what_was_synced() {
+    for coupling in [Coupling::Optimistic, Coupling::Pin] {
+        let d = Dir::new("reopen");
+        let mut m = BTreeMap::new();
+        let mut rng = Rng(42);
+        {
+            let c = cache(4096, false);
+            let t = BTree::open_with(open(&c, &d), coupling).unwrap();
+            for _ in 0..5000 {
+                let k = key(rng.below(3000), false);
+                let v = value(&mut rng);
+                t.insert(&k, &v).unwrap();
+                m.insert(k, v);
+            }
+            t.sync().unwrap();
+            // Unsynced changes, then the file is discarded: none of them
+            // may reach the disk (no flusher, no eviction in this cache).
+            for i in 0..3000 {
+                t.insert(&key(i, false), b"unsynced").unwrap();
+                t.remove(&key(i + 1, false)).unwrap();
+            }
+            assert!(t.into_file().discard());
+        }
+        let c = cache(32, true);
+        let t = BTree::open_with(open(&c, &d), coupling).unwrap();
+        check_all(&t, &m);
+        // And it goes on working after the reopen.
+        t.insert(b"after", b"reopen").unwrap();
+        assert_eq!(t.get(b"after").unwrap().as_deref(), Some(&b"reopen"[..]));
+        t.close().unwrap();
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_tree_is_refused() {
+    let d = Dir::new("bad");
+    std::fs::write(d.0.join("tree"), vec![1u8; 8192]).unwrap();
+    let c = cache(16, false);
+    let e = BTree::open(open(&c, &d)).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("page 0"), "{e}");
+}
+
+/// Writers own disjoint key ranges (prefix = thread) and check their own
+/// model; readers look up and scan everything while they run: every value
+/// found names its own key (never another key's value, nor a torn one),
+/// and every scan is in order. Many more threads than cores, a cache far
+/// smaller than the tree, the flusher on.
+fn disjoint_writers_with_readers(coupling: Coupling) {
+    let d = Dir::new("threads");
+    let c = cache(64, true);
+    let t = BTree::open_with(open(&c, &d), coupling).unwrap();
+    const WRITERS: u8 = 4;
+    const READERS: usize = 8;
+    let stop = AtomicBool::new(false);
+    let lookups = AtomicU64::new(0);
+    let models: Vec<BTreeMap<Vec<u8>, Vec<u8>>> = std::thread::scope(|s| {
+        let mut hs = Vec::new();
+        for w in 0..WRITERS {
+            let t = &t;
+            hs.push(s.spawn(move || {
+                let mut m = BTreeMap::new();
+                let mut rng = Rng(w as u64 * 31 + 7);
+                for _ in 0..2500 {
+                    let n = rng.below(1500);
+                    let mut k = vec![w];
+                    k.extend_from_slice(&key(n, n % 97 == 0));
+                    if rng.below(4) == 0 {
+                        assert_eq!(t.remove(&k).unwrap(), m.remove(&k).is_some());
+                    } else {
+                        // The value names its key (and is long enough to
+                        // tear): [key length, key, filler].
+                        let mut v = vec![k.len() as u8 ^ (k.len() >> 8) as u8];
+                        v.extend_from_slice(&k[..k.len().min(100)]);
+                        v.resize(v.len() + rng.below(120) as usize, rng.next() as u8);
+                        assert_eq!(t.insert(&k, &v).unwrap(), m.insert(k, v).is_some());
+                    }
+                }
+                m
+            }));
+        }
+        for r in 0..READERS {
+            let (t, stop, lookups) = (&t, &stop, &lookups);
+            s.spawn(move || {
+                let mut rng = Rng(r as u64 * 17 + 3);
+                let mut v = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let w = rng.below(WRITERS as u64) as u8;
+                    let n = rng.below(1500);
+                    let mut k = vec![w];
+                    k.extend_from_slice(&key(n, n % 97 == 0));
+                    if t.get_into(&k, &mut v).unwrap() {
+                        assert_eq!(
+                            v[0],
+                            k.len() as u8 ^ (k.len() >> 8) as u8,
+                            "a value of another key"
+                        );
+                        assert_eq!(
+                            &v[1..1 + k.len().min(100)],
+                            &k[..k.len().min(100)],
+                            "a torn or misplaced value"
+                        );
+                    }
+                    lookups.fetch_add(1, Ordering::Relaxed);
+                    if rng.below(50) == 0 {
+                        let mut last: Option<Vec<u8>> = None;
+                        let mut seen = 0;
+                        t.scan(&k, |k, v| {
+                            assert!(last.as_deref().is_none_or(|l| l < k), "scan out of order");
+                            assert_eq!(
+                                v[0],
+                                k.len() as u8 ^ (k.len() >> 8) as u8,
+                                "a scanned value of another key"
+                            );
+                            last = Some(k.to_vec());
+                            seen += 1;
+                            seen < 200
+                        })
+                        .unwrap();
+                    }
+                }
+            });
+        }
+        let models = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        models
+    });
+    let mut all = BTreeMap::new();
+    for m in models {
+        all.extend(m);
+    }
+    check_all(&t, &all);
+    assert!(lookups.load(Ordering::Relaxed) > 0);
+    assert!(c.stats().evictions > 0, "the test must evict nodes");
+    c.validate();
+}
+
+#[test]
+fn disjoint_writers_with_readers_optimistic() {
+    disjoint_writers_with_readers(Coupling::Optimistic);
+}
+
+#[test]
+fn disjoint_writers_with_readers_pin_coupled() {
+    disjoint_writers_with_readers(Coupling::Pin);
+}
