@@ -592,9 +592,9 @@ impl BTree {
                     };
                     // S3 (S4: the guards' drops).
                     return if ppid == META {
-                        self.split_root(&mut p, &mut n)
+                        self.split_root(&mut p, &mut n, key)
                     } else {
-                        self.split_child(&mut p, ppid, &mut n, npid)
+                        self.split_child(&mut p, ppid, &mut n, npid, key)
                     };
                 }
                 if leaf {
@@ -630,40 +630,55 @@ impl BTree {
     }
 
     /// S3 for the root: a new inner root above it, then the split.
-    fn split_root(&self, meta: &mut PageMut<'_>, root: &mut PageMut<'_>) -> io::Result<()> {
+    fn split_root(
+        &self,
+        meta: &mut PageMut<'_>,
+        root: &mut PageMut<'_>,
+        key: &[u8],
+    ) -> io::Result<()> {
         let old = root.index();
         let (pid, mut new_root) = self.new_page()?;
         node::init(&mut new_root, false, old);
-        self.split_child(&mut new_root, pid, root, old)?;
+        self.split_child(&mut new_root, pid, root, old, key)?;
         meta[M_ROOT..M_ROOT + 8].copy_from_slice(&pid.to_le_bytes());
         Ok(())
     }
 
     /// S3: splits latched `child` (page `cpid`) under latched `parent`
-    /// (page `ppid`), which has room for any separator.
+    /// (page `ppid`), which has room for any separator, to make room for
+    /// `key`.
     fn split_child(
         &self,
         parent: &mut [u8],
         ppid: u64,
         child: &mut PageMut<'_>,
         cpid: u64,
+        key: &[u8],
     ) -> io::Result<()> {
         let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
         let es = node::entries(child).map_err(|_| bad(cpid))?;
         let leaf = node::is_leaf(&child[..]);
         let up = node::upper(&child[..]);
-        if es.len() < 2 + usize::from(!leaf) {
+        if es.len() < 2 {
             return Err(bad(cpid));
         }
-        // The split point: half the bytes on each side.
-        let total: usize = es.iter().map(|(k, v)| k.len() + v.len() + node::SLOT).sum();
-        let mut m = 0;
-        let mut acc = 0;
-        while m < es.len() - 1 && acc < total / 2 {
-            acc += es[m].0.len() + es[m].1.len() + node::SLOT;
-            m += 1;
-        }
-        let m = m.clamp(1, es.len() - 1 - usize::from(!leaf));
+        // The split point: half the bytes on each side; but an append (a
+        // key past the node's last, as in a load in key order) leaves the
+        // node full and starts the new one with its last entry, so that a
+        // sequential load fills its nodes (vmcache's `splitOrdered`).
+        let m = if es.last().is_some_and(|(k, _)| k.as_slice() < key) {
+            es.len() - 1
+        } else {
+            let total: usize = es.iter().map(|(k, v)| k.len() + v.len() + node::SLOT).sum();
+            let mut m = 0;
+            let mut acc = 0;
+            while m < es.len() - 1 && acc < total / 2 {
+                acc += es[m].0.len() + es[m].1.len() + node::SLOT;
+                m += 1;
+            }
+            m
+        };
+        let m = m.clamp(1, es.len() - 1);
         let (npid, mut new) = self.new_page()?;
         let sep = if leaf {
             node::rebuild(&mut new, true, &es[m..], up);
@@ -814,9 +829,9 @@ impl BTree {
             if full {
                 let ppid = parent.index();
                 return if ppid == META {
-                    self.split_root(&mut parent, &mut node)
+                    self.split_root(&mut parent, &mut node, key)
                 } else {
-                    self.split_child(&mut parent, ppid, &mut node, npid)
+                    self.split_child(&mut parent, ppid, &mut node, npid, key)
                 };
             }
             if leaf {

@@ -49,7 +49,7 @@
 //! or reused frame reads wrong bytes, never unmapped memory.
 
 use super::{File, PageMut};
-use crate::cache::{atomic_load_copy, FrameLatch};
+use crate::cache::{atomic_load_copy, atomic_load_small, FrameLatch};
 use crate::frame::FrameNo;
 use std::cell::Cell;
 use std::io;
@@ -144,14 +144,17 @@ impl<'a> Optimistic<'a> {
         }
     }
 
+    /// The `N` bytes at `off` as the low bytes of a little-endian word.
     #[inline(always)]
     fn load<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut b = [0u8; N];
         if let Some(p) = self.at(off, N) {
             let w = self.file.cache.desc(self.frame).witness();
-            // SAFETY: in bounds of the frame (`at`); atomic loads race
-            // writers soundly as argued in the module docs.
-            unsafe { atomic_load_copy(w, &mut b, p) };
+            // SAFETY: in bounds of the frame (`at`); one or two relaxed
+            // atomic loads of the aligned words covering the bytes, which
+            // race writers soundly as argued in the module docs.
+            let v = unsafe { atomic_load_small::<N>(w, p) };
+            b.copy_from_slice(&v.to_le_bytes()[..N]);
         }
         b
     }
@@ -176,8 +179,8 @@ impl<'a> Optimistic<'a> {
         u32::from_ne_bytes(self.load(off))
     }
 
-    /// The native-endian `u64` at `off` (any alignment; one load when
-    /// aligned). Out of bounds reads 0 (see `validate`).
+    /// The native-endian `u64` at `off` (any alignment: one or two word
+    /// loads). Out of bounds reads 0 (see `validate`).
     #[inline]
     pub fn load_u64(&self, off: usize) -> u64 {
         u64::from_ne_bytes(self.load(off))

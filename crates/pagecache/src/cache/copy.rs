@@ -107,6 +107,46 @@ pub(crate) unsafe fn atomic_load_copy(w: &Witness, dst: &mut [u8], src: *const u
     }
 }
 
+/// The `N` bytes (`N` at most 8) at `src`, read with one or two relaxed
+/// atomic loads of the aligned words that cover them, as a native-endian
+/// integer of those bytes (the low `8 * N` bits). `w` is the frame's
+/// witness. The aligned words must lie inside the frame: true whenever the
+/// `N` bytes do, since frames are 8-byte aligned multiples of 8 bytes.
+/// Context: any, no sleep, no lock.
+///
+/// # Safety
+/// `src .. src + N` must lie inside one live frame of the arena.
+#[inline(always)]
+pub(crate) unsafe fn atomic_load_small<const N: usize>(w: &Witness, src: *const u8) -> u64 {
+    const { assert!(N >= 1 && N <= 8) };
+    if cfg!(loom) || cfg!(target_endian = "big") {
+        let mut b = [0u8; 8];
+        // SAFETY: the caller's range.
+        unsafe { atomic_load_copy(w, &mut b[..N], src) };
+        return u64::from_le_bytes(b);
+    }
+    let a = src as usize;
+    let lo = (a & !(W - 1)) as *const AtomicU64;
+    let shift = (a & (W - 1)) * 8;
+    // SAFETY: `lo` is the aligned word holding the first byte, inside the
+    // frame (frames are 8-byte aligned). Relaxed: validated by the seqlock
+    // version, as every optimistic load.
+    let w0 = unsafe { (*lo).load(Ordering::Relaxed) };
+    let v = if (a & (W - 1)) + N <= W {
+        w0 >> shift
+    } else {
+        // SAFETY: the bytes cross into the next aligned word, so it holds
+        // their last byte: inside the frame.
+        let w1 = unsafe { (*lo.add(1)).load(Ordering::Relaxed) };
+        (w0 >> shift) | (w1 << (64 - shift))
+    };
+    if N == 8 {
+        v
+    } else {
+        v & ((1u64 << (8 * N)) - 1)
+    }
+}
+
 /// [`atomic_load_copy`] without the loom scheduling point.
 ///
 /// # Safety
@@ -258,6 +298,27 @@ pub(crate) unsafe fn atomic_zero(w: &Witness, dst: *mut u8, n: usize) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_loads_read_every_alignment() {
+        let src: Vec<u64> = (0..8u64).map(|i| 0x0102_0304_0506_0708 * (i + 1)).collect();
+        let bytes: Vec<u8> = src.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let p = src.as_ptr() as *const u8;
+        for off in 0..56 {
+            let want = |n: usize| {
+                let mut b = [0u8; 8];
+                b[..n].copy_from_slice(&bytes[off..off + n]);
+                u64::from_le_bytes(b)
+            };
+            // SAFETY: off + 8 <= 64 bytes of `src`, 8-byte aligned.
+            unsafe {
+                assert_eq!(atomic_load_small::<1>(&Witness::NONE, p.add(off)), want(1));
+                assert_eq!(atomic_load_small::<2>(&Witness::NONE, p.add(off)), want(2));
+                assert_eq!(atomic_load_small::<4>(&Witness::NONE, p.add(off)), want(4));
+                assert_eq!(atomic_load_small::<8>(&Witness::NONE, p.add(off)), want(8));
+            }
+        }
+    }
 
     #[test]
     fn copies_every_alignment_and_length() {

@@ -60,7 +60,7 @@ use std::sync::{Arc, Weak};
 mod batch;
 pub(crate) use batch::Readahead;
 mod copy;
-pub(crate) use copy::{atomic_load_copy, atomic_store_copy, atomic_zero};
+pub(crate) use copy::{atomic_load_copy, atomic_load_small, atomic_store_copy, atomic_zero};
 mod lookup;
 pub(crate) use lookup::PinMiss;
 mod miss;

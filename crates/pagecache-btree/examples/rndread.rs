@@ -1,0 +1,67 @@
+//! vmcache's RNDREAD shape on the tree: load N tuples (8-byte big-endian
+//! keys, 120-byte values) in key order, then random point lookups.
+//!
+//! ```sh
+//! cargo run --release -p pagecache-btree --example rndread -- N SECONDS [pin]
+//! ```
+use pagecache::{Config, OpenOptions, PageCache};
+use pagecache_btree::{BTree, Coupling};
+use std::time::{Duration, Instant};
+
+fn main() -> std::io::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let n: u64 = args
+        .get(1)
+        .map(|s| s.parse::<f64>().unwrap() as u64)
+        .unwrap_or(1_000_000);
+    let secs: f64 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(3.0);
+    let coupling = if args.get(3).map(String::as_str) == Some("pin") {
+        Coupling::Pin
+    } else {
+        Coupling::Optimistic
+    };
+    let dir = std::env::temp_dir().join(format!("rndread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cache = PageCache::new(Config {
+        capacity: 4 << 30,
+        ..Config::default()
+    })?;
+    let file = cache.open_with(
+        dir.join("tree"),
+        OpenOptions::new().read(true).write(true).create(true),
+    )?;
+    let tree = BTree::open_with(file, coupling)?;
+    let t0 = Instant::now();
+    let mut v = [0u8; 120];
+    for i in 0..n {
+        let k = i.to_be_bytes();
+        v[..8].copy_from_slice(&k);
+        tree.insert(&k, &v)?;
+    }
+    let load = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "load: {:.0} tuples/s ({:.2} s), {:.3} GB",
+        n as f64 / load,
+        load,
+        tree.file().len() as f64 / 1e9
+    );
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::new();
+    let mut done = 0u64;
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        for _ in 0..1000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = (x % n).to_be_bytes();
+            assert!(tree.get_into(&k, &mut out)?);
+            assert_eq!(&out[..8], &k);
+            done += 1;
+        }
+    }
+    eprintln!("lookups: {:.0}/s", done as f64 / t0.elapsed().as_secs_f64());
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
