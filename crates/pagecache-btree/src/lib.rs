@@ -34,7 +34,7 @@
 //! with no read and no system call.
 //!
 //! Limits: a key is at most [`BTree::max_key_len`] bytes and a key plus its
-//! value at most [`BTree::max_entry_len`] (998 and 1006 bytes with 4 KiB
+//! value at most [`BTree::max_entry_len`] (996 and 1004 bytes with 4 KiB
 //! pages: at least four entries fit a node); page sizes from 4 to 32 KiB.
 //! Nodes split when full and are **never merged**: a node may become empty
 //! after removals and stays in the tree (lookups and scans pass it by), so
@@ -103,7 +103,7 @@
 use crossbeam_utils::CachePadded;
 use pagecache::{File, Optimistic, PageMut};
 use std::io::{self, ErrorKind};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 mod node;
 use node::{Bytes, Corrupt};
@@ -146,6 +146,98 @@ pub struct BTree {
     base_len: u64,
     /// Changes of the count since open, by stripe.
     delta: Box<[CachePadded<AtomicI64>]>,
+    /// Where each node was cached when last visited.
+    hints: Hints,
+}
+
+/// Frame hints by page (`File::optimistic_hinted`): the frame each node
+/// was cached in when last visited, so that a descent finds a cached child
+/// without the cache's index walk. Two levels, chunks allocated on first
+/// use; a hint is only a guess, checked by the cache, so races between
+/// threads updating one are harmless.
+struct Hints {
+    top: Box<[AtomicPtr<AtomicU32>]>,
+}
+
+const HINT_BITS: u32 = 16;
+const HINT_CHUNK: usize = 1 << HINT_BITS;
+const NO_HINT: u32 = u32::MAX;
+
+impl Hints {
+    fn new() -> Hints {
+        Hints {
+            top: (0..HINT_CHUNK)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn get(&self, pid: u64) -> u32 {
+        let Some(c) = self.top.get((pid >> HINT_BITS) as usize) else {
+            return NO_HINT;
+        };
+        // Acquire: pairs with the publishing CAS, so the chunk's
+        // initialisation is visible.
+        let c = c.load(Ordering::Acquire);
+        if c.is_null() {
+            return NO_HINT;
+        }
+        // SAFETY: a published chunk has HINT_CHUNK entries and lives until
+        // the table drops; the index is masked below HINT_CHUNK.
+        unsafe { &*c.add(pid as usize & (HINT_CHUNK - 1)) }.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, pid: u64, frame: u32) {
+        let Some(slot) = self.top.get((pid >> HINT_BITS) as usize) else {
+            return; // past 2^32 pages: no hints
+        };
+        let mut c = slot.load(Ordering::Acquire);
+        if c.is_null() {
+            let fresh: Box<[AtomicU32]> =
+                (0..HINT_CHUNK).map(|_| AtomicU32::new(NO_HINT)).collect();
+            let fresh = Box::into_raw(fresh) as *mut AtomicU32;
+            // AcqRel: publishes the chunk (Release), or reads the winner's
+            // (Acquire).
+            match slot.compare_exchange(
+                std::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => c = fresh,
+                Err(winner) => {
+                    // SAFETY: ours, never published: rebuilt from the raw
+                    // parts `into_raw` gave.
+                    drop(unsafe {
+                        Box::from_raw(std::ptr::slice_from_raw_parts_mut(fresh, HINT_CHUNK))
+                    });
+                    c = winner;
+                }
+            }
+        }
+        // SAFETY: as in `get`.
+        unsafe { &*c.add(pid as usize & (HINT_CHUNK - 1)) }.store(frame, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Hints {
+    fn drop(&mut self) {
+        for c in self.top.iter() {
+            let c = c.load(Ordering::Acquire);
+            if !c.is_null() {
+                // SAFETY: published chunks came from `Box::into_raw` of a
+                // HINT_CHUNK-long slice; nobody else holds the table now.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, HINT_CHUNK)) });
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Hints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hints")
+    }
 }
 
 /// The outcome of one optimistic attempt.
@@ -249,6 +341,7 @@ impl BTree {
             delta: (0..STRIPES)
                 .map(|_| CachePadded::new(AtomicI64::new(0)))
                 .collect(),
+            hints: Hints::new(),
         })
     }
 
@@ -308,7 +401,10 @@ impl BTree {
     /// file (a corrupt pointer, followed only after validation) is
     /// `InvalidData`.
     fn view(&self, pid: u64) -> io::Result<Optimistic<'_>> {
-        self.file.optimistic(pid).map_err(|e| {
+        if let Some(o) = self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+            return Ok(o);
+        }
+        let o = self.file.optimistic(pid).map_err(|e| {
             if e.kind() == ErrorKind::UnexpectedEof {
                 corrupt(
                     &self.file,
@@ -318,7 +414,26 @@ impl BTree {
             } else {
                 e
             }
-        })
+        })?;
+        self.hints.set(pid, o.frame_hint());
+        Ok(o)
+    }
+
+    /// L2's step to child `pid` of `parent`, read from the view `parent`
+    /// but not yet validated: through its frame hint if the child is still
+    /// cached there (no I/O: a torn number costs nothing), else only after
+    /// validating `parent` (a real page number), reading the child in if
+    /// needed. `Restart` if `parent` changed.
+    #[inline]
+    fn child_view(&self, parent: &Optimistic<'_>, pid: u64) -> io::Result<Step<Optimistic<'_>>> {
+        if let Some(o) = self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+            return Ok(Done(o));
+        }
+        if !parent.validate() {
+            restart_point();
+            return Ok(Restart);
+        }
+        self.view(pid).map(Done)
     }
 
     /// What a read of a view gave: its result if the view validates,
@@ -354,11 +469,17 @@ impl BTree {
                 if node::is_leaf(&node) {
                     return Ok((parent, node));
                 }
-                let child = match self.checked(&node, node::child_for(&node, key))? {
+                let child = match node::child_for(&node, key) {
+                    Ok(c) => c,
+                    Err(e) => match self.checked(&node, Err::<(), _>(e))? {
+                        Done(()) => unreachable!("a corrupt read is never done"),
+                        Restart => continue 'restart,
+                    },
+                };
+                let c = match self.child_view(&node, child)? {
                     Done(c) => c,
                     Restart => continue 'restart,
                 };
-                let c = self.view(child)?;
                 if !node.validate() {
                     restart_point();
                     continue 'restart;

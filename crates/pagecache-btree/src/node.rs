@@ -3,15 +3,24 @@
 //! page), written only through a latched page's `&mut [u8]`.
 //!
 //! ```text
-//!  0        2       4           6        8               16      18     24
-//! +--------+-------+-----------+--------+---------------+-------+------+
-//! | count  | flags | heap_start| (pad)  | upper / next  | dead  |(pad) |
-//! +--------+-------+-----------+--------+---------------+-------+------+
+//!  0        2       4           6        8               16      18       20    24              32
+//! +--------+-------+-----------+--------+---------------+-------+--------+-----+---------------+
+//! | count  | flags | heap_start| (pad)  | upper / next  | dead  | prefix |(pad)| prefix's bytes|
+//! +--------+-------+-----------+--------+---------------+-------+--------+-----+---------------+
 //! | slot 0 | slot 1 | ...  -> free space <-  ... heap: key, value | ...|
 //! +---------------------------------------------------------------------+
 //!  slot (12 bytes): offset u16 | key length u16 | value length u16 |
-//!                   (pad) u16 | head u32 (the key's first 4 bytes, big-endian)
+//!                   (pad) u16 | head u32 (4 bytes after the prefix, big-endian)
 //! ```
+//!
+//! Keys are stored whole; `prefix` is the length of the prefix every key of
+//! the node shares (the common prefix of its first and last key), its
+//! first eight bytes are kept in the header (zero-padded), and each slot's
+//! head is the four bytes after the prefix. A search compares the searched key
+//! with the prefix once, then binary-searches the heads, reading a key's
+//! bytes only when heads tie (vmcache's and LeanStore's layout, without
+//! their truncated storage): keys in key order share long prefixes, so the
+//! heads of a node's keys differ and a lookup reads only its slots.
 //!
 //! Slots are in key order (byte-wise); the heap grows down from the page's
 //! end. A leaf's value is the user's; an inner node's value is a child's
@@ -27,7 +36,7 @@
 
 use std::cmp::Ordering;
 
-pub(crate) const HDR: usize = 24;
+pub(crate) const HDR: usize = 32;
 pub(crate) const SLOT: usize = 12;
 const LEAF: u16 = 1;
 
@@ -103,10 +112,13 @@ impl Bytes for [u8] {
 /// with different heads compare as their heads do.
 #[inline]
 pub(crate) fn head(key: &[u8]) -> u32 {
-    let mut b = [0u8; 4];
-    let n = key.len().min(4);
-    b[..n].copy_from_slice(&key[..n]);
-    u32::from_be_bytes(b)
+    match *key {
+        [] => 0,
+        [a] => (a as u32) << 24,
+        [a, b] => (a as u32) << 24 | (b as u32) << 16,
+        [a, b, c] => (a as u32) << 24 | (b as u32) << 16 | (c as u32) << 8,
+        [a, b, c, d, ..] => u32::from_be_bytes([a, b, c, d]),
+    }
 }
 
 /// Slot `i`: (offset, key length, value length), checked in bounds.
@@ -172,10 +184,43 @@ fn cmp_key<B: Bytes + ?Sized>(b: &B, off: usize, klen: usize, key: &[u8]) -> Ord
     klen.cmp(&key.len())
 }
 
+/// The length of the prefix the node's keys share.
+#[inline]
+pub(crate) fn prefix_len<B: Bytes + ?Sized>(b: &B) -> usize {
+    b.u16(18) as usize
+}
+
 /// The first slot whose key is `>= key`, and whether it is equal.
 pub(crate) fn lower_bound<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<(usize, bool), Corrupt> {
     let n = count(b)?;
-    let h = head(key);
+    if n == 0 {
+        return Ok((0, false));
+    }
+    // The prefix: every key of the node starts with it. A key that does
+    // not sorts before or after all of them.
+    let p = prefix_len(b);
+    if p > 0 {
+        // The first eight bytes from the header (no heap access), the rest
+        // (long prefixes only) from the first key.
+        let m = p.min(key.len());
+        let h = m.min(8);
+        let mut ord = cmp_key(b, 24, h, &key[..h]);
+        if ord == Ordering::Equal && m > 8 {
+            let (off0, klen0, _) = slot(b, 0)?;
+            if p > klen0 {
+                return Err(Corrupt);
+            }
+            ord = cmp_key(b, off0 + 8, m - 8, &key[8..m]);
+        }
+        match ord {
+            Ordering::Equal if key.len() < p => return Ok((0, false)),
+            Ordering::Equal => {}
+            Ordering::Greater => return Ok((0, false)),
+            Ordering::Less => return Ok((n, false)),
+        }
+    }
+    let rest = &key[p..];
+    let h = head(rest);
     let (mut lo, mut hi) = (0, n);
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -183,7 +228,16 @@ pub(crate) fn lower_bound<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<(usize
         let ord = match sh.cmp(&h) {
             Ordering::Equal => {
                 let (off, klen, _) = slot(b, mid)?;
-                cmp_key(b, off, klen, key)
+                if klen < p {
+                    return Err(Corrupt);
+                }
+                if klen - p <= 4 && rest.len() <= 4 {
+                    // The heads hold both remainders whole (zero-padded):
+                    // equal heads, so the shorter one is the smaller.
+                    (klen - p).cmp(&rest.len())
+                } else {
+                    cmp_key(b, off + p, klen - p, rest)
+                }
             }
             o => o,
         };
@@ -307,9 +361,44 @@ pub(crate) fn entries(p: &[u8]) -> Result<Vec<Entry>, Corrupt> {
 /// order), with `upper`. The caller checked that they fit.
 pub(crate) fn rebuild(p: &mut [u8], leaf: bool, es: &[Entry], upper: u64) {
     init(p, leaf, upper);
+    if let (Some(first), Some(last)) = (es.first(), es.last()) {
+        let np = lcp(&first.0, &last.0);
+        put_prefix(p, np, &first.0[..np]);
+    }
     for (i, (k, v)) in es.iter().enumerate() {
         append(p, i, k, v);
     }
+}
+
+/// The length of the longest common prefix of `a` and `b`.
+fn lcp(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The head of `k` under prefix length `p`.
+fn head_after(k: &[u8], p: usize) -> u32 {
+    head(&k[p.min(k.len())..])
+}
+
+/// Records prefix `pre` (its length and first eight bytes) in the header.
+fn put_prefix(p: &mut [u8], np: usize, pre: &[u8]) {
+    put_u16(p, 18, np as u16);
+    p[24..32].fill(0);
+    let h = np.min(8);
+    p[24..24 + h].copy_from_slice(&pre[..h]);
+}
+
+/// Sets the prefix to the first `np` bytes of `key` (which every key of
+/// the node shares) and recomputes every slot's head.
+fn set_prefix(p: &mut [u8], np: usize, key: &[u8]) -> Result<(), Corrupt> {
+    put_prefix(p, np, &key[..np]);
+    for i in 0..count(p)? {
+        let (off, klen, _) = slot(p, i)?;
+        let h = head_after(&p[off..off + klen], np);
+        let s = HDR + i * SLOT;
+        p[s + 8..s + 12].copy_from_slice(&h.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// Writes entry `(k, v)` into slot `i` (slots `>= i` already moved) from
@@ -324,7 +413,8 @@ fn append(p: &mut [u8], i: usize, k: &[u8], v: &[u8]) {
     put_u16(p, s + 2, k.len() as u16);
     put_u16(p, s + 4, v.len() as u16);
     put_u16(p, s + 6, 0);
-    p[s + 8..s + 12].copy_from_slice(&head(k).to_le_bytes());
+    let h = head_after(k, prefix_len(p));
+    p[s + 8..s + 12].copy_from_slice(&h.to_le_bytes());
     let n = p.u16(0);
     put_u16(p, 0, n.max(i as u16 + 1));
 }
@@ -348,6 +438,22 @@ fn make_room(p: &mut [u8], need: usize) -> Result<(), Corrupt> {
 pub(crate) fn insert_at(p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) -> Result<(), Corrupt> {
     make_room(p, SLOT + k.len() + v.len())?;
     let n = count(p)?;
+    // The prefix shared with the new key: the common prefix of the new
+    // first and last keys (keys are sorted).
+    let np = if n == 0 {
+        k.len()
+    } else {
+        let key = |i: usize| -> Result<Vec<u8>, Corrupt> {
+            let (off, klen, _) = slot(p, i)?;
+            Ok(p[off..off + klen].to_vec())
+        };
+        let first = if pos == 0 { k.to_vec() } else { key(0)? };
+        let last = if pos == n { k.to_vec() } else { key(n - 1)? };
+        lcp(&first, &last).min(prefix_len(p))
+    };
+    if np != prefix_len(p) || n == 0 {
+        set_prefix(p, np, k)?;
+    }
     let s = HDR + pos * SLOT;
     p.copy_within(s..HDR + n * SLOT, s + SLOT);
     put_u16(p, 0, n as u16 + 1);
@@ -362,6 +468,9 @@ pub(crate) fn remove_at(p: &mut [u8], pos: usize) -> Result<(), Corrupt> {
     let s = HDR + pos * SLOT;
     p.copy_within(s + SLOT..HDR + n * SLOT, s);
     put_u16(p, 0, n as u16 - 1);
+    if n == 1 {
+        put_prefix(p, 0, &[]); // empty: no prefix
+    }
     let dead = p.u16(16) as usize + klen + vlen;
     put_u16(p, 16, dead as u16);
     Ok(())

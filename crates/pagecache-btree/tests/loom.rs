@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// The largest key: four entries fill a leaf, so a fifth insert splits it.
 fn big_key(b: u8) -> Vec<u8> {
-    vec![b; 998]
+    vec![b; 996]
 }
 
 /// A root leaf holding three of the largest entries; two threads insert one

@@ -168,8 +168,8 @@ fn oversized_entries_are_refused_and_limits_hold() {
     let d = Dir::new("limits");
     let c = cache(64, false);
     let t = BTree::open(open(&c, &d)).unwrap();
-    assert_eq!(t.max_entry_len(), 1006);
-    assert_eq!(t.max_key_len(), 998);
+    assert_eq!(t.max_entry_len(), 1004);
+    assert_eq!(t.max_key_len(), 996);
     let k = vec![7u8; t.max_key_len()];
     let e = t.insert(&vec![1; t.max_key_len() + 1], b"").unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);

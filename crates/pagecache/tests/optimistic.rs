@@ -426,3 +426,28 @@ fn oversubscribed_views_and_upgrades_never_validate_a_torn_page() {
     assert!(c.stats().evictions > 0, "the test must evict");
     c.validate();
 }
+
+#[test]
+fn a_frame_hint_finds_the_page_until_its_frame_is_reused() {
+    let d = TempDir::new("opt-hint");
+    let c = cache_without_flusher(16);
+    let f = open(&c, &d, "f", 64);
+    let o = f.optimistic(3).unwrap();
+    let hint = o.frame_hint();
+    let h = f.optimistic_hinted(3, hint).expect("a good hint");
+    assert_eq!(h.frame_hint(), hint);
+    assert_eq!(h.load_u8(7), pattern(3 * PS as u64 + 7));
+    assert!(h.validate());
+    // Wrong page, made-up frame: no view (and no read, no error).
+    assert!(f.optimistic_hinted(4, hint).is_none());
+    assert!(f.optimistic_hinted(3, u32::MAX).is_none());
+    // The frame reused for other pages: the hint is stale.
+    let mut buf = vec![0u8; PS];
+    for i in 4..64 {
+        f.read_at(&mut buf, i * PS as u64).unwrap();
+    }
+    assert!(f.optimistic_hinted(3, hint).is_none(), "a stale hint gave a view");
+    let reads = c.stats().reads;
+    assert!(f.optimistic_hinted(3, hint).is_none());
+    assert_eq!(c.stats().reads, reads, "a hint never reads");
+}

@@ -50,6 +50,7 @@
 
 use super::{File, PageMut};
 use crate::cache::{atomic_load_copy, atomic_load_small, FrameLatch};
+use crate::frame::state::FrameDesc;
 use crate::frame::FrameNo;
 use std::cell::Cell;
 use std::io;
@@ -95,13 +96,23 @@ use std::io;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Optimistic<'a> {
-    pub(super) file: &'a File,
-    pub(super) frame: FrameNo,
-    pub(super) version: u64,
-    pub(super) index: u64,
+    file: &'a File,
+    /// The frame's descriptor and bytes, looked up once: loads and
+    /// validation touch nothing else.
+    desc: &'a FrameDesc,
+    base: *const u8,
+    len: usize,
+    frame: FrameNo,
+    version: u64,
+    index: u64,
     /// An access fell outside the page (a torn offset, or a bug).
-    pub(super) oob: Cell<bool>,
+    oob: Cell<bool>,
 }
+
+// SAFETY: `base` points into the cache's frame arena, which lives as long
+// as the borrowed `File` and which any thread may read with atomic loads
+// (all the view does with it); the rest is `Send` already.
+unsafe impl Send for Optimistic<'_> {}
 
 impl<'a> Optimistic<'a> {
     /// The page's index in its file.
@@ -111,12 +122,19 @@ impl<'a> Optimistic<'a> {
 
     /// The page size: loads are in bounds below it.
     pub fn len(&self) -> usize {
-        self.file.cache.page_size
+        self.len
     }
 
     /// Always false: a page is never empty.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Where the page is cached: give it to [`File::optimistic_hinted`]
+    /// to find the page again without the index walk while it stays in
+    /// that frame.
+    pub fn frame_hint(&self) -> u32 {
+        self.frame
     }
 
     /// The frame's address, for callers that read the bytes themselves
@@ -125,7 +143,7 @@ impl<'a> Optimistic<'a> {
     /// trust nothing read before [`Optimistic::validate`] returns true. The
     /// memory stays mapped for the cache's life.
     pub fn as_ptr(&self) -> *const u8 {
-        self.file.cache.frames.ptr(self.frame)
+        self.base
     }
 
     /// `n` bytes at `off` in bounds: their address, or `None` (and the view
@@ -133,9 +151,9 @@ impl<'a> Optimistic<'a> {
     #[inline(always)]
     fn at(&self, off: usize, n: usize) -> Option<*const u8> {
         match off.checked_add(n) {
-            Some(end) if end <= self.file.cache.page_size => {
+            Some(end) if end <= self.len => {
                 // SAFETY: off + n <= page size: inside the frame.
-                Some(unsafe { self.file.cache.frames.ptr(self.frame).add(off) })
+                Some(unsafe { self.base.add(off) })
             }
             _ => {
                 self.oob.set(true);
@@ -149,7 +167,7 @@ impl<'a> Optimistic<'a> {
     fn load<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut b = [0u8; N];
         if let Some(p) = self.at(off, N) {
-            let w = self.file.cache.desc(self.frame).witness();
+            let w = self.desc.witness();
             // SAFETY: in bounds of the frame (`at`); one or two relaxed
             // atomic loads of the aligned words covering the bytes, which
             // race writers soundly as argued in the module docs.
@@ -192,7 +210,7 @@ impl<'a> Optimistic<'a> {
     pub fn copy_to(&self, off: usize, buf: &mut [u8]) {
         match self.at(off, buf.len()) {
             Some(p) => {
-                let w = self.file.cache.desc(self.frame).witness();
+                let w = self.desc.witness();
                 // SAFETY: as in `load`.
                 unsafe { atomic_load_copy(w, buf, p) }
             }
@@ -212,10 +230,7 @@ impl<'a> Optimistic<'a> {
     /// just fails validation.
     #[inline]
     pub fn validate(&self) -> bool {
-        let ok = self
-            .file
-            .inner()
-            .optimistic_validate(self.frame, self.version);
+        let ok = self.desc.read_validate(self.version);
         if ok && self.oob.get() {
             self.out_of_bounds();
         }
@@ -267,13 +282,24 @@ impl File {
     pub fn optimistic(&self, index: u64) -> io::Result<Optimistic<'_>> {
         self.check_page(index)?;
         let (frame, version) = self.inner().optimistic_begin(&self.shared, index)?;
-        Ok(Optimistic {
-            file: self,
-            frame,
-            version,
-            index,
-            oob: Cell::new(false),
-        })
+        Ok(self.view(frame, version, index))
+    }
+
+    /// A view of page `index` if it is still cached in frame `hint` (from
+    /// [`Optimistic::frame_hint`] of an earlier view of the page), else
+    /// `None`: then call [`File::optimistic`]. Never reads, never waits,
+    /// writes nothing shared: a good hint skips the cache's index walk
+    /// (what vmcache's page table and LeanStore's swizzled pointers save),
+    /// a stale or made-up one costs two loads. An index structure keeps a
+    /// hint per page it visits, and follows a child it read from a view
+    /// it has not validated yet only through this call (no I/O for a
+    /// number that may be torn).
+    #[inline]
+    pub fn optimistic_hinted(&self, index: u64, hint: u32) -> Option<Optimistic<'_>> {
+        // No end-of-file check: a page found live with this file's
+        // identity is below the end (truncate removes pages first).
+        let (frame, version) = self.inner().optimistic_hinted(&self.shared, index, hint)?;
+        Some(self.view(frame, version, index))
     }
 
     /// Pins page `index` unless that would wait for another holder: `None`
@@ -332,6 +358,22 @@ impl File {
         self.check_writable("page_new")?;
         let frame = self.inner().page_new(&self.shared, index)?;
         Ok(self.latched(frame, index, true))
+    }
+
+    /// A view of page `index` in `frame` at `version`.
+    #[inline(always)]
+    fn view(&self, frame: FrameNo, version: u64, index: u64) -> Optimistic<'_> {
+        let inner = self.inner();
+        Optimistic {
+            file: self,
+            desc: inner.desc(frame),
+            base: inner.frames.ptr(frame),
+            len: inner.page_size,
+            frame,
+            version,
+            index,
+            oob: Cell::new(false),
+        }
     }
 
     /// Wraps a latched, drained frame of page `index` in a [`PageMut`];

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //!  reader (no reference, no shared write)    writer (latch holder, 5.5)
-//!  O1. f = tree.lookup(index); empty ->      W1. pin, claim LATCHED
+//!  O1. f = tree.lookup(index) (or a hint:     W1. pin, claim LATCHED
+//!      the frame that held the page last
+//!      time, checked by O2-O3 alike); empty ->
 //!      miss: pin through 5.3 (reads the      W2. wait for pins to drain
 //!      page), go to O2 holding the pin       W3. version odd (Release fence)
 //!  O2. v = version (Acquire); odd -> the     W4. change the bytes
@@ -114,6 +116,37 @@ impl Inner {
         self.optimistic_slow(fs, index)
     }
 
+    /// Protocol 5.8 with O1 replaced by a hint: the frame that held page
+    /// `index` last time (an index structure remembers it, as vmcache's
+    /// page table or LeanStore's swizzled pointers do). O2-O3 check it as
+    /// they check a frame found in the index, so a stale hint costs only
+    /// the full path (the caller's); a good one saves the index walk.
+    /// Context: any, no sleep, writes nothing shared but the accessed bit
+    /// when clear.
+    #[inline]
+    pub(crate) fn optimistic_hinted(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        hint: FrameNo,
+    ) -> Option<(FrameNo, u64)> {
+        if (hint as usize) < self.frames.len() {
+            let d = self.desc(hint);
+            if let Some(v) = d.read_begin() {
+                let s = d.snapshot();
+                if s.is_live() && d.identity() == (fs.id, index) {
+                    if !s.is_accessed() {
+                        d.mark_accessed(s);
+                    }
+                    self.hit_hook(hint);
+                    self.count(Counter::Hits);
+                    return Some((hint, v));
+                }
+            }
+        }
+        None
+    }
+
     /// O1-O4 through a pin: a miss (read in), a busy page (waited for), a
     /// stale slot. While the pin is held no writer has drained (pins stop
     /// at W2) and the frame cannot be reused, so the version read is even
@@ -133,12 +166,6 @@ impl Inner {
             // in only before it drained, so this is not expected; retry.
             crate::sync::retry_point();
         }
-    }
-
-    /// Protocol 5.8 O6. Context: any, no sleep, writes nothing.
-    #[inline(always)]
-    pub(crate) fn optimistic_validate(&self, f: FrameNo, v: u64) -> bool {
-        self.desc(f).read_validate(v)
     }
 
     /// Protocol 5.8 U1-U5: the page latched and drained (ready for a
