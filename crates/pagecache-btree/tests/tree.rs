@@ -339,3 +339,29 @@ fn disjoint_writers_with_readers_optimistic() {
 fn disjoint_writers_with_readers_pin_coupled() {
     disjoint_writers_with_readers(Coupling::Pin);
 }
+
+/// A load in key order into a pool a quarter of the data, the flusher on
+/// (every new page dirty, many under write-back at once): it must never
+/// run out of frames. Before S3-FIFO's small queue stopped hiding main
+/// behind busy pages, 6 of 12 such loads (release build) failed with
+/// `OutOfMemory`; this debug-build test's timing does not hit it, the unit
+/// test `a_small_queue_of_busy_pages_does_not_hide_main` pins the cause.
+#[test]
+fn a_load_four_times_the_pool_never_runs_out_of_frames() {
+    let d = Dir::new("oom-load");
+    let c = PageCache::new(Config {
+        capacity: 4096 * 4096,
+        ..Config::default()
+    })
+    .unwrap();
+    let t = BTree::open(open(&c, &d)).unwrap();
+    let n = 400_000u64;
+    for k in 0..n {
+        t.insert(&k.to_be_bytes(), &[k as u8; 120]).unwrap();
+    }
+    assert_eq!(t.len(), n);
+    assert!(c.stats().evictions > 1000);
+    for k in (0..n).step_by(97) {
+        assert_eq!(t.get(&k.to_be_bytes()).unwrap(), Some(vec![k as u8; 120]));
+    }
+}

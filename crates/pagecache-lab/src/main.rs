@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   pagecache list
-  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR]
+  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH]
   pagecache compare A.json B.json";
 
 fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
@@ -94,6 +94,13 @@ fn bench(args: &[String]) -> ExitCode {
                     runs_given = true;
                 }
                 _ => return fail("--runs needs a positive number", 2),
+            },
+            "--vmcache" => match value() {
+                Some(p) => match scenarios::btree::check_vmcache(std::path::Path::new(&p)) {
+                    Ok(p) => o.vmcache = Some(p),
+                    Err(e) => return fail(e, 2),
+                },
+                None => return fail("--vmcache needs the path of vmcache's binary", 2),
             },
             "--out" => match value() {
                 Some(d) => out = Some(PathBuf::from(d)),

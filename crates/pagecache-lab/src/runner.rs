@@ -18,6 +18,9 @@ pub struct Opts {
     pub runs: usize,
     /// Scale factor for tests: shrinks every size further (1 = normal).
     pub tiny: bool,
+    /// vmcache's binary (`--vmcache PATH`): the `btree` scenario runs it
+    /// beside our designs.
+    pub vmcache: Option<std::path::PathBuf>,
 }
 
 impl Default for Opts {
@@ -27,6 +30,7 @@ impl Default for Opts {
             quick: false,
             runs: 5,
             tiny: false,
+            vmcache: None,
         }
     }
 }

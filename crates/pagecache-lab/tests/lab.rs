@@ -9,6 +9,7 @@ fn tiny() -> Opts {
         quick: true,
         runs: 1,
         tiny: true,
+        vmcache: None,
     }
 }
 

@@ -446,7 +446,10 @@ fn a_frame_hint_finds_the_page_until_its_frame_is_reused() {
     for i in 4..64 {
         f.read_at(&mut buf, i * PS as u64).unwrap();
     }
-    assert!(f.optimistic_hinted(3, hint).is_none(), "a stale hint gave a view");
+    assert!(
+        f.optimistic_hinted(3, hint).is_none(),
+        "a stale hint gave a view"
+    );
     let reads = c.stats().reads;
     assert!(f.optimistic_hinted(3, hint).is_none());
     assert_eq!(c.stats().reads, reads, "a hint never reads");

@@ -6,6 +6,7 @@ use crate::runner::{Opts, Table};
 use std::io;
 
 pub mod anon_fault;
+pub mod btree;
 pub mod out_of_memory;
 pub mod own_part;
 pub mod page_fault1;
@@ -61,6 +62,11 @@ pub const ALL: &[Scenario] = &[
         name: "out-of-memory",
         about: "CIDR 2022 / vmcache: a file 8x the budget, cold, in a memory cgroup; random reads, prefetch, scans, writes: pagecache vs buffered pread, mmap, O_DIRECT (the device)",
         run: out_of_memory::run,
+    },
+    Scenario {
+        name: "btree",
+        about: "vmcache (SIGMOD 2023): a B+tree on the cache, vmcache's RNDREAD load + lookups, a Zipf update mix and scans, in and out of memory; optimistic vs pin coupling, vmcache itself with --vmcache PATH",
+        run: btree::run,
     },
 ];
 

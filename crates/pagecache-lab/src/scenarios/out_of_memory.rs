@@ -145,7 +145,7 @@ fn write(path: &Path, v: &str) -> Result<(), String> {
 
 /// Writes `path` back and drops it from the kernel's cache; with root,
 /// drops every clean cache too. Returns whether `drop_caches` worked.
-fn drop_cache(path: &Path) -> bool {
+pub(crate) fn drop_cache(path: &Path) -> bool {
     if let Ok(f) = File::open(path) {
         let _ = f.sync_all();
         // SAFETY: advice on our own descriptor.

@@ -107,43 +107,73 @@ pub(crate) unsafe fn atomic_load_copy(w: &Witness, dst: &mut [u8], src: *const u
     }
 }
 
-/// The `N` bytes (`N` at most 8) at `src`, read with one or two relaxed
-/// atomic loads of the aligned words that cover them, as a native-endian
-/// integer of those bytes (the low `8 * N` bits). `w` is the frame's
-/// witness. The aligned words must lie inside the frame: true whenever the
-/// `N` bytes do, since frames are 8-byte aligned multiples of 8 bytes.
+/// The `N` bytes (`N` at most 8) at `src` as a native-endian integer of
+/// those bytes (the low `8 * N` bits). `w` is the frame's witness. On
+/// x86-64: one load instruction of that width in inline assembly, whatever
+/// the alignment (the argument of the module docs: opaque to the compiler,
+/// and every byte read by a single-copy-atomic access in hardware, which is
+/// all the per-byte relaxed loads it replaces would give; a torn value is
+/// discarded by the seqlock). Elsewhere, and under loom or Miri: relaxed
+/// atomic loads of the one or two aligned words that cover the bytes.
 /// Context: any, no sleep, no lock.
 ///
 /// # Safety
 /// `src .. src + N` must lie inside one live frame of the arena.
 #[inline(always)]
 pub(crate) unsafe fn atomic_load_small<const N: usize>(w: &Witness, src: *const u8) -> u64 {
-    const { assert!(N >= 1 && N <= 8) };
-    if cfg!(loom) || cfg!(target_endian = "big") {
-        let mut b = [0u8; 8];
-        // SAFETY: the caller's range.
-        unsafe { atomic_load_copy(w, &mut b[..N], src) };
-        return u64::from_le_bytes(b);
-    }
-    let a = src as usize;
-    let lo = (a & !(W - 1)) as *const AtomicU64;
-    let shift = (a & (W - 1)) * 8;
-    // SAFETY: `lo` is the aligned word holding the first byte, inside the
-    // frame (frames are 8-byte aligned). Relaxed: validated by the seqlock
-    // version, as every optimistic load.
-    let w0 = unsafe { (*lo).load(Ordering::Relaxed) };
-    let v = if (a & (W - 1)) + N <= W {
-        w0 >> shift
-    } else {
-        // SAFETY: the bytes cross into the next aligned word, so it holds
-        // their last byte: inside the frame.
-        let w1 = unsafe { (*lo.add(1)).load(Ordering::Relaxed) };
-        (w0 >> shift) | (w1 << (64 - shift))
-    };
-    if N == 8 {
+    const { assert!(N == 1 || N == 2 || N == 4 || N == 8) };
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    {
+        let _ = w;
+        let v: u64;
+        // SAFETY: the caller's range (N bytes at src); a plain load of N
+        // bytes, no stack, flags preserved. Zero-extended into v.
+        unsafe {
+            match N {
+                1 => {
+                    std::arch::asm!("movzx {v:e}, byte ptr [{p}]", v = out(reg) v, p = in(reg) src, options(nostack, preserves_flags, readonly))
+                }
+                2 => {
+                    std::arch::asm!("movzx {v:e}, word ptr [{p}]", v = out(reg) v, p = in(reg) src, options(nostack, preserves_flags, readonly))
+                }
+                4 => {
+                    std::arch::asm!("mov {v:e}, dword ptr [{p}]", v = out(reg) v, p = in(reg) src, options(nostack, preserves_flags, readonly))
+                }
+                _ => {
+                    std::arch::asm!("mov {v}, qword ptr [{p}]", v = out(reg) v, p = in(reg) src, options(nostack, preserves_flags, readonly))
+                }
+            }
+        }
         v
-    } else {
-        v & ((1u64 << (8 * N)) - 1)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    {
+        if cfg!(loom) || cfg!(target_endian = "big") {
+            let mut b = [0u8; 8];
+            // SAFETY: the caller's range.
+            unsafe { atomic_load_copy(w, &mut b[..N], src) };
+            return u64::from_le_bytes(b);
+        }
+        let a = src as usize;
+        let lo = (a & !(W - 1)) as *const AtomicU64;
+        let shift = (a & (W - 1)) * 8;
+        // SAFETY: `lo` is the aligned word holding the first byte, inside
+        // the frame (frames are 8-byte aligned). Relaxed: validated by the
+        // seqlock version, as every optimistic load.
+        let w0 = unsafe { (*lo).load(Ordering::Relaxed) };
+        let v = if (a & (W - 1)) + N <= W {
+            w0 >> shift
+        } else {
+            // SAFETY: the bytes cross into the next aligned word, so it
+            // holds their last byte: inside the frame.
+            let w1 = unsafe { (*lo.add(1)).load(Ordering::Relaxed) };
+            (w0 >> shift) | (w1 << (64 - shift))
+        };
+        if N == 8 {
+            v
+        } else {
+            v & ((1u64 << (8 * N)) - 1)
+        }
     }
 }
 
@@ -159,6 +189,28 @@ unsafe fn load_copy(dst: &mut [u8], src: *const u8) {
         // SAFETY: the caller's range; `dst` is our own slice.
         return unsafe { asm_copy(d, src, n) };
     }
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    {
+        // Eight bytes at a time whatever the alignment (one instruction
+        // each, see `atomic_load_small`), then the tail.
+        let mut i = 0;
+        while i + W <= n {
+            // SAFETY: in bounds of both (caller); the destination is ours.
+            unsafe {
+                let v = atomic_load_small::<8>(&Witness::NONE, src.add(i));
+                std::ptr::write_unaligned(d.add(i) as *mut u64, v);
+            }
+            i += W;
+        }
+        while i < n {
+            // SAFETY: as above, one byte.
+            unsafe { *d.add(i) = atomic_load_small::<1>(&Witness::NONE, src.add(i)) as u8 };
+            i += 1;
+        }
+        #[allow(clippy::needless_return)]
+        return;
+    }
+    #[allow(unreachable_code)]
     let mut i = 0;
     while i < n && (src as usize + i) % W != 0 {
         // SAFETY: i < n, in bounds of both (caller); AtomicU8 has u8's

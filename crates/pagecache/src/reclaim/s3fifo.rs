@@ -43,6 +43,10 @@ use std::collections::{HashSet, VecDeque};
 /// Pages per insertion batch: one shard-lock acquisition admits this many.
 pub const BATCH: usize = 16;
 
+/// Busy small-queue entries one eviction call looks at before it turns to
+/// the main queue (see `Shard::evict`).
+const SMALL_BUSY_MAX: usize = 32;
+
 /// A queued page: its frame and a hash of its identity (owner, index),
 /// which also serves as the ghost key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +149,14 @@ impl Shard {
         // before the others have been looked at).
         let mut left_small = self.small.len();
         let mut left_main = self.main.len();
+        // Busy entries met in the small queue this call. Past
+        // `SMALL_BUSY_MAX` the rest of the call looks at main: a small queue
+        // over its target and full of pages under write-back (a load of new
+        // pages, flushed as it goes) must not hide main's evictable pages
+        // (found by the B-tree's out-of-memory load: every call examined
+        // its limit of busy small entries and none of main's thousands of
+        // clean pages, and reclaim gave up with `OutOfMemory`).
+        let mut small_busy = 0;
         while out.len() < want && examined < limit && left_small + left_main > 0 {
             let from_small = if left_small == 0 {
                 false
@@ -165,7 +177,13 @@ impl Shard {
             match judge(&e) {
                 Verdict::Gone => {}
                 // Busy is not a reference: back where it came from.
-                Verdict::Busy if from_small => self.small.push_back(e),
+                Verdict::Busy if from_small => {
+                    self.small.push_back(e);
+                    small_busy += 1;
+                    if small_busy >= SMALL_BUSY_MAX {
+                        left_small = 0;
+                    }
+                }
                 Verdict::Busy | Verdict::Referenced => self.main.push_back(e),
                 // A second entry for a frame already chosen is a duplicate
                 // (see "prune" in the module docs): drop it.
@@ -496,6 +514,37 @@ mod tests {
         Entry {
             frame: f,
             key: f as u64 * 1000,
+        }
+    }
+
+    #[test]
+    fn a_small_queue_of_busy_pages_does_not_hide_main() {
+        let mut s = Shard::new(1000); // small target 100
+        for f in 0..20 {
+            s.admit(e(f));
+        }
+        // Promote 0..20 to main (referenced), then 300 new pages in small,
+        // all busy (under write-back, say): over the small target, and
+        // more than one call examines.
+        let mut out = Vec::new();
+        s.evict(&mut out, 20, 1000, |_| Verdict::Referenced);
+        assert!(out.is_empty());
+        for f in 100..400 {
+            s.admit(e(f));
+        }
+        assert!(s.small.len() > s.small_target);
+        let busy = |x: &Entry| x.frame >= 100;
+        for round in 0..3 {
+            let mut out = Vec::new();
+            s.evict(&mut out, 4, 128, |x| {
+                if busy(x) {
+                    Verdict::Busy
+                } else {
+                    Verdict::Cold
+                }
+            });
+            assert_eq!(out.len(), 4, "round {round}: main's cold pages not found");
+            assert!(out.iter().all(|x| x.frame < 100));
         }
     }
 
