@@ -470,3 +470,30 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
     }
     assert_eq!(t.series.len(), 4 * o.threads.len(), "random reads plotted");
 }
+
+#[test]
+fn btree_tables_cover_both_designs_sizes_and_thread_counts() {
+    let tables = (scenarios::find("btree").unwrap().run)(&tiny()).unwrap();
+    assert_eq!(tables.len(), 4, "lookups and mix, in and out of memory");
+    for (k, t) in tables.iter().enumerate() {
+        assert_eq!(t.rows.len(), 4, "{}: two designs x two thread counts", t.title);
+        for r in 0..4 {
+            let design = t.cell(r, "Design").unwrap();
+            assert!(design.starts_with("optimistic") || design.starts_with("pin"));
+            if k % 2 == 0 {
+                assert_ne!(t.cell(r, "Lookups/s"), Some("-"));
+                assert_ne!(t.cell(r, "Load/s"), Some("-"));
+            } else {
+                assert_ne!(t.cell(r, "Mix ops/s"), Some("-"));
+                assert_ne!(t.cell(r, "Scanned entries/s"), Some("-"));
+            }
+        }
+    }
+    // Out of memory (4x the pool), the update mix evicts and writes back.
+    let oom_mix = &tables[3];
+    assert!(oom_mix.title.contains("out of memory"));
+    for r in 0..4 {
+        let w = oom_mix.cell(r, "Written per evicted").unwrap();
+        assert!(w.parse::<f64>().is_ok(), "no evictions out of memory: {w}");
+    }
+}
