@@ -476,7 +476,12 @@ fn btree_tables_cover_both_designs_sizes_and_thread_counts() {
     let tables = (scenarios::find("btree").unwrap().run)(&tiny()).unwrap();
     assert_eq!(tables.len(), 4, "lookups and mix, in and out of memory");
     for (k, t) in tables.iter().enumerate() {
-        assert_eq!(t.rows.len(), 4, "{}: two designs x two thread counts", t.title);
+        assert_eq!(
+            t.rows.len(),
+            4,
+            "{}: two designs x two thread counts",
+            t.title
+        );
         for r in 0..4 {
             let design = t.cell(r, "Design").unwrap();
             assert!(design.starts_with("optimistic") || design.starts_with("pin"));

@@ -26,7 +26,7 @@ pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Atomic
 /// and `parking_lot`'s mutex and condvar, the same with and without
 /// `--cfg loom`.
 pub(crate) mod unmodelled {
-    pub(crate) use parking_lot::{Condvar, Mutex};
+    pub(crate) use parking_lot::{Condvar, Mutex, RwLock};
     pub(crate) use std::sync::atomic::{
         AtomicBool, AtomicIsize, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };

@@ -176,7 +176,8 @@ fn timed(
     op: impl Fn(usize, &mut Rng) -> io::Result<u64> + Sync,
 ) -> io::Result<f64> {
     let s = crate::runner::measure(threads, |t| {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let mut rng =
+            Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut done = 0;
         while Instant::now() < end {

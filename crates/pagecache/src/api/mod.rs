@@ -12,9 +12,11 @@ pub use crate::io::{
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 pub use guards::{PageMut, PageRef, PageRun};
+pub use hook::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
 pub use optimistic::Optimistic;
 
 mod guards;
+mod hook;
 mod optimistic;
 use crate::sync::Ordering;
 use std::io;
@@ -476,6 +478,20 @@ impl File {
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable("write")?;
         self.inner().write_at(&self.shared, buf, offset)
+    }
+
+    /// Registers (or with `None` removes) the write-back hook of this file
+    /// (for every handle of it): see [`WritebackHook`]. While one is set,
+    /// write-back keeps the file's pages stable (a writer of a page waits
+    /// for its write in flight), so the bytes the hook approved are the
+    /// bytes written.
+    pub fn set_writeback_hook(&self, hook: Option<WritebackHook>) {
+        let mut h = self.shared.hook.write();
+        // Relaxed: read by write-back as a hint before it takes the lock.
+        self.shared
+            .hooked
+            .store(hook.is_some(), std::sync::atomic::Ordering::Relaxed);
+        *h = hook;
     }
 
     /// Pins page `index`. `UnexpectedEof` at or past the last page. Bytes of

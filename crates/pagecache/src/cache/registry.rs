@@ -68,6 +68,10 @@ pub(crate) struct FileShared {
     /// and length change of the file touches it first (nothing without
     /// loom; see `sync::Witness`).
     pub(crate) disk: Witness,
+    /// The write-back hook (`File::set_writeback_hook`), if any.
+    pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::api::WritebackHook>>,
+    /// (A) whether `hook` is set: write-back then keeps pages stable.
+    pub(crate) hooked: crate::sync::unmodelled::AtomicBool,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -121,6 +125,8 @@ impl Inner {
             flushing: Mutex::with_class((), LockClass::Other),
             wb_failures: AtomicU64::new(0),
             disk: Witness::default(),
+            hook: Default::default(),
+            hooked: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles

@@ -285,7 +285,7 @@ impl Inner {
             // (FreeBSD's vm_pageout_cluster), so a writer outrunning the
             // flusher is not written back a page at a time.
             let run = self.dirty_cluster(&fs, index, f);
-            let res = self.writeback_run(&fs, &size, &run);
+            let res = self.writeback_run(&fs, &size, &run, crate::api::WritebackCause::Eviction);
             for &(_, n) in run.iter().filter(|&&(_, n)| n != f) {
                 self.release(n);
             }

@@ -107,6 +107,15 @@ struct InFlight {
     owner: Option<(Arc<Inner>, Arc<FileShared>)>,
 }
 
+/// The write-back hook's verdict on a page (see `Inner::hook_verdict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Write,
+    Defer,
+    /// Latched: a writer may be changing it.
+    Busy,
+}
+
 /// Outcome of pinning a tagged page for write-back.
 enum WbPin {
     /// Pinned, write-back started.
@@ -241,7 +250,68 @@ impl Inner {
     /// each write ends (writers wait; see `FrameDesc::start_writeback`).
     /// Context: any.
     fn stable_pages(&self, fs: &FileShared) -> bool {
-        self.stable_writes || fs.write_fd.get().is_some_and(|w| w.stable_writes())
+        self.stable_writes
+            || fs.write_fd.get().is_some_and(|w| w.stable_writes())
+            // Relaxed: a hint; a hook set meanwhile sees the write-backs
+            // started after its store.
+            || fs.hooked.load(crate::sync::unmodelled::Ordering::Relaxed)
+    }
+
+    /// The write-back hook's verdict on page `index` (frame `f`), whose
+    /// write-back the caller has just started: pinned, `WRITEBACK` and,
+    /// since a hook is set, `STABLE`. From that start no writer can begin
+    /// changing the bytes (its drain waits for our stable pin), so the
+    /// hook sees exactly what will be written; one that is latched now may
+    /// have drained before our pin and be writing: `Busy`. Context: calls
+    /// the user's hook; the caller holds the page's pin and the size lock
+    /// shared, no other lock.
+    fn hook_verdict(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        f: FrameNo,
+        cause: crate::api::WritebackCause,
+    ) -> Verdict {
+        // Relaxed: a hint (see `stable_pages`).
+        if !fs.hooked.load(crate::sync::unmodelled::Ordering::Relaxed) {
+            return Verdict::Write;
+        }
+        let Some(hook) = fs.hook.read().clone() else {
+            return Verdict::Write;
+        };
+        if self.desc(f).snapshot_latest().is_latched() {
+            return Verdict::Busy;
+        }
+        // SAFETY: pinned (the frame stays this page's) and under stable
+        // write-back with no latch holder: no writer changes the bytes
+        // until the write ends (see above); readers only read.
+        let bytes = unsafe { self.frames.bytes(f) };
+        let page = crate::api::WritebackPage {
+            index,
+            bytes,
+            cause,
+        };
+        match (hook.0)(&page) {
+            crate::api::WritebackDecision::Write => Verdict::Write,
+            crate::api::WritebackDecision::Defer => Verdict::Defer,
+        }
+    }
+
+    /// Undoes a write-back the caller started on page `index` (frame `f`)
+    /// and will not write (the hook deferred it, or a writer holds it): the
+    /// page is dirty and tagged again, and stops counting as in flight.
+    /// The caller still holds the pin. Context: no sleep.
+    fn cancel_writeback(&self, fs: &FileShared, index: u64, f: FrameNo) {
+        let old = self.desc(f).end_writeback(true);
+        if !old.is_removed() {
+            fs.tree.tag_dirty(&self.nodes, index);
+            if !old.is_dirty() {
+                self.redirtied();
+                self.file_dirtied(fs);
+            }
+        }
+        // Release: after the re-tag, as `end_run`'s decrement.
+        fs.writeback.fetch_sub(1, Ordering::Release);
     }
 
     /// Starts write-back of one page of `fs` outside `write_dirty` (its
@@ -291,6 +361,7 @@ impl Inner {
         fs: &FileShared,
         size: &SizeShared<'_>,
         pages: &[(u64, FrameNo)],
+        cause: crate::api::WritebackCause,
     ) -> io::Result<()> {
         let mut res = Ok(());
         let stable = self.stable_pages(fs);
@@ -301,7 +372,15 @@ impl Inner {
                 res = res.and(r);
                 run.clear();
             }
-            if self.start_one(fs, f, stable) {
+            let started = self.start_one(fs, f, stable)
+                && match self.hook_verdict(fs, index, f, cause) {
+                    Verdict::Write => true,
+                    Verdict::Defer | Verdict::Busy => {
+                        self.cancel_writeback(fs, index, f);
+                        false
+                    }
+                };
+            if started {
                 run.push((index, f));
             } else if !run.is_empty() {
                 let r = self.write_pages(fs, size, &run);
@@ -441,7 +520,44 @@ impl Inner {
                         break;
                     }
                     let wait = background.is_none() && run.is_empty() && flight.pages == 0;
-                    match self.pin_for_writeback(fs, index, f, wait) {
+                    let cause = if background.is_some() {
+                        crate::api::WritebackCause::Background
+                    } else {
+                        crate::api::WritebackCause::Sync
+                    };
+                    let pinned = match self.pin_for_writeback(fs, index, f, wait) {
+                        WbPin::Pinned => match self.hook_verdict(fs, index, f, cause) {
+                            Verdict::Write => WbPin::Pinned,
+                            v => {
+                                self.cancel_writeback(fs, index, f);
+                                self.release(f);
+                                if v == Verdict::Defer {
+                                    // Counted in `fs.writeback` again by the
+                                    // arms below, as a page taken and not
+                                    // written; tagged again already.
+                                    fs.writeback.fetch_add(1, Ordering::Relaxed);
+                                    if background.is_none() {
+                                        first_err.get_or_insert_with(|| {
+                                            io::Error::new(
+                                                io::ErrorKind::WouldBlock,
+                                                format!(
+                                                    "{}: page {index}: its write-back hook deferred it",
+                                                    fs.path.display()
+                                                ),
+                                            )
+                                        });
+                                    }
+                                    WbPin::Skip
+                                } else {
+                                    // Latched: as a latched page.
+                                    fs.writeback.fetch_add(1, Ordering::Relaxed);
+                                    WbPin::Busy
+                                }
+                            }
+                        },
+                        other => other,
+                    };
+                    match pinned {
                         WbPin::Pinned => {
                             run.push((index, f));
                             i += 1;
