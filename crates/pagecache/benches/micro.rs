@@ -490,6 +490,62 @@ fn main() {
             ],
         ));
     }
+    // 2b. optimistic + validate vs HashMap lookup (DESIGN section 6's
+    // index-structure row): no pin, no shared write; with a frame hint
+    // (what an index keeps per page) and without (the index walk).
+    let hints: Vec<u32> = (0..npages)
+        .map(|i| file.optimistic(i).unwrap().frame_hint())
+        .collect();
+    if let Some(r) = measure(
+        &o,
+        "optimistic + validate vs HashMap<u64,u32> lookup, random keys, 1 thread",
+        "ns/op",
+        vec![
+            (
+                "pagecache optimistic() + load_u64 + validate".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        let v = file.optimistic(rnd_page(r)).unwrap();
+                        black_box(v.load_u64(0));
+                        black_box(v.validate());
+                    })
+                }),
+            ),
+            (
+                "pagecache optimistic_hinted() + load_u64 + validate".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        let i = rnd_page(r);
+                        let v = file.optimistic_hinted(i, hints[i as usize]).unwrap();
+                        black_box(v.load_u64(0));
+                        black_box(v.validate());
+                    })
+                }),
+            ),
+            (
+                "std HashMap get".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        black_box(map.get(&rnd_page(r)));
+                    })
+                }),
+            ),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![
+                (
+                    0,
+                    2,
+                    "optimistic rate / HashMap rate (target: cost <= 1x)",
+                    1.0,
+                ),
+                (1, 2, "hinted optimistic rate / HashMap rate", 0.0),
+            ],
+        ));
+    }
+    drop(hints);
     drop(map);
     drop(slots);
 

@@ -106,6 +106,8 @@ struct Run {
     scan: f64,
     /// Pages written back per page evicted during the mix (out of memory).
     wb_per_evict: f64,
+    /// Pages written back per second during the mix.
+    written: f64,
 }
 
 const VALUE: usize = 120;
@@ -347,6 +349,7 @@ fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io:
         mix: f64::NAN,
         scan: f64::NAN,
         wb_per_evict: f64::NAN,
+        written: f64::NAN,
     })
 }
 
@@ -466,7 +469,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 "btree, {}: 50/50 lookup/update mix (Zipf 0.99) and ordered scans of 100 entries; our designs",
                 case.name
             ),
-            &["Design", "Threads", "Mix ops/s", "Scanned entries/s", "Written per evicted"],
+            &["Design", "Threads", "Mix ops/s", "Scanned entries/s", "Pages written/s", "Written per evicted"],
         );
         for (di, &d) in designs.iter().enumerate() {
             if d == Design::Vmcache {

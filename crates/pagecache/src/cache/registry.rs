@@ -72,6 +72,10 @@ pub(crate) struct FileShared {
     pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::api::WritebackHook>>,
     /// (A) whether `hook` is set: write-back then keeps pages stable.
     pub(crate) hooked: crate::sync::unmodelled::AtomicBool,
+    /// (A) where the flusher's next pass over this file starts (the page
+    /// after the last one its previous pass wrote; the kernel's
+    /// `writeback_index`). A hint.
+    pub(crate) wb_cursor: crate::sync::unmodelled::AtomicU64,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -127,6 +131,7 @@ impl Inner {
             disk: Witness::default(),
             hook: Default::default(),
             hooked: Default::default(),
+            wb_cursor: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles

@@ -14,9 +14,14 @@
 //!   (checked between files) or a pass writes nothing (judged by the
 //!   cache's write-back counter, so others' write-backs during the pass
 //!   count as progress too). At most 8 MiB and 16 writes are in flight
-//!   (`writeback.rs`). Reclaim that passed over dirty pages (it evicts
-//!   clean ones first) asks for one pass that writes every dirty page,
-//!   below the threshold too (`kick_flusher_for_reclaim`).
+//!   (`writeback.rs`). A pass writes only what brings the count to its
+//!   goal, from where the file's last pass stopped (the kernel's
+//!   `writeback_index`): hot pages are written once per round of the file,
+//!   not at every pass. Reclaim that passed over dirty pages (it evicts
+//!   clean ones first) hands the flusher exactly those pages, the oldest
+//!   of its queues, and the flusher writes them and nothing else for it,
+//!   below the threshold too (`kick_flusher_for_reclaim`): reclaim asks for
+//!   what it needs, not for every dirty page.
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
 //!   waits, before taking any lock, until write-back brings the count back
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
@@ -72,12 +77,15 @@ pub(crate) struct Flusher {
     busy: AtomicBool,
     /// (A) writers waiting in `throttle` right now.
     throttled: crate::sync::unmodelled::AtomicUsize,
-    /// (A) reclaim passed over dirty pages since the flusher last looked:
-    /// its next pass writes every dirty page, below the background
-    /// threshold too. An atomic, not a field of `state`: reclaimers on
-    /// every CPU set it, and once set they only read it.
-    for_reclaim: AtomicBool,
+    /// The dirty pages reclaim passed over since the flusher last looked
+    /// (frames; checked again when written): the flusher writes them, below
+    /// the background threshold too. Bounded (`RECLAIM_MAX`): past it,
+    /// reclaim writes its dirty victims itself.
+    for_reclaim: Mutex<Vec<crate::frame::FrameNo>>,
 }
+
+/// Most pages reclaim hands the flusher at once.
+const RECLAIM_MAX: usize = 4096;
 
 impl Inner {
     /// A page became dirty. Context: any, no sleep but the flusher's
@@ -162,15 +170,61 @@ impl Inner {
     /// threshold, so that reclaim finds them clean next time (the kernel's
     /// `wakeup_flusher_threads` from reclaim). Context: as `kick_flusher`.
     #[cold]
-    pub(crate) fn kick_flusher_for_reclaim(&self) {
-        // Relaxed: a request; `kick_flusher`'s lock orders it before the
-        // flusher's look. A load first: once asked, reclaimers only read.
-        if self.flusher.for_reclaim.load(Ordering::Relaxed)
-            || self.flusher.for_reclaim.swap(true, Ordering::Relaxed)
-        {
-            return; // asked already, not yet taken
+    pub(crate) fn kick_flusher_for_reclaim(&self, dirty: &[crate::frame::FrameNo]) {
+        let first = {
+            let mut q = self.flusher.for_reclaim.lock();
+            let first = q.is_empty();
+            let room = RECLAIM_MAX.saturating_sub(q.len());
+            q.extend_from_slice(&dirty[..dirty.len().min(room)]);
+            first
+        };
+        if first {
+            self.kick_flusher();
         }
-        self.kick_flusher();
+    }
+
+    /// The flusher's part for reclaim: writes back the dirty pages reclaim
+    /// passed over (those still dirty and cached as the same page), each
+    /// file's in index order, consecutive ones in one write. Returns how
+    /// many it took. Context: may sleep (I/O); no lock held.
+    fn write_for_reclaim(&self) -> usize {
+        let mut frames = std::mem::take(&mut *self.flusher.for_reclaim.lock());
+        if frames.is_empty() {
+            return 0;
+        }
+        // A frame queued twice (passed over by two rounds) is pinned once.
+        frames.sort_unstable();
+        frames.dedup();
+        // Pinned for write-back, grouped by file.
+        let mut by_file: std::collections::HashMap<u64, Vec<(u64, crate::frame::FrameNo)>> =
+            std::collections::HashMap::new();
+        for f in frames {
+            let d = self.desc(f);
+            let Ok(s) = d.try_pin(crate::frame::state::PinKind::Writeback) else {
+                continue;
+            };
+            if !s.is_dirty() || s.is_removed() || s.is_under_writeback() || !s.is_uptodate() {
+                self.release(f);
+                continue;
+            }
+            let (owner, index) = d.identity();
+            by_file.entry(owner).or_default().push((index, f));
+        }
+        let mut taken = 0;
+        for (owner, mut pages) in by_file {
+            pages.sort_unstable();
+            taken += pages.len();
+            if let Some(fs) = self.file_by_id(owner) {
+                let size = fs.size.read_recursive();
+                // Errors: counted by the write-back (the pages stay dirty).
+                let _ =
+                    self.writeback_run(&fs, &size, &pages, crate::api::WritebackCause::Eviction);
+            }
+            for (_, f) in pages {
+                self.release(f);
+            }
+        }
+        taken
     }
 
     /// Dirty throttling, at the start of `write_at` and `page_mut`: past the hard limit,
@@ -307,18 +361,25 @@ fn flusher(me: std::sync::Weak<Inner>) {
             }
             st.kicked = false;
         }
+        let mut passing = false;
         loop {
-            // Reclaim's request, taken for this pass: every dirty page.
-            // Relaxed: see `kick_flusher_for_reclaim`.
-            let for_reclaim = inner.flusher.for_reclaim.swap(false, Ordering::Relaxed);
-            let goal = if for_reclaim {
-                0
-            } else {
-                inner.dirty_background / 2
-            };
-            if inner.dirty_pages() <= goal {
+            // Reclaim's request first: the pages it passed over.
+            let reclaimed = inner.write_for_reclaim();
+            let goal = inner.dirty_background / 2;
+            let dirty = inner.dirty_pages();
+            // A pass starts past the threshold and goes on to the goal.
+            if dirty <= goal || (!passing && dirty <= inner.dirty_background) {
+                if reclaimed > 0 {
+                    let mut st = inner.flusher.state.lock();
+                    st.passes += 1;
+                    st.progress = true;
+                    drop(st);
+                    inner.flusher.pass_done.notify_all();
+                }
+                // (Pages queued meanwhile kicked us: the outer loop sees it.)
                 break;
             }
+            passing = true;
             // Progress is pages written, not the count going down: writers
             // may dirty pages faster than one pass writes them.
             let written = inner.counters.sum(crate::stats::Counter::Writebacks);

@@ -506,6 +506,9 @@ impl Inner {
         loop {
             self.take_dirty_of(fs, &mut dirty);
             taken += dirty.len();
+            if let Some(goal) = background {
+                self.limit_background(fs, &mut dirty, goal);
+            }
             let mut started = false;
             let mut i = 0;
             while i < dirty.len() {
@@ -640,6 +643,50 @@ impl Inner {
             let len = fs.len.load(Ordering::Acquire);
             w.allocate_to(len.min((last + 1) << self.shift));
         }
+    }
+
+    /// The flusher's pass writes only what brings the cache's dirty count
+    /// to `goal`, starting at the file's cursor (where its last pass
+    /// stopped) and wrapping around: of the pages taken (`dirty`, in index
+    /// order) it keeps that many from the cursor on, puts the others' tags
+    /// back, and moves the cursor past the last one kept. So a file whose
+    /// hot pages stay dirty is written a round at a time, each page once
+    /// per round, instead of every dirty page at every pass. Context: takes
+    /// the tree lock (to put tags back).
+    fn limit_background(&self, fs: &FileShared, dirty: &mut Vec<(u64, FrameNo)>, goal: usize) {
+        let budget = self.dirty_pages().saturating_sub(goal).max(1);
+        if dirty.len() <= budget {
+            return;
+        }
+        // Relaxed: a hint.
+        let cursor = fs
+            .wb_cursor
+            .load(crate::sync::unmodelled::Ordering::Relaxed);
+        let start = dirty.partition_point(|&(i, _)| i < cursor);
+        dirty.rotate_left(start);
+        let rest = dirty.split_off(budget);
+        let mut kept = std::mem::take(dirty);
+        // The last kept in round order (it may have wrapped past the end).
+        let next = kept.last().map_or(0, |&(i, _)| i + 1);
+        kept.sort_unstable_by_key(|&(i, _)| i);
+        // Relaxed: a hint.
+        fs.wb_cursor
+            .store(next, crate::sync::unmodelled::Ordering::Relaxed);
+        *dirty = kept;
+        {
+            let g = fs.tree.lock();
+            for &(index, f) in &rest {
+                if fs.tree.lookup(&self.nodes, index) == Some(f)
+                    && self.desc(f).snapshot().is_dirty()
+                {
+                    fs.tree.tag_dirty(&self.nodes, index);
+                }
+            }
+            drop(g);
+        }
+        self.file_dirtied(fs);
+        // Release: after the tags are back (see `untake`).
+        fs.writeback.fetch_sub(rest.len(), Ordering::Release);
     }
 
     /// The flusher took the dirty tag of page `index` (frame `f`) and will
