@@ -288,6 +288,7 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
         } else {
             f64::NAN
         },
+        written: written as f64 / secs,
     })
 }
 
