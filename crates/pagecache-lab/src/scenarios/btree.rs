@@ -484,6 +484,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                     th.to_string(),
                     fmt_rate(med(runs, |r| r.mix)),
                     fmt_rate(med(runs, |r| r.scan)),
+                    fmt_rate(med(runs, |r| r.written)),
                     if wb.is_nan() {
                         "-".into()
                     } else {
