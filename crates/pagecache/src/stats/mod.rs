@@ -20,7 +20,8 @@ const STRIPES: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
-    /// Lookups that found the page cached (pins and optimistic reads).
+    /// Lookups that found the page cached (pins and `read_at` copies;
+    /// optimistic views that hit write nothing, not even this counter).
     Hits,
     /// Lookups that did not.
     Misses,
@@ -191,7 +192,8 @@ impl Counters {
 /// A snapshot of a cache's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Lookups that found the page cached.
+    /// Lookups that found the page cached (pins and `read_at` copies;
+    /// optimistic views that hit are not counted: they write nothing).
     pub hits: u64,
     /// Lookups that did not.
     pub misses: u64,
