@@ -449,22 +449,31 @@ impl BTree {
 
     // ----- optimistic descent -------------------------------------------------------
 
+    /// L1: views of the metadata page and of the root it names, both
+    /// current when taken.
+    #[inline]
+    fn root_views(&self) -> io::Result<Step<(Optimistic<'_>, Optimistic<'_>)>> {
+        let meta = self.view(META)?;
+        let root = meta.u64(M_ROOT);
+        if !meta.validate() {
+            restart_point();
+            return Ok(Restart);
+        }
+        let node = self.view(root)?;
+        if !meta.validate() {
+            restart_point();
+            return Ok(Restart);
+        }
+        Ok(Done((meta, node)))
+    }
+
     /// L1-L2: views of the leaf for `key` and of its parent (the metadata
     /// page when the root is a leaf), both current when taken.
     fn descend(&self, key: &[u8]) -> io::Result<(Optimistic<'_>, Optimistic<'_>)> {
         'restart: loop {
-            let meta = self.view(META)?;
-            let root = meta.u64(M_ROOT);
-            if !meta.validate() {
-                restart_point();
+            let Done((mut parent, mut node)) = self.root_views()? else {
                 continue;
-            }
-            let mut parent = meta;
-            let mut node = self.view(root)?;
-            if !parent.validate() {
-                restart_point();
-                continue;
-            }
+            };
             loop {
                 if node::is_leaf(&node) {
                     return Ok((parent, node));
@@ -669,18 +678,9 @@ impl BTree {
     fn split_for(&self, key: &[u8], need: usize) -> io::Result<()> {
         'restart: loop {
             // S1.
-            let meta = self.view(META)?;
-            let root = meta.u64(M_ROOT);
-            if !meta.validate() {
-                restart_point();
+            let Done((mut parent, mut node)) = self.root_views()? else {
                 continue;
-            }
-            let mut parent = meta;
-            let mut node = self.view(root)?;
-            if !parent.validate() {
-                restart_point();
-                continue;
-            }
+            };
             loop {
                 let leaf = node::is_leaf(&node);
                 let full = if leaf {

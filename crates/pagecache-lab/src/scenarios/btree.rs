@@ -112,6 +112,12 @@ struct Run {
 
 const VALUE: usize = 120;
 
+thread_local! {
+    /// Each thread's lookup buffer (vmcache copies into a stack array: no
+    /// allocation per lookup on either side).
+    static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(VALUE));
+}
+
 fn value(k: u64, salt: u8) -> [u8; VALUE] {
     let mut v = [salt; VALUE];
     v[..8].copy_from_slice(&k.to_be_bytes());
@@ -237,18 +243,20 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
     }
     let lookups = timed(threads, secs, |_, rng| {
         let k = rng.next() % n;
-        let mut v = Vec::with_capacity(VALUE);
-        let found = tree.get_into(&k.to_be_bytes(), &mut v)?;
-        check(found, &v, k)
+        BUF.with_borrow_mut(|v| {
+            let found = tree.get_into(&k.to_be_bytes(), v)?;
+            check(found, v, k)
+        })
     })?;
     let zipf = Zipf::new(n, 0.99);
     let before = cache.stats();
     let mix = timed(threads, secs, |_, rng| {
         let k = zipf.next(rng);
         if rng.next() & 1 == 0 {
-            let mut v = Vec::with_capacity(VALUE);
-            let found = tree.get_into(&k.to_be_bytes(), &mut v)?;
-            check(found, &v, k)
+            BUF.with_borrow_mut(|v| {
+                let found = tree.get_into(&k.to_be_bytes(), v)?;
+                check(found, v, k)
+            })
         } else {
             tree.insert(&k.to_be_bytes(), &value(k, rng.next() as u8))?;
             Ok(1)

@@ -96,21 +96,11 @@ impl Inner {
         fs: &FileShared,
         index: u64,
     ) -> io::Result<(FrameNo, u64)> {
-        // O1-O3 on the first try, inlined: the hot path of a tree descent.
+        // O1-O3 on the first try, inlined: the hot path of a tree descent
+        // (the frame found in the index checked as a hint is).
         if let Some(f) = fs.tree.lookup(&self.nodes, index) {
-            if (f as usize) < self.frames.len() {
-                let d = self.desc(f);
-                if let Some(v) = d.read_begin() {
-                    let s = d.snapshot();
-                    if s.is_live() && d.identity() == (fs.id, index) {
-                        // O4.
-                        if !s.is_accessed() {
-                            d.mark_accessed(s);
-                        }
-                        self.hit_hook(f);
-                        return Ok((f, v));
-                    }
-                }
+            if let Some(view) = self.optimistic_hinted(fs, index, f) {
+                return Ok(view);
             }
         }
         self.optimistic_slow(fs, index)
@@ -123,7 +113,7 @@ impl Inner {
     /// the full path (the caller's); a good one saves the index walk.
     /// Context: any, no sleep, writes nothing shared but the accessed bit
     /// when clear.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn optimistic_hinted(
         &self,
         fs: &FileShared,
