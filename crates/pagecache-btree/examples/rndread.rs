@@ -22,8 +22,15 @@ fn main() -> std::io::Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("rndread-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    // NO_FLUSHER: no background write-back; POPULATE: the pool faulted in
+    // at creation (Config::populate), not during the load.
+    let quiet = std::env::var("NO_FLUSHER").is_ok();
+    let populate = std::env::var("POPULATE").is_ok();
     let cache = PageCache::new(Config {
         capacity: 4 << 30,
+        populate,
+        dirty_background_percent: if quiet { 100 } else { 10 },
+        dirty_limit_percent: if quiet { 100 } else { 30 },
         ..Config::default()
     })?;
     let file = cache.open_with(
