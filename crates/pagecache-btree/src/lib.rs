@@ -419,6 +419,20 @@ impl BTree {
         Ok(o)
     }
 
+    /// I3 / S2: the view's page latched if it is unchanged since the view
+    /// (`None`: it changed, restart).
+    #[inline]
+    fn latch_view<'a>(&self, o: Optimistic<'a>) -> io::Result<Option<PageMut<'a>>> {
+        match o.upgrade() {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {
+                restart_point();
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// L2's step to child `pid` of `parent`, read from the view `parent`
     /// but not yet validated: through its frame hint if the child is still
     /// cached there (no I/O: a torn number costs nothing), else only after
@@ -619,13 +633,8 @@ impl BTree {
             }
             // I3.
             let pid = leaf.index();
-            let mut m = match leaf.upgrade() {
-                Ok(m) => m,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {
-                    restart_point();
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let Some(mut m) = self.latch_view(leaf)? else {
+                continue;
             };
             // I4.
             let r = if found {
@@ -656,13 +665,8 @@ impl BTree {
                 return Ok(false);
             }
             let pid = leaf.index();
-            let mut m = match leaf.upgrade() {
-                Ok(m) => m,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {
-                    restart_point();
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let Some(mut m) = self.latch_view(leaf)? else {
+                continue;
             };
             node::remove_at(&mut m, pos)
                 .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
@@ -695,21 +699,11 @@ impl BTree {
                 if full {
                     // S2: parent first, then the node.
                     let (ppid, npid) = (parent.index(), node.index());
-                    let mut p = match parent.upgrade() {
-                        Ok(m) => m,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => {
-                            restart_point();
-                            continue 'restart;
-                        }
-                        Err(e) => return Err(e),
+                    let Some(mut p) = self.latch_view(parent)? else {
+                        continue 'restart;
                     };
-                    let mut n = match node.upgrade() {
-                        Ok(m) => m,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => {
-                            restart_point();
-                            continue 'restart;
-                        }
-                        Err(e) => return Err(e),
+                    let Some(mut n) = self.latch_view(node)? else {
+                        continue 'restart;
                     };
                     // S3 (S4: the guards' drops).
                     return if ppid == META {

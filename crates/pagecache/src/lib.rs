@@ -3,7 +3,8 @@
 //! An application opens files through a [`PageCache`] and reads, writes,
 //! pins and syncs fixed-size pages held in a memory budget it sets. Lookups
 //! of cached pages take no lock and write no shared cache line except the
-//! page's own reference count (and `read_at` hits not even that).
+//! page's own reference count (and `read_at` hits and [`Optimistic`] views,
+//! which index structures descend with, not even that).
 //!
 //! ```no_run
 //! use pagecache::{Config, OpenOptions, PageCache};
@@ -33,9 +34,10 @@
 //! | `anon.rs` | 4 cache | anonymous regions: zero-filled pages in the same budget |
 //! | `reclaim/` | 5 reclaim | replacement policies (one file each), eviction, write-back |
 //! | `io/` | 6 io | backend trait, `pread`/`pwritev`, fault injection |
-//! | `api.rs` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Config`] |
+//! | `api/` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Optimistic`], [`WritebackHook`], [`Config`] |
 //!
-//! The public surface is what users need: those types, [`AnonRegion`],
+//! The public surface is what users need: those types (with the hook's
+//! [`WritebackPage`], [`WritebackCause`], [`WritebackDecision`]), [`AnonRegion`],
 //! [`Stats`], [`OpenOptions`], the baseline selectors ([`PolicyKind`],
 //! [`PoolKind`], [`PageLockKind`]), the lock profile ([`lockstat`]) and the
 //! I/O backend trait with its fault-injecting backend for tests
