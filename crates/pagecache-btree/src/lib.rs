@@ -47,11 +47,12 @@
 //!  L1. view the metadata page; read the     I1. L1-L3 to the leaf (keep the
 //!      root's page; validate                    leaf's view)
 //!  L2. at an inner node: child = the child  I2. find the slot; if the entry
-//!      for key; validate the node (the          does not fit: S1-S4, restart
-//!      child number is not torn); view      I3. upgrade the leaf's view to a
-//!      the child (may read it in); validate     latch: fails iff the leaf
-//!      the node again (the child was its        changed since I1's view ->
-//!      child when its view began)               restart at I1
+//!      for key; view it through its frame      does not fit: S1-S4, restart
+//!      hint (no I/O), or else validate the  I3. upgrade the leaf's view to a
+//!      node first (the number is not torn)     latch: fails iff the leaf
+//!      and view it (may read it in); then      changed since I1's view ->
+//!      validate the node (the child was its    restart at I1
+//!      child when its view began)
 //!  L3. at the leaf: find the slot, copy     I4. change the leaf (what I2
 //!      the value; validate -> done; any         computed still holds: the
 //!      failed validation restarts at L1         page is unchanged); release
@@ -73,8 +74,11 @@
 //!
 //! Ordering argument: every byte a lookup acts on was read through a view
 //! that validated after the read (5.8's guarantee: nothing changed the page
-//! meanwhile), and each child number is validated before it is followed, so
-//! a lookup follows only pointers that were current. A child's view begins
+//! meanwhile), and each child number is validated before it is followed
+//! anywhere that can read or wait (a hinted view of a torn number finds a
+//! frame not holding that page and gives nothing, or a view its parent's
+//! validation then rejects), so a lookup acts only on pointers that were
+//! current. A child's view begins
 //! before its parent's second validation, so the child was the parent's
 //! child for the key when the child's view began; if the child splits
 //! afterwards, its own validation fails. A writer changes a page only under
@@ -401,22 +405,66 @@ impl BTree {
     /// file (a corrupt pointer, followed only after validation) is
     /// `InvalidData`.
     fn view(&self, pid: u64) -> io::Result<Optimistic<'_>> {
-        if let Some(o) = self.file.optimistic_hinted(pid, self.hints.get(pid)) {
-            return Ok(o);
+        match self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+            Some(o) => Ok(o),
+            None => self.view_unhinted(pid),
         }
-        let o = self.file.optimistic(pid).map_err(|e| {
-            if e.kind() == ErrorKind::UnexpectedEof {
-                corrupt(
-                    &self.file,
-                    pid,
-                    "a pointer to a page past the end of the file",
-                )
-            } else {
-                e
-            }
-        })?;
+    }
+
+    /// [`BTree::view`] past a missing or stale hint: the cache's index
+    /// walk (or a read), and the hint refreshed.
+    fn view_unhinted(&self, pid: u64) -> io::Result<Optimistic<'_>> {
+        let o = self
+            .file
+            .optimistic(pid)
+            .map_err(|e| self.past_end(pid, e))?;
         self.hints.set(pid, o.frame_hint());
         Ok(o)
+    }
+
+    /// `e` from following a pointer to page `pid`: past the end of the
+    /// file, the pointer is corrupt (it was validated before it was
+    /// followed).
+    fn past_end(&self, pid: u64, e: io::Error) -> io::Error {
+        if e.kind() == ErrorKind::UnexpectedEof {
+            corrupt(
+                &self.file,
+                pid,
+                "a pointer to a page past the end of the file",
+            )
+        } else {
+            e
+        }
+    }
+
+    /// L2: from inner node `node` to its child for `key`. The child's
+    /// number is read from a view not yet validated: it is followed through
+    /// its frame hint if the child is still cached there (no I/O: a torn
+    /// number costs nothing), else only after validating `node` (a real
+    /// page number), reading the child in if needed. The node is validated
+    /// again once the child's view began, so the child was its child then.
+    /// `Restart` if `node` changed.
+    #[inline]
+    fn step<'a>(&'a self, node: &Optimistic<'a>, key: &[u8]) -> io::Result<Step<Optimistic<'a>>> {
+        let pid = match node::child_for(node, key) {
+            Ok(pid) => pid,
+            Err(e) => return self.checked(node, Err(e)),
+        };
+        let child = match self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+            Some(o) => o,
+            None => {
+                if !node.validate() {
+                    restart_point();
+                    return Ok(Restart);
+                }
+                self.view_unhinted(pid)?
+            }
+        };
+        if !node.validate() {
+            restart_point();
+            return Ok(Restart);
+        }
+        Ok(Done(child))
     }
 
     /// I3 / S2: the view's page latched if it is unchanged since the view
@@ -431,23 +479,6 @@ impl BTree {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// L2's step to child `pid` of `parent`, read from the view `parent`
-    /// but not yet validated: through its frame hint if the child is still
-    /// cached there (no I/O: a torn number costs nothing), else only after
-    /// validating `parent` (a real page number), reading the child in if
-    /// needed. `Restart` if `parent` changed.
-    #[inline]
-    fn child_view(&self, parent: &Optimistic<'_>, pid: u64) -> io::Result<Step<Optimistic<'_>>> {
-        if let Some(o) = self.file.optimistic_hinted(pid, self.hints.get(pid)) {
-            return Ok(Done(o));
-        }
-        if !parent.validate() {
-            restart_point();
-            return Ok(Restart);
-        }
-        self.view(pid).map(Done)
     }
 
     /// What a read of a view gave: its result if the view validates,
@@ -492,23 +523,11 @@ impl BTree {
                 if node::is_leaf(&node) {
                     return Ok((parent, node));
                 }
-                let child = match node::child_for(&node, key) {
-                    Ok(c) => c,
-                    Err(e) => match self.checked(&node, Err::<(), _>(e))? {
-                        Done(()) => unreachable!("a corrupt read is never done"),
-                        Restart => continue 'restart,
-                    },
-                };
-                let c = match self.child_view(&node, child)? {
-                    Done(c) => c,
-                    Restart => continue 'restart,
-                };
-                if !node.validate() {
-                    restart_point();
+                let Done(child) = self.step(&node, key)? else {
                     continue 'restart;
-                }
+                };
                 parent = node;
-                node = c;
+                node = child;
             }
         }
     }
@@ -715,17 +734,11 @@ impl BTree {
                 if leaf {
                     return Ok(()); // not full any more
                 }
-                let child = match self.checked(&node, node::child_for(&node, key))? {
-                    Done(c) => c,
-                    Restart => continue 'restart,
-                };
-                let c = self.view(child)?;
-                if !node.validate() {
-                    restart_point();
+                let Done(child) = self.step(&node, key)? else {
                     continue 'restart;
-                }
+                };
                 parent = node;
-                node = c;
+                node = child;
             }
         }
     }
@@ -852,17 +865,7 @@ impl BTree {
     }
 
     fn pin(&self, pid: u64) -> io::Result<pagecache::PageRef<'_>> {
-        self.file.page(pid).map_err(|e| {
-            if e.kind() == ErrorKind::UnexpectedEof {
-                corrupt(
-                    &self.file,
-                    pid,
-                    "a pointer to a page past the end of the file",
-                )
-            } else {
-                e
-            }
-        })
+        self.file.page(pid).map_err(|e| self.past_end(pid, e))
     }
 
     fn insert_pinned(&self, key: &[u8], value: &[u8]) -> io::Result<bool> {

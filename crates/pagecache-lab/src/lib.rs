@@ -4,8 +4,10 @@
 //! run. `main.rs` is only the command line.
 //!
 //! Scenarios: `own-part` (seed 000), `same-file` (seed 001), `anon-fault`
-//! (seed 002), `page-lock` (seed 003), `page-fault1` (seed 004) and
-//! `same-page` (will-it-scale pread2). `report` writes `report.md`,
+//! (seed 002), `page-lock` (seed 003), `page-fault1` (seed 004),
+//! `same-page` (will-it-scale pread2), `out-of-memory` (data larger than
+//! memory, beside the kernel) and `btree` (a B+tree on the cache against
+//! vmcache). `report` writes `report.md`,
 //! `results.json` (with every raw sample) and one SVG plot per scenario;
 //! `compare` runs ministat over two result files.
 

@@ -19,10 +19,10 @@
 //!   RFC 3301's atomic-per-byte copies are the language's planned remedy.
 //!   We choose the following and argue it rather than hide it:
 //!   - The reader never turns racy bytes into a reference or a pointer:
-//!     every load is a relaxed atomic access of the frame's memory
-//!     (single bytes at unaligned edges) or, for long copies on x86-64, one
-//!     `rep movsb` in inline assembly, which the compiler treats as an
-//!     opaque access. It returns plain integers, which the caller treats as
+//!     on x86-64 every load is inline assembly (one `mov` per 1-8 bytes at
+//!     any alignment, one `rep movsb` for copies of 256 bytes or more),
+//!     which the compiler treats as an opaque access; elsewhere and under
+//!     loom, relaxed atomic loads (single bytes at unaligned edges). It returns plain integers, which the caller treats as
 //!     untrusted until [`Optimistic::validate`]: a bounds check comes first
 //!     on every access ([`Optimistic::load_u64`] of a garbage offset reads
 //!     nothing), so a torn value cannot make the reader touch memory outside
@@ -268,7 +268,7 @@ impl<'a> Optimistic<'a> {
         let frame = file
             .inner()
             .optimistic_upgrade(&file.shared, self.index, self.frame, self.version)
-            .map_err(|_| io::Error::from(io::ErrorKind::Interrupted))?;
+            .ok_or(io::ErrorKind::Interrupted)?;
         Ok(file.latched(frame, self.index, false))
     }
 }

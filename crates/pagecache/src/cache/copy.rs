@@ -8,10 +8,14 @@
 //! whether the snapshot is kept. Writers use the matching atomic stores. On
 //! x86-64 both compile to ordinary moves.
 //!
-//! Copies of [`ASM_MIN`] bytes or more on x86-64 use one `rep movsb` (or
-//! `rep stosb` to zero) in inline assembly instead, the fastest way to move
-//! a page on current CPUs (word loops of relaxed atomics cost 2x on a 4 KiB
-//! write). The argument for soundness is the one the `atomic-memcpy` crate
+//! On x86-64 the frame side goes through inline assembly instead: copies of
+//! [`ASM_MIN`] bytes or more use one `rep movsb` (or `rep stosb` to zero),
+//! the fastest way to move a page on current CPUs (word loops of relaxed
+//! atomics cost 2x on a 4 KiB write); shorter loads and the optimistic
+//! views' loads use one `mov` per 1-8 bytes at any alignment
+//! ([`atomic_load_small`]; relaxed atomics need aligned words, so a
+//! byte loop at each unaligned edge: with it the B-tree did 556 k lookups/s
+//! at 1 M tuples, with word loads 667 k, `docs/benchmarks.md`). The argument for soundness is the one the `atomic-memcpy` crate
 //! makes: the assembly block is opaque to the compiler, which cannot assume
 //! anything about the bytes it reads or writes and so cannot miscompile a
 //! race with it; in hardware every byte it moves is moved by a
@@ -177,6 +181,35 @@ pub(crate) unsafe fn atomic_load_small<const N: usize>(w: &Witness, src: *const 
     }
 }
 
+/// A short copy on x86-64: eight bytes at a time whatever the alignment
+/// (one load instruction each, see [`atomic_load_small`]), then the tail.
+///
+/// # Safety
+/// As for [`atomic_load_copy`], `n` bytes.
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+#[inline(always)]
+unsafe fn asm_load_words(d: *mut u8, src: *const u8, n: usize) {
+    let mut i = 0;
+    while i + W <= n {
+        // SAFETY: in bounds of both (caller); the destination is ours.
+        unsafe {
+            let v = atomic_load_small::<8>(&Witness::NONE, src.add(i));
+            std::ptr::write_unaligned(d.add(i) as *mut u64, v);
+        }
+        i += W;
+    }
+    while i < n {
+        // SAFETY: as above, one byte.
+        unsafe { *d.add(i) = atomic_load_small::<1>(&Witness::NONE, src.add(i)) as u8 };
+        i += 1;
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+unsafe fn asm_load_words(_: *mut u8, _: *const u8, _: usize) {
+    unreachable!("no assembly copies in this build")
+}
+
 /// [`atomic_load_copy`] without the loom scheduling point.
 ///
 /// # Safety
@@ -189,28 +222,10 @@ unsafe fn load_copy(dst: &mut [u8], src: *const u8) {
         // SAFETY: the caller's range; `dst` is our own slice.
         return unsafe { asm_copy(d, src, n) };
     }
-    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
-    {
-        // Eight bytes at a time whatever the alignment (one instruction
-        // each, see `atomic_load_small`), then the tail.
-        let mut i = 0;
-        while i + W <= n {
-            // SAFETY: in bounds of both (caller); the destination is ours.
-            unsafe {
-                let v = atomic_load_small::<8>(&Witness::NONE, src.add(i));
-                std::ptr::write_unaligned(d.add(i) as *mut u64, v);
-            }
-            i += W;
-        }
-        while i < n {
-            // SAFETY: as above, one byte.
-            unsafe { *d.add(i) = atomic_load_small::<1>(&Witness::NONE, src.add(i)) as u8 };
-            i += 1;
-        }
-        #[allow(clippy::needless_return)]
-        return;
+    if ASM {
+        // SAFETY: the caller's contract.
+        return unsafe { asm_load_words(d, src, n) };
     }
-    #[allow(unreachable_code)]
     let mut i = 0;
     while i < n && (src as usize + i) % W != 0 {
         // SAFETY: i < n, in bounds of both (caller); AtomicU8 has u8's

@@ -74,14 +74,6 @@ use crate::stats::Counter;
 use crate::sync::Ordering;
 use std::io;
 
-/// Why an upgrade failed: the caller restarts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UpgradeFail {
-    /// A writer, or a reuse of the frame, came between the view and the
-    /// upgrade (or another upgrade is winning).
-    Changed,
-}
-
 impl Inner {
     /// Protocol 5.8 O1-O4: an optimistic view `(frame, version)` of page
     /// `index` (below end of file: the caller checked). A hit writes
@@ -159,7 +151,8 @@ impl Inner {
 
     /// Protocol 5.8 U1-U5: the page latched and drained (ready for a
     /// `FrameLatch`) if it is unchanged since the view `(f, v)` of page
-    /// `index`. Context: may sleep (U5's drain waits for other pins; runs
+    /// `index`; `None` if a writer, a reuse of the frame or another upgrade
+    /// came between (the caller restarts). Context: may sleep (U5's drain waits for other pins; runs
     /// over the page); no latch of this page held.
     pub(crate) fn optimistic_upgrade(
         &self,
@@ -167,23 +160,21 @@ impl Inner {
         index: u64,
         f: FrameNo,
         v: u64,
-    ) -> Result<FrameNo, UpgradeFail> {
+    ) -> Option<FrameNo> {
         // U1-U2.
-        let f = self
-            .pin_as(f, fs.id, index)
-            .map_err(|_| UpgradeFail::Changed)?;
+        let f = self.pin_as(f, fs.id, index).ok()?;
         let d = self.desc(f);
         // U3.
         if !d.try_latch() {
             self.release(f);
-            return Err(UpgradeFail::Changed);
+            return None;
         }
         // U4. Acquire fence inside: our loads of the version come after
         // the CAS of U3.
         if !d.read_validate(v) || d.snapshot().is_removed() {
             d.unlatch();
             self.release(f);
-            return Err(UpgradeFail::Changed);
+            return None;
         }
         // U5: W2 with its waits (other pins; runs, 5.7 W2-W3).
         d.wait_drained();
@@ -191,9 +182,9 @@ impl Inner {
             // Truncated meanwhile: the page is gone.
             d.unlatch();
             self.release(f);
-            return Err(UpgradeFail::Changed);
+            return None;
         }
-        Ok(f)
+        Some(f)
     }
 
     /// 5.1 without waiting: the pinned page, or `None` if another holder

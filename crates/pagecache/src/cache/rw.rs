@@ -9,8 +9,8 @@
 //!     identity == (file, index)                cache + own; a file page
 //!                                              also waits for runs holding
 //!                                              it (5.7 W2-W3, `run.rs`)
-//!  4. copy bytes with per-word relaxed      3. version odd (store + Release
-//!     atomic loads                             fence)
+//!  4. copy bytes with racy loads (relaxed   3. version odd (store + Release
+//!     atomics, or asm on x86-64: `copy`)       fence)
 //!  5. Acquire fence; version == v ->        4. write bytes with per-word
 //!     done, else retry (3 times, then          relaxed atomic stores
 //!     fall back to a pin)                   5. version even (Release)

@@ -125,6 +125,8 @@ enum WbPin {
     /// Latched by a writer, or dirty with an earlier write of it still in
     /// flight; retry with no pins held.
     Busy,
+    /// The write-back hook deferred it: dirty and tagged again, not pinned.
+    Deferred,
 }
 
 impl Inner {
@@ -299,8 +301,9 @@ impl Inner {
 
     /// Undoes a write-back the caller started on page `index` (frame `f`)
     /// and will not write (the hook deferred it, or a writer holds it): the
-    /// page is dirty and tagged again, and stops counting as in flight.
-    /// The caller still holds the pin. Context: no sleep.
+    /// page is dirty and tagged again. The caller still holds the pin and
+    /// then drops the page's count in `fs.writeback` (after this re-tag).
+    /// Context: no sleep.
     fn cancel_writeback(&self, fs: &FileShared, index: u64, f: FrameNo) {
         let old = self.desc(f).end_writeback(true);
         if !old.is_removed() {
@@ -310,8 +313,6 @@ impl Inner {
                 self.file_dirtied(fs);
             }
         }
-        // Release: after the re-tag, as `end_run`'s decrement.
-        fs.writeback.fetch_sub(1, Ordering::Release);
     }
 
     /// Starts write-back of one page of `fs` outside `write_dirty` (its
@@ -377,6 +378,8 @@ impl Inner {
                     Verdict::Write => true,
                     Verdict::Defer | Verdict::Busy => {
                         self.cancel_writeback(fs, index, f);
+                        // Release: after the re-tag, as `end_run`'s.
+                        fs.writeback.fetch_sub(1, Ordering::Release);
                         false
                     }
                 };
@@ -528,42 +531,29 @@ impl Inner {
                     } else {
                         crate::api::WritebackCause::Sync
                     };
-                    let pinned = match self.pin_for_writeback(fs, index, f, wait) {
-                        WbPin::Pinned => match self.hook_verdict(fs, index, f, cause) {
-                            Verdict::Write => WbPin::Pinned,
-                            v => {
-                                self.cancel_writeback(fs, index, f);
-                                self.release(f);
-                                if v == Verdict::Defer {
-                                    // Counted in `fs.writeback` again by the
-                                    // arms below, as a page taken and not
-                                    // written; tagged again already.
-                                    fs.writeback.fetch_add(1, Ordering::Relaxed);
-                                    if background.is_none() {
-                                        first_err.get_or_insert_with(|| {
-                                            io::Error::new(
-                                                io::ErrorKind::WouldBlock,
-                                                format!(
-                                                    "{}: page {index}: its write-back hook deferred it",
-                                                    fs.path.display()
-                                                ),
-                                            )
-                                        });
-                                    }
-                                    WbPin::Skip
-                                } else {
-                                    // Latched: as a latched page.
-                                    fs.writeback.fetch_add(1, Ordering::Relaxed);
-                                    WbPin::Busy
-                                }
-                            }
-                        },
-                        other => other,
-                    };
+                    let pinned = self.pin_for_writeback(fs, index, f, wait, cause);
                     match pinned {
                         WbPin::Pinned => {
                             run.push((index, f));
                             i += 1;
+                        }
+                        WbPin::Deferred => {
+                            // Release: as `end_run`'s decrement (the page
+                            // is tagged again already).
+                            fs.writeback.fetch_sub(1, Ordering::Release);
+                            if background.is_none() {
+                                first_err.get_or_insert_with(|| {
+                                    io::Error::new(
+                                        io::ErrorKind::WouldBlock,
+                                        format!(
+                                            "{}: page {index}: its write-back hook deferred it",
+                                            fs.path.display()
+                                        ),
+                                    )
+                                });
+                            }
+                            i += 1;
+                            break;
                         }
                         WbPin::Skip => {
                             // Release: as `end_run`'s decrement.
@@ -829,7 +819,8 @@ impl Inner {
     }
 
     /// Pins `f` for write-back if it still holds page `index` of `fs` and is
-    /// dirty, and starts write-back on it. Waits for a latch only if `wait`.
+    /// dirty, starts write-back on it, and asks the write-back hook, if any
+    /// (`cause`). Waits for a latch only if `wait`.
     /// Context: may sleep only if `wait` (then the caller holds no pins); no lock held.
     ///
     /// A page rewritten while an earlier write of it is still in flight
@@ -838,7 +829,14 @@ impl Inner {
     /// for the old one to end, as the kernel's `folio_wait_writeback`
     /// before a data-integrity write — two writes of one page in flight
     /// could land in either order, the older last.
-    fn pin_for_writeback(&self, fs: &FileShared, index: u64, f: FrameNo, wait: bool) -> WbPin {
+    fn pin_for_writeback(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        f: FrameNo,
+        wait: bool,
+        cause: crate::api::WritebackCause,
+    ) -> WbPin {
         let d = self.desc(f);
         let stable = self.stable_pages(fs);
         loop {
@@ -851,7 +849,25 @@ impl Inner {
                     if d.start_writeback(stable) {
                         // Counted in `fs.writeback` since `write_dirty` took it.
                         self.cleaned();
-                        return WbPin::Pinned;
+                        match self.hook_verdict(fs, index, f, cause) {
+                            Verdict::Write => return WbPin::Pinned,
+                            Verdict::Defer => {
+                                self.cancel_writeback(fs, index, f);
+                                self.release(f);
+                                return WbPin::Deferred;
+                            }
+                            Verdict::Busy => {
+                                // A writer may be changing it: as a latched
+                                // page (below).
+                                self.cancel_writeback(fs, index, f);
+                                self.release(f);
+                                if !wait {
+                                    return WbPin::Busy;
+                                }
+                                d.wait_unlatched_as(fs.id, index);
+                                continue;
+                            }
+                        }
                     }
                     let now = d.snapshot();
                     self.release(f);
