@@ -195,6 +195,21 @@ impl Inner {
         // A frame queued twice (passed over by two rounds) is pinned once.
         frames.sort_unstable();
         frames.dedup();
+        // Counted as a reclaimer while it holds these pins: the pages are
+        // neither evictable nor under write-back until their writes start,
+        // and a patient reclaimer that found nothing else must wait for us,
+        // not report `OutOfMemory` (the model check found that window).
+        // Relaxed: as reclaim's own increment (`evict.rs`).
+        self.reclaiming.fetch_add(1, crate::sync::Ordering::Relaxed);
+        let taken = self.write_pinned_for_reclaim(frames);
+        // Release: our releases of the pins happen-before a waiter's Acquire
+        // RMW that reads this decrement (as reclaim's own).
+        self.reclaiming.fetch_sub(1, crate::sync::Ordering::Release);
+        taken
+    }
+
+    /// [`Inner::write_for_reclaim`]'s pins and writes.
+    fn write_pinned_for_reclaim(&self, frames: Vec<crate::frame::FrameNo>) -> usize {
         // Pinned for write-back, grouped by file.
         let mut by_file: std::collections::HashMap<u64, Vec<(u64, crate::frame::FrameNo)>> =
             std::collections::HashMap::new();
