@@ -47,7 +47,7 @@
 //!  L1. view the metadata page; read the     I1. L1-L3 to the leaf (keep the
 //!      root's page; validate                    leaf's view)
 //!  L2. at an inner node: child = the child  I2. find the slot; if the entry
-//!      for key; view it through its frame      does not fit: S1-S4, restart
+//!      for key; view it through a frame        does not fit: S1-S4, restart
 //!      hint (no I/O), or else validate the  I3. upgrade the leaf's view to a
 //!      node first (the number is not torn)     latch: fails iff the leaf
 //!      and view it (may read it in); then      changed since I1's view ->
@@ -71,6 +71,14 @@
 //!  S4. release the latches (versions move: concurrent views of the node
 //!      and the parent fail validation and restart)
 //! ```
+//!
+//! Frame hints (L2): a child pointer records the frame its page was in
+//! when the pointer was written (S3 knows both halves' frames; see
+//! `node::Ptr`), and a side table records where each node was last found.
+//! L2 tries the pointer's hint, then the table's, then the cache's index:
+//! in memory the child's frame comes from the bytes just read, so its
+//! descriptor and its first line load together, with no dependent lookup
+//! in between. Hints are only guesses, checked by the cache.
 //!
 //! Ordering argument: every byte a lookup acts on was read through a view
 //! that validated after the read (5.8's guarantee: nothing changed the page
@@ -411,6 +419,16 @@ impl BTree {
         }
     }
 
+    /// A view of the page `p` points to, through the frame the pointer
+    /// recorded if the page is still there (no side-table lookup), else as
+    /// [`BTree::view`]. Only for a pointer read from a validated view.
+    fn view_ptr(&self, p: node::Ptr) -> io::Result<Optimistic<'_>> {
+        match self.file.optimistic_hinted(p.pid, p.hint) {
+            Some(o) => Ok(o),
+            None => self.view(p.pid),
+        }
+    }
+
     /// [`BTree::view`] past a missing or stale hint: the cache's index
     /// walk (or a read), and the hint refreshed.
     fn view_unhinted(&self, pid: u64) -> io::Result<Optimistic<'_>> {
@@ -446,11 +464,16 @@ impl BTree {
     /// `Restart` if `node` changed.
     #[inline]
     fn step<'a>(&'a self, node: &Optimistic<'a>, key: &[u8]) -> io::Result<Step<Optimistic<'a>>> {
-        let pid = match node::child_for(node, key) {
-            Ok(pid) => pid,
+        let ptr = match node::child_for(node, key) {
+            Ok(ptr) => ptr,
             Err(e) => return self.checked(node, Err(e)),
         };
-        let child = match self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+        let pid = ptr.pid;
+        let child = match self
+            .file
+            .optimistic_hinted(pid, ptr.hint)
+            .or_else(|| self.file.optimistic_hinted(pid, self.hints.get(pid)))
+        {
             Some(o) => o,
             None => {
                 if !node.validate() {
@@ -588,17 +611,17 @@ impl BTree {
                     from.clone_from(k);
                     inclusive = false;
                 }
-                if next == 0 {
+                if next.pid == 0 {
                     return Ok(());
                 }
-                leaf = self.view(next)?;
+                leaf = self.view_ptr(next)?;
                 if !node::is_leaf(&leaf) {
                     if !leaf.validate() {
                         continue 'restart;
                     }
                     return Err(corrupt(
                         &self.file,
-                        next,
+                        next.pid,
                         "a leaf's next page is not a leaf",
                     ));
                 }
@@ -747,6 +770,17 @@ impl BTree {
     fn new_page(&self) -> io::Result<(u64, PageMut<'_>)> {
         loop {
             let pid = self.next_page.fetch_add(1, Ordering::Relaxed);
+            if pid > node::PID_MAX {
+                self.next_page.fetch_sub(1, Ordering::Relaxed);
+                return Err(io::Error::new(
+                    ErrorKind::StorageFull,
+                    format!(
+                        "{}: the tree has {} pages, the most a node can point to",
+                        self.file.path().display(),
+                        node::PID_MAX + 1
+                    ),
+                ));
+            }
             match self.file.page_new(pid) {
                 Ok(m) => return Ok((pid, m)),
                 // A page past the recorded next page (a tree reopened
@@ -766,7 +800,11 @@ impl BTree {
     ) -> io::Result<()> {
         let old = root.index();
         let (pid, mut new_root) = self.new_page()?;
-        node::init(&mut new_root, false, old);
+        node::init(
+            &mut new_root,
+            false,
+            node::Ptr::encode(old, root.frame_hint()),
+        );
         self.split_child(&mut new_root, pid, root, old, key)?;
         meta[M_ROOT..M_ROOT + 8].copy_from_slice(&pid.to_le_bytes());
         Ok(())
@@ -808,11 +846,16 @@ impl BTree {
         };
         let m = m.clamp(1, es.len() - 1);
         let (npid, mut new) = self.new_page()?;
+        let (new_at, child_at) = (
+            node::Ptr::encode(npid, new.frame_hint()),
+            node::Ptr::encode(cpid, child.frame_hint()),
+        );
         let sep = if leaf {
             node::rebuild(&mut new, true, &es[m..], up);
-            node::rebuild(child, true, &es[..m], npid);
+            node::rebuild(child, true, &es[..m], new_at);
             es[m - 1].0.clone()
         } else {
+            // (Stored form, hint included.)
             let mid_child = u64::from_le_bytes(es[m].1[..8].try_into().map_err(|_| bad(cpid))?);
             node::rebuild(&mut new, false, &es[m + 1..], up);
             node::rebuild(child, false, &es[..m], mid_child);
@@ -821,19 +864,19 @@ impl BTree {
         drop(new);
         let (pos, _) = node::lower_bound(parent, &sep).map_err(|_| bad(ppid))?;
         let here = if pos == node::count(parent).map_err(|_| bad(ppid))? {
-            node::upper(parent)
+            node::Ptr::decode(node::upper(parent))
         } else {
             node::child_at(parent, pos).map_err(|_| bad(ppid))?
         };
-        if here != cpid {
+        if here.pid != cpid {
             return Err(corrupt(
                 &self.file,
                 ppid,
                 &format!("does not point to its child {cpid}"),
             ));
         }
-        node::insert_at(parent, pos, &sep, &cpid.to_le_bytes()).map_err(|_| bad(ppid))?;
-        node::set_child(parent, pos + 1, npid).map_err(|_| bad(ppid))?;
+        node::insert_at(parent, pos, &sep, &child_at.to_le_bytes()).map_err(|_| bad(ppid))?;
+        node::set_child(parent, pos + 1, new_at).map_err(|_| bad(ppid))?;
         Ok(())
     }
 
@@ -859,7 +902,7 @@ impl BTree {
         while !node::is_leaf(&node[..]) {
             let c = node::child_for(&node[..], key)
                 .map_err(|_| corrupt(&self.file, node.index(), "inconsistent node"))?;
-            node = self.pin(c)?;
+            node = self.pin(c.pid)?;
         }
         Ok(node)
     }
@@ -896,7 +939,7 @@ impl BTree {
                 drop(n);
                 break;
             }
-            pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?;
+            pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?.pid;
             parent = n;
         }
         let mut leaf = self.file.page_mut(pid)?;
@@ -956,7 +999,7 @@ impl BTree {
                 return Ok(());
             }
             let c = node::child_for(&node[..], key).map_err(|_| bad(npid))?;
-            let child = self.file.page_mut(c)?;
+            let child = self.file.page_mut(c.pid)?;
             parent = node;
             node = child;
         }
@@ -988,7 +1031,7 @@ impl BTree {
                     return Ok(());
                 }
             }
-            let next = node::upper(b);
+            let next = node::next_leaf(b).pid;
             if next == 0 {
                 return Ok(());
             }
@@ -1030,7 +1073,7 @@ fn collect<B: Bytes + ?Sized>(
     from: &[u8],
     inclusive: bool,
     buf: &mut Vec<(Vec<u8>, Vec<u8>)>,
-) -> Result<u64, Corrupt> {
+) -> Result<node::Ptr, Corrupt> {
     let (mut pos, found) = node::lower_bound(leaf, from)?;
     if found && !inclusive {
         pos += 1;
@@ -1042,5 +1085,5 @@ fn collect<B: Bytes + ?Sized>(
         node::key_at(leaf, i, k)?;
         node::value_at(leaf, i, v)?;
     }
-    Ok(node::upper(leaf))
+    Ok(node::next_leaf(leaf))
 }

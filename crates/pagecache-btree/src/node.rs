@@ -26,7 +26,9 @@
 //! end. A leaf's value is the user's; an inner node's value is a child's
 //! page number (8 bytes, little-endian) holding the keys `<=` its key and
 //! `>` the previous slot's; `upper` holds the keys above the last slot. In a
-//! leaf, `upper` is the next leaf (0: none) for ordered scans. `dead` counts
+//! leaf, `upper` is the next leaf (0: none) for ordered scans. Pointers to
+//! pages (children, next leaves) are [`Ptr`]s: a page number with a frame
+//! hint in its high bits. `dead` counts
 //! heap bytes freed by removals and replacements, reclaimed by compaction.
 //!
 //! Every offset read from a page is checked against the page size before
@@ -154,10 +156,60 @@ pub(crate) fn is_leaf<B: Bytes + ?Sized>(b: &B) -> bool {
     b.u16(2) & LEAF != 0
 }
 
-/// A leaf's next leaf, or an inner node's rightmost child.
+/// A leaf's next leaf, or an inner node's rightmost child, as stored (a
+/// [`Ptr`]'s encoding).
 #[inline]
 pub(crate) fn upper<B: Bytes + ?Sized>(b: &B) -> u64 {
     b.u64(8)
+}
+
+/// The largest page number a node can point to (2^40 - 1: 4 PiB of 4 KiB
+/// pages).
+pub(crate) const PID_MAX: u64 = (1 << 40) - 1;
+
+/// A pointer to a page as a node stores it (8 bytes, little-endian): the
+/// page number in the low 40 bits and, in the high 24, one plus the frame
+/// the page was in when the pointer was written (0: none recorded).
+///
+/// The frame is a hint (LeanStore's swizzled pointers, kept as a hint
+/// rather than a promise): a descent tries it first with
+/// `optimistic_hinted`, which checks the frame's identity, so a stale hint
+/// (the page was evicted and read into another frame, or the file was
+/// reopened) costs one descriptor check and nothing else. It is written
+/// only when the node is latched for a change anyway (a split records the
+/// frames of both halves), never on a read. Its use: the child's frame is
+/// known from the bytes just read, so the child's descriptor and first
+/// line load in parallel, with no side-table lookup (a dependent cache
+/// miss per level) in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ptr {
+    pub pid: u64,
+    /// The frame hint (`u32::MAX`: none, which no frame number matches).
+    pub hint: u32,
+}
+
+impl Ptr {
+    #[inline]
+    pub(crate) fn decode(v: u64) -> Ptr {
+        let h = v >> 40;
+        Ptr {
+            pid: v & PID_MAX,
+            hint: if h == 0 { u32::MAX } else { (h - 1) as u32 },
+        }
+    }
+
+    /// The stored form of page `pid` (at most [`PID_MAX`]) in frame
+    /// `frame` (recorded if it fits in 24 bits).
+    #[inline]
+    pub(crate) fn encode(pid: u64, frame: u32) -> u64 {
+        debug_assert!(pid <= PID_MAX);
+        let h = frame as u64 + 1;
+        if h < 1 << 24 {
+            pid | h << 40
+        } else {
+            pid
+        }
+    }
 }
 
 /// Compares the key at `off` (`klen` bytes, in bounds) with `key`, eight
@@ -251,22 +303,28 @@ pub(crate) fn lower_bound<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<(usize
 }
 
 /// An inner node's child for `key`.
-pub(crate) fn child_for<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<u64, Corrupt> {
+pub(crate) fn child_for<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<Ptr, Corrupt> {
     let (pos, _) = lower_bound(b, key)?;
     if pos == count(b)? {
-        Ok(upper(b))
+        Ok(Ptr::decode(upper(b)))
     } else {
         child_at(b, pos)
     }
 }
 
 /// An inner node's child in slot `pos`.
-pub(crate) fn child_at<B: Bytes + ?Sized>(b: &B, pos: usize) -> Result<u64, Corrupt> {
+pub(crate) fn child_at<B: Bytes + ?Sized>(b: &B, pos: usize) -> Result<Ptr, Corrupt> {
     let (off, klen, vlen) = slot(b, pos)?;
     if vlen != 8 {
         return Err(Corrupt);
     }
-    Ok(b.u64(off + klen))
+    Ok(Ptr::decode(b.u64(off + klen)))
+}
+
+/// A leaf's next leaf (page 0: none).
+#[inline]
+pub(crate) fn next_leaf<B: Bytes + ?Sized>(b: &B) -> Ptr {
+    Ptr::decode(upper(b))
 }
 
 /// Copies the key of slot `i` into `out` (cleared first).
@@ -443,13 +501,13 @@ pub(crate) fn insert_at(p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) -> Result<
     let np = if n == 0 {
         k.len()
     } else {
-        let key = |i: usize| -> Result<Vec<u8>, Corrupt> {
+        let key = |i: usize| -> Result<&[u8], Corrupt> {
             let (off, klen, _) = slot(p, i)?;
-            Ok(p[off..off + klen].to_vec())
+            Ok(&p[off..off + klen])
         };
-        let first = if pos == 0 { k.to_vec() } else { key(0)? };
-        let last = if pos == n { k.to_vec() } else { key(n - 1)? };
-        lcp(&first, &last).min(prefix_len(p))
+        let first = if pos == 0 { k } else { key(0)? };
+        let last = if pos == n { k } else { key(n - 1)? };
+        lcp(first, last).min(prefix_len(p))
     };
     if np != prefix_len(p) || n == 0 {
         set_prefix(p, np, k)?;
@@ -581,6 +639,31 @@ mod tests {
         let got: Vec<Vec<u8>> = entries(&p).unwrap().into_iter().map(|e| e.0).collect();
         let want: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn pointers_carry_a_frame_hint_when_it_fits() {
+        let v = Ptr::encode(PID_MAX, 7);
+        assert_eq!(
+            Ptr::decode(v),
+            Ptr {
+                pid: PID_MAX,
+                hint: 7
+            }
+        );
+        assert_eq!(Ptr::decode(Ptr::encode(5, 0)), Ptr { pid: 5, hint: 0 });
+        // A frame past 24 bits is not recorded; a plain page number (a
+        // file written before hints) has none.
+        let none = Ptr {
+            pid: 9,
+            hint: u32::MAX,
+        };
+        assert_eq!(Ptr::decode(Ptr::encode(9, (1 << 24) - 1)), none);
+        assert_eq!(Ptr::decode(9), none);
+        assert_eq!(
+            Ptr::decode(Ptr::encode(9, (1 << 24) - 2)).hint,
+            (1 << 24) - 2
+        );
     }
 
     #[test]

@@ -202,6 +202,14 @@ impl PageMut<'_> {
         self.touched
     }
 
+    /// The frame the page is in, for [`File::optimistic_hinted`] later
+    /// (as [`Optimistic::frame_hint`](crate::Optimistic::frame_hint)): an
+    /// index structure that records where a node it just made or changed
+    /// lives can find it again without the index walk.
+    pub fn frame_hint(&self) -> u32 {
+        self.latch.frame()
+    }
+
     /// The page's bytes, writable by this holder alone while it lives,
     /// without marking the page dirty: a caller that writes through it must
     /// call [`PageMut::mark_dirty`] (the C ABI's latches).

@@ -429,6 +429,11 @@ impl<'a> FrameLatch<'a> {
         }
     }
 
+    /// The latched frame.
+    pub(crate) fn frame(&self) -> FrameNo {
+        self.frame
+    }
+
     /// The holder changed nothing: release without `DIRTY`.
     pub(crate) fn keep_clean(&mut self) {
         self.clean = true;
