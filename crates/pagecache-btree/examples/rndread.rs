@@ -2,7 +2,7 @@
 //! keys, 120-byte values) in key order, then random point lookups.
 //!
 //! ```sh
-//! cargo run --release -p pagecache-btree --example rndread -- N SECONDS [pin]
+//! THREADS=T cargo run --release -p pagecache-btree --example rndread -- N SECONDS [pin]
 //! ```
 use pagecache::{Config, OpenOptions, PageCache};
 use pagecache_btree::{BTree, Coupling};
@@ -52,22 +52,41 @@ fn main() -> std::io::Result<()> {
         load,
         tree.file().len() as f64 / 1e9
     );
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut out = Vec::new();
-    let mut done = 0u64;
+    // THREADS: lookup threads (default 1), each with its own generator.
+    let threads: u64 = std::env::var("THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(secs);
-    while Instant::now() < end {
-        for _ in 0..1000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let k = (x % n).to_be_bytes();
-            assert!(tree.get_into(&k, &mut out)?);
-            assert_eq!(&out[..8], &k);
-            done += 1;
-        }
-    }
+    let done: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let tree = &tree;
+                s.spawn(move || -> std::io::Result<u64> {
+                    let mut x: u64 =
+                        0x9E37_79B9_7F4A_7C15 ^ (t + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+                    let mut out = Vec::new();
+                    let mut done = 0u64;
+                    while Instant::now() < end {
+                        for _ in 0..1000 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let k = (x % n).to_be_bytes();
+                            assert!(tree.get_into(&k, &mut out)?);
+                            assert_eq!(&out[..8], &k);
+                            done += 1;
+                        }
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .sum::<std::io::Result<u64>>()
+    })?;
     eprintln!("lookups: {:.0}/s", done as f64 / t0.elapsed().as_secs_f64());
     std::fs::remove_dir_all(&dir)?;
     Ok(())

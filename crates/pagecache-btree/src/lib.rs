@@ -469,6 +469,9 @@ impl BTree {
             Err(e) => return self.checked(node, Err(e)),
         };
         let pid = ptr.pid;
+        // The child's header and first slots on their way while the cache
+        // checks its descriptor.
+        self.file.prefetch_hinted(ptr.hint, 0, node::PREFETCH);
         let child = match self
             .file
             .optimistic_hinted(pid, ptr.hint)

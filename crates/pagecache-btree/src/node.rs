@@ -39,6 +39,10 @@
 use std::cmp::Ordering;
 
 pub(crate) const HDR: usize = 32;
+/// The bytes a descent prefetches of a node before it knows the node's
+/// count: the header and the first slots (29 of them: a leaf of vmcache's
+/// 8 + 120-byte tuples whole).
+pub(crate) const PREFETCH: usize = 384;
 pub(crate) const SLOT: usize = 12;
 const LEAF: u16 = 1;
 
@@ -54,6 +58,9 @@ pub(crate) trait Bytes {
     fn u32(&self, off: usize) -> u32;
     fn u64(&self, off: usize) -> u64;
     fn copy(&self, off: usize, out: &mut [u8]);
+    /// Starts loading `[off, off + len)` into the CPU's caches (a hint).
+    #[inline]
+    fn prefetch(&self, _off: usize, _len: usize) {}
 }
 
 impl Bytes for pagecache::Optimistic<'_> {
@@ -80,6 +87,10 @@ impl Bytes for pagecache::Optimistic<'_> {
     #[inline]
     fn copy(&self, off: usize, out: &mut [u8]) {
         self.copy_to(off, out)
+    }
+    #[inline]
+    fn prefetch(&self, off: usize, len: usize) {
+        pagecache::Optimistic::prefetch(self, off, len)
     }
 }
 
@@ -247,6 +258,11 @@ pub(crate) fn lower_bound<B: Bytes + ?Sized>(b: &B, key: &[u8]) -> Result<(usize
     let n = count(b)?;
     if n == 0 {
         return Ok((0, false));
+    }
+    // The slots past what the descent prefetched: all on their way at
+    // once, rather than one miss per probe of the search.
+    if HDR + n * SLOT > PREFETCH {
+        b.prefetch(PREFETCH, HDR + n * SLOT - PREFETCH);
     }
     // The prefix: every key of the node starts with it. A key that does
     // not sorts before or after all of them.

@@ -146,6 +146,15 @@ impl<'a> Optimistic<'a> {
         self.base
     }
 
+    /// Asks the CPU to start loading bytes `[off, off + len)` of the page
+    /// into its caches, so that loads of them that follow (a binary search
+    /// over a node's slots, say) do not each wait for memory in turn. A
+    /// hint: clipped to the page, no effect on what loads return.
+    #[inline]
+    pub fn prefetch(&self, off: usize, len: usize) {
+        self.file.inner().frames.prefetch(self.frame, off, len);
+    }
+
     /// `n` bytes at `off` in bounds: their address, or `None` (and the view
     /// remembers it, see `validate`).
     #[inline(always)]
@@ -283,6 +292,18 @@ impl File {
         self.check_page(index)?;
         let (frame, version) = self.inner().optimistic_begin(&self.shared, index)?;
         Ok(self.view(frame, version, index))
+    }
+
+    /// Asks the CPU to start loading bytes `[off, off + len)` of frame
+    /// `hint` into its caches, before [`File::optimistic_hinted`] of the
+    /// same hint checks the frame's descriptor: the two loads from memory
+    /// then overlap. A hint about a hint: no I/O, no effect on any page,
+    /// nothing for a frame number out of range. (A page's first line is
+    /// prefetched by `optimistic_hinted` itself; this is for more lines,
+    /// such as a B-tree node's slots, when the caller knows their place.)
+    #[inline]
+    pub fn prefetch_hinted(&self, hint: u32, off: usize, len: usize) {
+        self.inner().frames.prefetch(hint, off, len);
     }
 
     /// A view of page `index` if it is still cached in frame `hint` (from

@@ -116,7 +116,7 @@ impl Inner {
             // The page's first line on its way while the descriptor is
             // checked (two independent misses instead of one after the
             // other; vmcache computes both addresses from the page number).
-            self.frames.prefetch(hint);
+            self.frames.prefetch(hint, 0, 64);
             let d = self.desc(hint);
             if let Some(v) = d.read_begin() {
                 let s = d.snapshot();

@@ -209,26 +209,35 @@ mod arena {
             unsafe { self.base.as_ptr().add((f as usize) << self.page_shift) }
         }
 
-        /// Asks the CPU to start loading the first cache line of frame
-        /// `f` (a hint: no fault, no effect on memory; nothing if `f` is out
-        /// of range). A reader that will check `f`'s descriptor and then
-        /// read its bytes issues this first, so that the two misses overlap
-        /// instead of following each other.
+        /// Asks the CPU to start loading bytes `[off, off + len)` of frame
+        /// `f` into its caches (a hint: no fault, no effect on memory;
+        /// nothing if `f` is out of range; clipped to the frame). A reader
+        /// that will check `f`'s descriptor and then read its bytes issues
+        /// this first, so that the misses overlap instead of following
+        /// each other.
         #[inline(always)]
-        pub fn prefetch(&self, f: FrameNo) {
+        pub fn prefetch(&self, f: FrameNo, off: usize, len: usize) {
             #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
-            if (f as usize) < self.descs.len() {
-                // SAFETY: the address is inside the arena's mapping (f is in
-                // range); a prefetch reads nothing architecturally and cannot
-                // fault.
-                unsafe {
-                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                    let p = self.base.as_ptr().add((f as usize) << self.page_shift);
-                    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            if (f as usize) < self.descs.len() && off < self.page_size {
+                let end = off.saturating_add(len).min(self.page_size);
+                let mut line = off & !63;
+                while line < end {
+                    // SAFETY: the address is inside frame f of the arena's
+                    // mapping (f and line are in range); a prefetch reads
+                    // nothing architecturally and cannot fault.
+                    unsafe {
+                        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                        let p = self
+                            .base
+                            .as_ptr()
+                            .add(((f as usize) << self.page_shift) + line);
+                        _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+                    }
+                    line += 64;
                 }
             }
             #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
-            let _ = f;
+            let _ = (f, off, len);
         }
 
         /// Frame `f`'s bytes as a shared slice.
