@@ -825,47 +825,55 @@ impl BTree {
         key: &[u8],
     ) -> io::Result<()> {
         let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
-        let es = node::entries(child).map_err(|_| bad(cpid))?;
-        let leaf = node::is_leaf(&child[..]);
-        let up = node::upper(&child[..]);
-        if es.len() < 2 {
+        // One copy of the node to rebuild both halves from (no entry is
+        // decoded into an allocation of its own).
+        let src = child.to_vec();
+        let n = node::check_slots(&src).map_err(|_| bad(cpid))?;
+        let leaf = node::is_leaf(&src[..]);
+        let up = node::upper(&src[..]);
+        if n < 2 {
             return Err(bad(cpid));
         }
+        let entry = |i| node::entry(&src, i).expect("slots checked");
+        let size = |i| {
+            let (k, v) = entry(i);
+            k.len() + v.len() + node::SLOT
+        };
         // The split point: half the bytes on each side; but an append (a
         // key past the node's last, as in a load in key order) leaves the
         // node full and starts the new one with its last entry, so that a
         // sequential load fills its nodes (vmcache's `splitOrdered`).
-        let m = if es.last().is_some_and(|(k, _)| k.as_slice() < key) {
-            es.len() - 1
+        let m = if entry(n - 1).0 < key {
+            n - 1
         } else {
-            let total: usize = es.iter().map(|(k, v)| k.len() + v.len() + node::SLOT).sum();
+            let total: usize = (0..n).map(size).sum();
             let mut m = 0;
             let mut acc = 0;
-            while m < es.len() - 1 && acc < total / 2 {
-                acc += es[m].0.len() + es[m].1.len() + node::SLOT;
+            while m < n - 1 && acc < total / 2 {
+                acc += size(m);
                 m += 1;
             }
             m
         };
-        let m = m.clamp(1, es.len() - 1);
+        let m = m.clamp(1, n - 1);
         let (npid, mut new) = self.new_page()?;
         let (new_at, child_at) = (
             node::Ptr::encode(npid, new.frame_hint()),
             node::Ptr::encode(cpid, child.frame_hint()),
         );
         let sep = if leaf {
-            node::rebuild(&mut new, true, &es[m..], up);
-            node::rebuild(child, true, &es[..m], new_at);
-            es[m - 1].0.clone()
+            node::rebuild(&mut new, true, &src, m..n, up);
+            node::rebuild(child, true, &src, 0..m, new_at);
+            entry(m - 1).0
         } else {
             // (Stored form, hint included.)
-            let mid_child = u64::from_le_bytes(es[m].1[..8].try_into().map_err(|_| bad(cpid))?);
-            node::rebuild(&mut new, false, &es[m + 1..], up);
-            node::rebuild(child, false, &es[..m], mid_child);
-            es[m].0.clone()
+            let mid_child = u64::from_le_bytes(entry(m).1.try_into().map_err(|_| bad(cpid))?);
+            node::rebuild(&mut new, false, &src, m + 1..n, up);
+            node::rebuild(child, false, &src, 0..m, mid_child);
+            entry(m).0
         };
         drop(new);
-        let (pos, _) = node::lower_bound(parent, &sep).map_err(|_| bad(ppid))?;
+        let (pos, _) = node::lower_bound(parent, sep).map_err(|_| bad(ppid))?;
         let here = if pos == node::count(parent).map_err(|_| bad(ppid))? {
             node::Ptr::decode(node::upper(parent))
         } else {
@@ -878,7 +886,7 @@ impl BTree {
                 &format!("does not point to its child {cpid}"),
             ));
         }
-        node::insert_at(parent, pos, &sep, &child_at.to_le_bytes()).map_err(|_| bad(ppid))?;
+        node::insert_at(parent, pos, sep, &child_at.to_le_bytes()).map_err(|_| bad(ppid))?;
         node::set_child(parent, pos + 1, new_at).map_err(|_| bad(ppid))?;
         Ok(())
     }

@@ -37,6 +37,7 @@
 //! view (a torn page then restarts; an unchanged one is really corrupt).
 
 use std::cmp::Ordering;
+use std::ops::Range;
 
 pub(crate) const HDR: usize = 32;
 /// The bytes a descent prefetches of a node before it knows the node's
@@ -414,33 +415,49 @@ pub(crate) fn set_upper(p: &mut [u8], v: u64) {
     put_u64(p, 8, v);
 }
 
-/// A decoded entry: key and value.
+/// A decoded entry: key and value (tests).
+#[cfg(test)]
 pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 
-/// Every entry of a node, decoded (splits and compaction).
+/// Every entry of a node, decoded (tests).
+#[cfg(test)]
 pub(crate) fn entries(p: &[u8]) -> Result<Vec<Entry>, Corrupt> {
-    let n = count(p)?;
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        let (off, klen, vlen) = slot(p, i)?;
-        v.push((
-            p[off..off + klen].to_vec(),
-            p[off + klen..off + klen + vlen].to_vec(),
-        ));
-    }
-    Ok(v)
+    (0..count(p)?)
+        .map(|i| entry(p, i).map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect()
 }
 
-/// Rewrites `p` as a node of the given kind holding exactly `es` (in
-/// order), with `upper`. The caller checked that they fit.
-pub(crate) fn rebuild(p: &mut [u8], leaf: bool, es: &[Entry], upper: u64) {
-    init(p, leaf, upper);
-    if let (Some(first), Some(last)) = (es.first(), es.last()) {
-        let np = lcp(&first.0, &last.0);
-        put_prefix(p, np, &first.0[..np]);
+/// Entry `i` of a node in plain bytes: its key and value.
+pub(crate) fn entry(p: &[u8], i: usize) -> Result<(&[u8], &[u8]), Corrupt> {
+    let (off, klen, vlen) = slot(p, i)?;
+    Ok((&p[off..off + klen], &p[off + klen..off + klen + vlen]))
+}
+
+/// Checks every slot of a node in plain bytes (before a rebuild trusts
+/// them).
+pub(crate) fn check_slots(p: &[u8]) -> Result<usize, Corrupt> {
+    let n = count(p)?;
+    for i in 0..n {
+        slot(p, i)?;
     }
-    for (i, (k, v)) in es.iter().enumerate() {
-        append(p, i, k, v);
+    Ok(n)
+}
+
+/// Rewrites `p` as a node of the given kind holding entries `range` of
+/// node `src` (a copy, whose slots [`check_slots`] accepted), with `upper`.
+/// The caller checked that they fit. No allocation: splits and
+/// compactions copy straight from `src`.
+pub(crate) fn rebuild(p: &mut [u8], leaf: bool, src: &[u8], range: Range<usize>, upper: u64) {
+    init(p, leaf, upper);
+    if range.is_empty() {
+        return;
+    }
+    let key = |i| entry(src, i).expect("slots checked").0;
+    let np = lcp(key(range.start), key(range.end - 1));
+    put_prefix(p, np, key(range.start));
+    for (j, i) in range.enumerate() {
+        let (k, v) = entry(src, i).expect("slots checked");
+        append(p, j, k, v);
     }
 }
 
@@ -501,9 +518,9 @@ fn make_room(p: &mut [u8], need: usize) -> Result<(), Corrupt> {
     if contiguous >= need {
         return Ok(());
     }
-    let es = entries(p)?;
-    let (leaf, up) = (is_leaf(p), upper(p));
-    rebuild(p, leaf, &es, up);
+    let src = p.to_vec();
+    let n = check_slots(&src)?;
+    rebuild(p, is_leaf(&src[..]), &src, 0..n, upper(&src[..]));
     Ok(())
 }
 
