@@ -202,10 +202,11 @@ impl Inner {
             config.page_locks,
         );
         page_locks.check()?;
-        let frames = FrameTable::new(nframes, page_size)?;
+        let mut frames = FrameTable::new(nframes, page_size)?;
         if config.populate {
             frames.populate()?;
         }
+        frames.fault_ahead(config.populate);
         let shift = page_size.trailing_zeros();
         // Live nodes are bounded by pages in the index times the height
         // needed for the largest page index (see `index`), plus slack.

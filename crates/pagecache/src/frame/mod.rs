@@ -12,6 +12,7 @@
 //! (a 64-way leaf node of 640 bytes covers 64 pages: 10 bytes a page for a
 //! dense file).
 
+mod ahead;
 mod desc;
 pub mod state;
 
@@ -40,6 +41,9 @@ mod arena {
         page_size: usize,
         page_shift: u32,
         descs: Descs,
+        /// Faults the arena in ahead of use (`None`: small, populated, or
+        /// under loom or Miri). Dropped before the arena is unmapped.
+        ahead: Option<super::ahead::FaultAhead>,
     }
 
     /// Anonymous mapping with `MADV_HUGEPAGE`: random lookups over a large
@@ -147,7 +151,30 @@ mod arena {
                     ptr: dptr,
                     len: nframes,
                 },
+                ahead: None,
             })
+        }
+
+        /// Starts faulting the arena in ahead of use (`frame::ahead`),
+        /// unless `populated` at creation. Context: at cache creation.
+        pub fn fault_ahead(&mut self, populated: bool) {
+            self.ahead = super::ahead::FaultAhead::new(self.base.as_ptr(), self.map_len, populated);
+        }
+
+        /// Frame `f` was just taken from the free pool: keeps the arena
+        /// faulted in ahead of it. Context: any, no lock held.
+        #[inline]
+        pub fn note_alloc(&self, f: FrameNo) {
+            if let Some(a) = &self.ahead {
+                a.note(((f as usize) + 1) << self.page_shift);
+            }
+        }
+
+        /// Bytes from the arena's start faulted in ahead of use so far
+        /// (0 without the helper).
+        #[cfg(all(test, not(loom), not(miri)))]
+        pub fn faulted_ahead(&self) -> usize {
+            self.ahead.as_ref().map_or(0, |a| a.done())
         }
 
         /// Faults the whole arena in now (`Config::populate`), so that no
@@ -268,6 +295,8 @@ mod arena {
 
     impl Drop for FrameTable {
         fn drop(&mut self) {
+            // The helper first: it faults pages of the arena in.
+            drop(self.ahead.take());
             // SAFETY: unmapping exactly the mapping made in `new`; no
             // reference into it outlives the table (pins borrow the cache).
             unsafe {

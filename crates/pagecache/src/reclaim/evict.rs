@@ -57,10 +57,19 @@ impl Inner {
     /// which must not wait for other runs' reads while its own cannot
     /// start: it gets an error at once where a patient caller would wait.
     pub(crate) fn alloc_frame_as(&self, patient: bool) -> io::Result<FrameNo> {
-        if let Some(f) = self.alloc.alloc() {
+        if let Some(f) = self.take_free() {
             return Ok(f);
         }
         self.reclaim(patient)
+    }
+
+    /// A frame from the free pool, if any; the arena is kept faulted in
+    /// ahead of it (`frame::ahead`). Context: any, no lock held.
+    #[inline]
+    fn take_free(&self) -> Option<FrameNo> {
+        let f = self.alloc.alloc()?;
+        self.frames.note_alloc(f);
+        Some(f)
     }
 
     /// Evicts one page and returns its frame. Fails when two full passes
@@ -88,7 +97,7 @@ impl Inner {
         let mut wb_failed: Option<io::Error> = None;
         loop {
             // A concurrent free may have refilled the pool.
-            if let Some(f) = self.alloc.alloc() {
+            if let Some(f) = self.take_free() {
                 return Ok(f);
             }
             // A full pass found nothing: take referenced pages too; a
@@ -130,7 +139,7 @@ impl Inner {
                 // meanwhile freed its leftovers before its decrement (read
                 // above), and a truncate or discard that the look missed
                 // (it read `freeing` after its end) freed its frames.
-                if let Some(f) = self.alloc.alloc() {
+                if let Some(f) = self.take_free() {
                     return Ok(f);
                 }
                 if (evictable && rechecks < 2) || (in_flight && patient) {
