@@ -98,11 +98,14 @@ pub struct Config {
     /// whatever this says.
     pub stable_writes: bool,
     /// Fault the whole frame arena in when the cache is created (default:
-    /// off). Off, a frame's memory is faulted in the first time the frame
-    /// is used, and with transparent huge pages (the arena asks for them)
-    /// such a fault may compact memory first: on a machine whose memory is
-    /// fragmented, a few milliseconds per 2 MiB, paid by whichever read or
-    /// write first fills that part of the cache. On, the cache uses its
+    /// off). Off, a frame's memory is faulted in around the time the frame
+    /// is first used, and with transparent huge pages (the arena asks for
+    /// them) such a fault may compact memory first: on a machine whose
+    /// memory is fragmented, or in a VM that returns free memory to its
+    /// host, a few milliseconds per 2 MiB. A helper thread faults the arena
+    /// in ahead of the frames in use (a sixteenth of the arena, at most 64
+    /// MiB, further), so that this mostly happens off the threads that
+    /// read and write; one that gets ahead of it pays the fault. On, the cache uses its
     /// whole budget from the start and its creation takes that time
     /// instead (tens to hundreds of milliseconds for 256 MiB), as a
     /// database's preallocated buffer pool does.
