@@ -113,10 +113,6 @@ impl Inner {
         hint: FrameNo,
     ) -> Option<(FrameNo, u64)> {
         if (hint as usize) < self.frames.len() {
-            // The page's first line on its way while the descriptor is
-            // checked (two independent misses instead of one after the
-            // other; vmcache computes both addresses from the page number).
-            self.frames.prefetch(hint, 0, 64);
             let d = self.desc(hint);
             if let Some(v) = d.read_begin() {
                 let s = d.snapshot();
