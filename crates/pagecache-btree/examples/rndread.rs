@@ -38,13 +38,30 @@ fn main() -> std::io::Result<()> {
         OpenOptions::new().read(true).write(true).create(true),
     )?;
     let tree = BTree::open_with(file, coupling)?;
+    // THREADS: threads for the load (each its range, in key order, as the
+    // lab's) and for the lookups (default 1).
+    let threads: u64 = std::env::var("THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let t0 = Instant::now();
-    let mut v = [0u8; 120];
-    for i in 0..n {
-        let k = i.to_be_bytes();
-        v[..8].copy_from_slice(&k);
-        tree.insert(&k, &v)?;
-    }
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let tree = &tree;
+                s.spawn(move || -> std::io::Result<()> {
+                    let mut v = [0u8; 120];
+                    for i in n * t / threads..n * (t + 1) / threads {
+                        let k = i.to_be_bytes();
+                        v[..8].copy_from_slice(&k);
+                        tree.insert(&k, &v)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().unwrap())
+    })?;
     let load = t0.elapsed().as_secs_f64();
     eprintln!(
         "load: {:.0} tuples/s ({:.2} s), {:.3} GB",
@@ -52,11 +69,6 @@ fn main() -> std::io::Result<()> {
         load,
         tree.file().len() as f64 / 1e9
     );
-    // THREADS: lookup threads (default 1), each with its own generator.
-    let threads: u64 = std::env::var("THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(secs);
     let done: u64 = std::thread::scope(|s| {
@@ -88,6 +100,7 @@ fn main() -> std::io::Result<()> {
             .sum::<std::io::Result<u64>>()
     })?;
     eprintln!("lookups: {:.0}/s", done as f64 / t0.elapsed().as_secs_f64());
+    eprintln!("{}", cache.stats());
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
