@@ -27,7 +27,11 @@ fn main() -> std::io::Result<()> {
     let quiet = std::env::var("NO_FLUSHER").is_ok();
     let populate = std::env::var("POPULATE").is_ok();
     let cache = PageCache::new(Config {
-        capacity: 4 << 30,
+        // CAPACITY_MIB: the pool (default 4 GiB).
+        capacity: std::env::var("CAPACITY_MIB")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .map_or(4 << 30, |m| m << 20),
         populate,
         dirty_background_percent: if quiet { 100 } else { 10 },
         dirty_limit_percent: if quiet { 100 } else { 30 },
@@ -69,6 +73,7 @@ fn main() -> std::io::Result<()> {
         load,
         tree.file().len() as f64 / 1e9
     );
+    let reads0 = cache.stats().reads;
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(secs);
     let done: u64 = std::thread::scope(|s| {
@@ -100,7 +105,11 @@ fn main() -> std::io::Result<()> {
             .sum::<std::io::Result<u64>>()
     })?;
     eprintln!("lookups: {:.0}/s", done as f64 / t0.elapsed().as_secs_f64());
-    eprintln!("{}", cache.stats());
+    eprintln!(
+        "{:.3} reads per lookup; {}",
+        (cache.stats().reads - reads0) as f64 / done.max(1) as f64,
+        cache.stats()
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
