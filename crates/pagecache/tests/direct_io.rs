@@ -85,3 +85,95 @@ fn buffered_when_asked_and_both_see_the_same_bytes() {
     assert_eq!(g.read_at(&mut tail, 16 * PS as u64).unwrap(), 5);
     assert_eq!(tail[4], pattern(16 * PS as u64 + 4));
 }
+
+fn stream_cache(frames: usize) -> PageCache {
+    PageCache::new(Config {
+        capacity: frames * PS,
+        buffered_streams: true,
+        // No background write-back racing the checks below.
+        dirty_background_percent: 100,
+        dirty_limit_percent: 100,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+/// Reads `f` from start to end in 1 MiB requests, checking each byte
+/// against `want`, and returns the most pages of `p` the kernel's cache
+/// held at any 8 MiB step.
+fn scan_checked(f: &pagecache::File, p: &Path, len: u64, want: impl Fn(u64) -> u8) -> usize {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut most = 0;
+    let mut off = 0;
+    while off < len {
+        let n = f.read_at(&mut buf, off).unwrap();
+        assert!(n > 0, "short scan at {off}");
+        for (i, &b) in buf[..n].iter().enumerate() {
+            let pos = off + i as u64;
+            assert_eq!(b, want(pos), "byte {pos} (page {})", pos / PS as u64);
+        }
+        off += n as u64;
+        if off % (8 << 20) == 0 {
+            most = most.max(kernel_cached_pages(p));
+        }
+    }
+    most
+}
+
+#[test]
+fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
+    // 96 MiB through a 16 MiB cache: every readahead window is a buffered
+    // read (with the io_uring engine; the thread pool reads streams
+    // direct), and the kernel's copy must stay a few blocks, not the file.
+    let d = TempDir::new("streams");
+    let p = d.path("f");
+    let len = 96u64 << 20;
+    make_file(&p, len);
+    drop_from_kernel_cache(&p);
+    assert!(
+        kernel_cached_pages(&p) < 256,
+        "precondition: the kernel's copy dropped"
+    );
+    let c = stream_cache(4096);
+    let f = c.open(&p).unwrap();
+    let most = scan_checked(&f, &p, len, pattern);
+    let s = c.stats();
+    assert!(s.readahead_pages > 0, "the scan read ahead: {s}");
+    // 8 MiB blocks, two behind plus the one being read, plus the kernel's
+    // own readahead (8 MiB on the project's machine): well under the file.
+    assert!(
+        most * PS <= 40 << 20,
+        "the kernel's cache held {} MiB of a 96 MiB file during the scan",
+        (most * PS) >> 20
+    );
+}
+
+#[test]
+fn buffered_streams_see_what_the_cache_wrote_back_not_an_older_kernel_copy() {
+    let d = TempDir::new("streams-coherent");
+    let p = d.path("f");
+    let len = 48u64 << 20;
+    make_file(&p, len);
+    // The kernel's cache holds the old bytes of the whole file.
+    std::fs::read(&p).unwrap();
+    let c = stream_cache(2048); // 8 MiB: the writes below are evicted, written back
+    let f = c.open(&p).unwrap();
+    let new = |pos: u64| pattern(pos) ^ 0x5A;
+    let chunk: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut chunk = chunk;
+    for off in (0..len).step_by(1 << 20) {
+        chunk.clear();
+        chunk.extend((off..off + (1 << 20)).map(new));
+        f.write_at(&chunk, off).unwrap();
+    }
+    // Some of it still dirty in the cache, most written back (direct
+    // writes, which invalidate the kernel's old copy); a stream reads the
+    // rest through the kernel's cache.
+    assert!(c.stats().writebacks > 0);
+    scan_checked(&f, &p, len, new);
+    f.sync().unwrap();
+    drop(f);
+    drop(c);
+    let all = std::fs::read(&p).unwrap();
+    assert!(all.iter().enumerate().all(|(i, &b)| b == new(i as u64)));
+}

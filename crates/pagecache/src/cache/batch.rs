@@ -70,6 +70,9 @@ use std::sync::Arc;
 /// Largest single read of a run, in bytes: a readahead window is split
 /// into several reads of this size, all in flight at once.
 const RUN_BYTES: u64 = 128 << 10;
+/// Largest read of a buffered stream (`Config::buffered_streams`): the
+/// kernel copies from its cache, so large reads cost no more memory.
+const STREAM_RUN_BYTES: u64 = 1 << 20;
 
 /// A run whose step 3 is done: its pages, still latched, and whether they
 /// were read (else they are out of the index, to be unlatched and freed).
@@ -184,6 +187,7 @@ impl Inner {
         &self,
         fs: &FileShared,
         run: Run,
+        stream: bool,
         done: impl FnOnce(Run, io::Result<usize>) + Send + 'static,
     ) -> Op {
         let first = run.fills[0].index;
@@ -208,6 +212,7 @@ impl Inner {
             dir: Dir::Read,
             iov,
             offset: first << self.shift,
+            stream,
             done: Box::new(move |res| done(run, res)),
         }
     }
@@ -226,6 +231,26 @@ impl Inner {
         let (settled, res) = self.settle_run(fs, run, res);
         self.publish_run(settled, keep);
         res
+    }
+
+    /// A buffered stream read of `fs` ended at byte `end`
+    /// (`Config::buffered_streams`): once it crosses an 8 MiB boundary,
+    /// drops the kernel's copy of the two aligned blocks behind the one it
+    /// is in. Whole aligned blocks, because the kernel frees only whole
+    /// folios and caches files in large ones (`POSIX_FADV_DONTNEED` of each
+    /// 1 MiB read freed nothing: `scripts/probe-scan.c`); two, so that a
+    /// boundary no read crossed (its pages were cached already) still gets
+    /// its block dropped. A hint: a stream that stops keeps at most those
+    /// blocks and the kernel's readahead in its cache. Context: any (the
+    /// engine's completion); one system call per 8 MiB.
+    pub(crate) fn drop_behind(&self, fs: &FileShared, end: u64) {
+        const BLOCK: u64 = 8 << 20;
+        let upto = end.saturating_sub(BLOCK) & !(BLOCK - 1);
+        // Relaxed: a hint; two streams of a file at most drop twice.
+        if upto > 0 && fs.dropped_behind.swap(upto, Ordering::Relaxed) != upto {
+            let from = upto.saturating_sub(2 * BLOCK);
+            fs.read_fd.drop_behind(from, upto - from);
+        }
     }
 
     /// Step 3, and on error the pages' removal from the index: all that
@@ -310,8 +335,9 @@ impl Inner {
         }
         let w = Oneshot::new();
         let done = w.done();
-        self.engine
-            .submit(vec![self.run_op(fs, run, move |run, res| done((run, res)))]);
+        self.engine.submit(vec![
+            self.run_op(fs, run, false, move |run, res| done((run, res)))
+        ]);
         meanwhile();
         let (run, res) = w.wait();
         self.complete_run(fs, run, res, true).map(|()| frames)
@@ -323,7 +349,14 @@ impl Inner {
     /// each completes on the engine's thread. Pages present are skipped.
     /// Returns how many pages it started. Context: may sleep (eviction, the
     /// submission mutex); no latch or tree lock held.
-    pub(crate) fn read_async(&self, fs: &Arc<FileShared>, first: u64, end: u64) -> u64 {
+    pub(crate) fn read_async(
+        &self,
+        fs: &Arc<FileShared>,
+        first: u64,
+        end: u64,
+        stream: bool,
+    ) -> u64 {
+        let stream = stream && self.buffered_streams;
         let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
             return 0;
         };
@@ -337,7 +370,7 @@ impl Inner {
         let busy = self.filling.load(Ordering::Relaxed) as u64;
         let budget = (self.frames.len() as u64 / 2).saturating_sub(busy);
         let end = end.min(npages).min(first.saturating_add(budget));
-        let per_op = (RUN_BYTES >> self.shift).max(1);
+        let per_op = ((if stream { STREAM_RUN_BYTES } else { RUN_BYTES }) >> self.shift).max(1);
         let mut ops = Vec::new();
         let mut started = 0;
         let mut i = first;
@@ -355,7 +388,11 @@ impl Inner {
             i += run.len() as u64;
             started += run.len() as u64;
             let (inner, file) = (me.clone(), fs.clone());
-            ops.push(self.run_op(fs, run, move |run, res| {
+            let end = (i << self.shift).min(npages << self.shift);
+            ops.push(self.run_op(fs, run, stream, move |run, res| {
+                if stream && res.is_ok() {
+                    inner.drop_behind(&file, end);
+                }
                 // An error removes the pages; a later read of one retries
                 // it and reports what happens then.
                 let (settled, _) = inner.settle_run(&file, run, res);
@@ -379,7 +416,7 @@ impl Inner {
         }
         let first = offset >> self.shift;
         let end = offset.saturating_add(len).div_ceil(self.page_size as u64);
-        let n = self.read_async(fs, first, end);
+        let n = self.read_async(fs, first, end, false);
         self.counters.add(Counter::PrefetchPages, n);
     }
 
@@ -411,7 +448,7 @@ impl Inner {
             ra.marker.store(start, Ordering::Relaxed);
             (start, start + size)
         };
-        let n = self.read_async(fs, start, end);
+        let n = self.read_async(fs, start, end, true);
         self.counters.add(Counter::ReadaheadPages, n);
     }
 

@@ -143,6 +143,8 @@ pub(crate) struct Inner {
     /// (C) the largest readahead window, in pages (0: no readahead), with
     /// the bounds of `Inner::new` applied.
     pub(crate) readahead_max: u64,
+    /// (C) `Config::buffered_streams`.
+    pub(crate) buffered_streams: bool,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
     /// (A) the dirty sequence: the next `FileShared::dirtied_when`.
@@ -261,6 +263,7 @@ impl Inner {
             dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
             flusher: Default::default(),
             readahead_max,
+            buffered_streams: config.buffered_streams,
             stable_writes: config.stable_writes,
             dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),

@@ -76,6 +76,10 @@ pub(crate) struct FileShared {
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
     pub(crate) wb_cursor: crate::sync::unmodelled::AtomicU64,
+    /// Bytes from the file's start whose kernel-cache copy a buffered
+    /// stream has dropped (`Config::buffered_streams`; see
+    /// `Inner::stream_read`).
+    pub(crate) dropped_behind: crate::sync::unmodelled::AtomicU64,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -132,6 +136,7 @@ impl Inner {
             hook: Default::default(),
             hooked: Default::default(),
             wb_cursor: Default::default(),
+            dropped_behind: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles

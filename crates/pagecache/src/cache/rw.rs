@@ -251,7 +251,7 @@ impl Inner {
             }
             let frames = self.read_run(fs, run, || {
                 if ra_end > last_page + 1 {
-                    let n = self.read_async(fs, last_page + 1, ra_end);
+                    let n = self.read_async(fs, last_page + 1, ra_end, true);
                     self.counters.add(Counter::ReadaheadPages, n);
                 }
             })?;
@@ -310,7 +310,7 @@ impl Inner {
             && end & (self.page_size as u64 - 1) != 0
             && fs.tree.lookup(&self.nodes, last).is_none()
         {
-            self.read_async(fs, last, last + 1);
+            self.read_async(fs, last, last + 1, false);
         }
         let size = fs.size.read_recursive();
         let ps = self.page_size;

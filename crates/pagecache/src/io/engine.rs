@@ -73,6 +73,10 @@ pub(crate) struct Op {
     /// The buffers, in file order; see the module's contract.
     pub(crate) iov: Vec<libc::iovec>,
     pub(crate) offset: u64,
+    /// A read of a sequential stream: planned with
+    /// [`BackendFile::io_plan_stream`].
+    #[cfg_attr(loom, allow(dead_code))] // (no io_uring under loom)
+    pub(crate) stream: bool,
     pub(crate) done: Done,
 }
 
@@ -494,21 +498,23 @@ mod uring {
                 return ops; // shut down: the pool runs them on this thread
             }
             for op in ops {
-                let fd =
-                    match op
-                        .file
+                let plan = if op.stream && op.dir == Dir::Read {
+                    op.file.io_plan_stream(op.offset, op.total(), op.aligned())
+                } else {
+                    op.file
                         .io_plan(op.dir == Dir::Write, op.offset, op.total(), op.aligned())
-                    {
-                        IoPlan::Fd(fd) => fd,
-                        IoPlan::Call => {
-                            blocking.push(op);
-                            continue;
-                        }
-                        IoPlan::Fail(e) => {
-                            failed.push((op, e));
-                            continue;
-                        }
-                    };
+                };
+                let fd = match plan {
+                    IoPlan::Fd(fd) => fd,
+                    IoPlan::Call => {
+                        blocking.push(op);
+                        continue;
+                    }
+                    IoPlan::Fail(e) => {
+                        failed.push((op, e));
+                        continue;
+                    }
+                };
                 let (ptr, n, off, dir) = (op.iov.as_ptr(), op.iov.len() as u32, op.offset, op.dir);
                 let data = Box::into_raw(Box::new(op)) as u64;
                 let entry = match dir {

@@ -67,6 +67,20 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
         let _ = (write, offset, len, aligned);
         IoPlan::Call
     }
+    /// [`BackendFile::io_plan`] for a read of a sequential stream (a
+    /// readahead window, with `Config::buffered_streams`): a backend whose
+    /// buffered path reads streams faster than its direct one may name a
+    /// buffered descriptor here, and then drops the kernel's copy behind
+    /// the stream in [`BackendFile::drop_behind`]. The default: as any read.
+    fn io_plan_stream(&self, offset: u64, len: usize, aligned: bool) -> IoPlan {
+        self.io_plan(false, offset, len, aligned)
+    }
+    /// The stream has consumed `[offset, offset + len)`: a backend that
+    /// read it through the kernel's cache drops it from there
+    /// (`POSIX_FADV_DONTNEED`). A hint; the default: nothing.
+    fn drop_behind(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
     /// One positioned gathered write (`pwritev`); may be short.
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize>;
     /// One positioned gathered write from raw buffers; may be short.

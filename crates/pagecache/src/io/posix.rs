@@ -269,6 +269,25 @@ impl BackendFile for PosixFile {
         }
     }
 
+    fn io_plan_stream(&self, _offset: u64, _len: usize, _aligned: bool) -> IoPlan {
+        // The buffered descriptor, whether or not direct I/O is on: the
+        // kernel's readahead keeps megabytes in flight, and `drop_behind`
+        // frees its copy.
+        IoPlan::Fd(self.file.as_raw_fd())
+    }
+
+    fn drop_behind(&self, offset: u64, len: u64) {
+        // SAFETY: advice on our own descriptor; no memory is passed.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+
     fn write_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
         // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std
         // guarantees it), and borrowed slices are valid for the call.

@@ -759,6 +759,7 @@ impl Inner {
                     dir: Dir::Write,
                     iov,
                     offset,
+                    stream: false,
                     done: Box::new(move |res: io::Result<usize>| {
                         // Steps 4-5 here, at once: end the pages'
                         // write-back, then drop their pins.
