@@ -516,8 +516,17 @@ mod uring {
                     }
                 };
                 let (ptr, n, off, dir) = (op.iov.as_ptr(), op.iov.len() as u32, op.offset, op.dir);
+                let stream = op.stream && dir == Dir::Read;
                 let data = Box::into_raw(Box::new(op)) as u64;
                 let entry = match dir {
+                    // A stream's buffered read in a kernel worker
+                    // (IOSQE_ASYNC), not inline in this call: the kernel's
+                    // copy into the frames then runs beside the reader's
+                    // copy out of them, not before it on the same thread.
+                    Dir::Read if stream => opcode::Readv::new(types::Fd(fd), ptr, n)
+                        .offset(off)
+                        .build()
+                        .flags(io_uring::squeue::Flags::ASYNC),
                     Dir::Read => opcode::Readv::new(types::Fd(fd), ptr, n)
                         .offset(off)
                         .build(),
