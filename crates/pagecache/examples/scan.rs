@@ -6,54 +6,47 @@
 //! sampled every 256 MiB (`mincore` on a mapping of the file).
 //!
 //! ```sh
-//! cargo run --release -p pagecache --example scan -- FILE [CACHE_MIB] [ROUNDS]
+//! READAHEAD_MIB=M cargo run --release -p pagecache --example scan -- FILE [CACHE_MIB] [ROUNDS]
 //! ```
+use pagecache::internals::kernel_cached_pages;
 use pagecache::{Config, PageCache};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
+use std::path::Path;
 use std::time::Instant;
 
-/// Pages of `path` in the kernel's cache.
-fn kernel_cached(path: &str) -> std::io::Result<u64> {
-    let f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len() as usize;
-    if len == 0 {
-        return Ok(0);
+/// Reads `len` bytes through `read` in 1 MiB requests; returns the
+/// seconds, a checksum, and the most pages of `path` the kernel's cache
+/// held at a 256 MiB step.
+fn pass(
+    path: &Path,
+    len: u64,
+    mut read: impl FnMut(&mut [u8], u64) -> std::io::Result<usize>,
+) -> std::io::Result<(f64, u64, usize)> {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut most, mut sum, mut off) = (0, 0u64, 0);
+    let t0 = Instant::now();
+    while off < len {
+        let n = read(&mut buf, off)?;
+        sum = sum.wrapping_add(buf[..n].iter().step_by(4096).map(|&b| b as u64).sum());
+        off += n as u64;
+        if off % (256 << 20) == 0 {
+            most = most.max(kernel_cached_pages(path)?);
+        }
     }
-    // SAFETY: a fresh read-only shared mapping of the whole file, never
-    // dereferenced, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut v = vec![0u8; len.div_ceil(4096)];
-    // SAFETY: a query on the mapping just made into a byte per page.
-    let r = unsafe { libc::mincore(p, len, v.as_mut_ptr()) };
-    // SAFETY: unmapping the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(v.iter().filter(|&&b| b & 1 != 0).count() as u64)
+    Ok((t0.elapsed().as_secs_f64(), sum, most))
 }
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).expect("FILE").as_str();
+    let path = Path::new(args.get(1).expect("FILE"));
     let mib: usize = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(256);
     let rounds: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(2);
+    let readahead_max = std::env::var("READAHEAD_MIB")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .map_or(Config::default().readahead_max, |m| m << 20);
     let len = std::fs::metadata(path)?.len();
-    let pages = len.div_ceil(4096);
-    let mut buf = vec![0u8; 1 << 20];
+    let pages = len.div_ceil(4096) as f64;
     for _ in 0..rounds {
         for case in [
             "kernel read()",
@@ -61,50 +54,25 @@ fn main() -> std::io::Result<()> {
             "pagecache, buffered_streams",
         ] {
             let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-            let mut most = 0;
-            let t0;
-            let mut sum = 0u64;
-            if case == "kernel read()" {
+            let (secs, sum, most) = if case == "kernel read()" {
                 let f = std::fs::File::open(path)?;
-                t0 = Instant::now();
-                let mut off = 0;
-                while off < len {
-                    let n = f.read_at(&mut buf, off)?;
-                    sum = sum.wrapping_add(buf[..n].iter().step_by(4096).map(|&b| b as u64).sum());
-                    off += n as u64;
-                    if off % (256 << 20) == 0 {
-                        most = most.max(kernel_cached(path)?);
-                    }
-                }
+                pass(path, len, |b, off| f.read_at(b, off))?
             } else {
                 let cache = PageCache::new(Config {
                     capacity: mib << 20,
                     buffered_streams: case.ends_with("streams"),
-                    readahead_max: std::env::var("READAHEAD_MIB")
-                        .ok()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .map_or(Config::default().readahead_max, |m| m << 20),
+                    readahead_max,
                     ..Config::default()
                 })?;
                 let f = cache.open(path)?;
-                t0 = Instant::now();
-                let mut off = 0;
-                while off < len {
-                    let n = f.read_at(&mut buf, off)?;
-                    sum = sum.wrapping_add(buf[..n].iter().step_by(4096).map(|&b| b as u64).sum());
-                    off += n as u64;
-                    if off % (256 << 20) == 0 {
-                        most = most.max(kernel_cached(path)?);
-                    }
-                }
-            }
-            let secs = t0.elapsed().as_secs_f64();
-            let end = kernel_cached(path)?;
+                pass(path, len, |b, off| f.read_at(b, off))?
+            };
+            let end = kernel_cached_pages(path)?;
             eprintln!(
                 "{case:28} {:.2} GB/s; kernel cache: at most {:.1}% of the file, {:.1}% at the end (checksum {sum})",
                 len as f64 / secs / 1e9,
-                most as f64 * 100.0 / pages as f64,
-                end as f64 * 100.0 / pages as f64,
+                most as f64 * 100.0 / pages,
+                end as f64 * 100.0 / pages,
             );
         }
     }
