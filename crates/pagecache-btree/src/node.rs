@@ -23,13 +23,13 @@
 //! heads of a node's keys differ and a lookup reads only its slots.
 //!
 //! Slots are in key order (byte-wise); the heap grows down from the page's
-//! end. A leaf's value is the user's; an inner node's value is a child's
-//! page number (8 bytes, little-endian) holding the keys `<=` its key and
-//! `>` the previous slot's; `upper` holds the keys above the last slot. In a
-//! leaf, `upper` is the next leaf (0: none) for ordered scans. Pointers to
-//! pages (children, next leaves) are [`Ptr`]s: a page number with a frame
-//! hint in its high bits. `dead` counts
-//! heap bytes freed by removals and replacements, reclaimed by compaction.
+//! end. A leaf's value is the user's; an inner node's value points to the
+//! child holding the keys `<=` its key and `>` the previous slot's; `upper`
+//! points to the child holding the keys above the last slot. In a leaf,
+//! `upper` points to the next leaf (page 0: none) for ordered scans. Every
+//! pointer is a [`Ptr`] (8 bytes, little-endian): a page number with a
+//! frame hint in its high bits. `dead` counts heap bytes freed by removals
+//! and replacements, reclaimed by compaction.
 //!
 //! Every offset read from a page is checked against the page size before
 //! it is used, so a torn or corrupt page yields [`Corrupt`], never an
@@ -534,10 +534,7 @@ pub(crate) fn insert_at(p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) -> Result<
     let np = if n == 0 {
         k.len()
     } else {
-        let key = |i: usize| -> Result<&[u8], Corrupt> {
-            let (off, klen, _) = slot(p, i)?;
-            Ok(&p[off..off + klen])
-        };
+        let key = |i| entry(p, i).map(|(k, _)| k);
         let first = if pos == 0 { k } else { key(0)? };
         let last = if pos == n { k } else { key(n - 1)? };
         lcp(first, last).min(prefix_len(p))

@@ -159,8 +159,7 @@ fn buffered_streams_see_what_the_cache_wrote_back_not_an_older_kernel_copy() {
     let c = stream_cache(2048); // 8 MiB: the writes below are evicted, written back
     let f = c.open(&p).unwrap();
     let new = |pos: u64| pattern(pos) ^ 0x5A;
-    let chunk: Vec<u8> = Vec::with_capacity(1 << 20);
-    let mut chunk = chunk;
+    let mut chunk = Vec::with_capacity(1 << 20);
     for off in (0..len).step_by(1 << 20) {
         chunk.clear();
         chunk.extend((off..off + (1 << 20)).map(new));

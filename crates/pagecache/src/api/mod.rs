@@ -105,10 +105,10 @@ pub struct Config {
     /// host, a few milliseconds per 2 MiB. A helper thread faults the arena
     /// in ahead of the frames in use (a sixteenth of the arena, at most 64
     /// MiB, further), so that this mostly happens off the threads that
-    /// read and write; one that gets ahead of it pays the fault. On, the cache uses its
-    /// whole budget from the start and its creation takes that time
-    /// instead (tens to hundreds of milliseconds for 256 MiB), as a
-    /// database's preallocated buffer pool does.
+    /// read and write; one that gets ahead of it pays the fault. On, the
+    /// cache uses its whole budget from the start and its creation takes
+    /// that time instead (tens to hundreds of milliseconds for 256 MiB), as
+    /// a database's preallocated buffer pool does.
     pub populate: bool,
     /// Read sequential streams (readahead windows) through the kernel's
     /// buffered path, dropping the kernel's copy behind the stream in
@@ -120,7 +120,9 @@ pub struct Config {
     /// usually win. Reads that are not part of a stream, and
     /// [`File::prefetch`](crate::File::prefetch), stay direct. Only the
     /// io_uring engine reads streams this way (the thread pool reads them
-    /// direct).
+    /// direct). A file read buffered anyway (`direct_io` off, or refused)
+    /// reads its streams as before, and the drop-behind keeps the kernel
+    /// from holding a second copy of what the stream passed.
     pub buffered_streams: bool,
 }
 

@@ -22,8 +22,8 @@
 //!     on x86-64 every load is inline assembly (one `mov` per 1-8 bytes at
 //!     any alignment, one `rep movsb` for copies of 256 bytes or more),
 //!     which the compiler treats as an opaque access; elsewhere and under
-//!     loom, relaxed atomic loads (single bytes at unaligned edges). It returns plain integers, which the caller treats as
-//!     untrusted until [`Optimistic::validate`]: a bounds check comes first
+//!     loom, relaxed atomic loads (single bytes at unaligned edges). It
+//!     returns plain integers, which the caller treats as untrusted until [`Optimistic::validate`]: a bounds check comes first
 //!     on every access ([`Optimistic::load_u64`] of a garbage offset reads
 //!     nothing), so a torn value cannot make the reader touch memory outside
 //!     the frame.

@@ -388,7 +388,7 @@ impl Inner {
             i += run.len() as u64;
             started += run.len() as u64;
             let (inner, file) = (me.clone(), fs.clone());
-            let end = (i << self.shift).min(npages << self.shift);
+            let end = i << self.shift; // (i <= npages)
             ops.push(self.run_op(fs, run, stream, move |run, res| {
                 if stream && res.is_ok() {
                     inner.drop_behind(&file, end);

@@ -152,8 +152,9 @@ impl Inner {
     /// Protocol 5.8 U1-U5: the page latched and drained (ready for a
     /// `FrameLatch`) if it is unchanged since the view `(f, v)` of page
     /// `index`; `None` if a writer, a reuse of the frame or another upgrade
-    /// came between (the caller restarts). Context: may sleep (U5's drain waits for other pins; runs
-    /// over the page); no latch of this page held.
+    /// came between (the caller restarts). Context: may sleep (U5's drain
+    /// waits for other pins; runs over the page); no latch of this page
+    /// held.
     pub(crate) fn optimistic_upgrade(
         &self,
         fs: &FileShared,

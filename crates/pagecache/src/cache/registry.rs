@@ -78,7 +78,7 @@ pub(crate) struct FileShared {
     pub(crate) wb_cursor: crate::sync::unmodelled::AtomicU64,
     /// Bytes from the file's start whose kernel-cache copy a buffered
     /// stream has dropped (`Config::buffered_streams`; see
-    /// `Inner::stream_read`).
+    /// `Inner::drop_behind`). A hint.
     pub(crate) dropped_behind: crate::sync::unmodelled::AtomicU64,
 }
 

@@ -15,8 +15,8 @@
 //! So a helper thread keeps the arena faulted in a little ahead of the
 //! highest frame handed out, with `MADV_POPULATE_WRITE` (which faults
 //! pages in as a write would, and leaves pages already present alone: it
-//! never changes a byte of a frame in use). The thread that allocates pays
-//! one relaxed load per fresh frame; a thread that gets ahead of the
+//! never changes a byte of a frame in use). A thread that takes a frame
+//! from the free pool pays one relaxed load; a thread that gets ahead of the
 //! helper still faults its page in itself, as without it. The helper
 //! starts on the first request, sleeps when it has caught up, stops once
 //! the whole arena is present, and is joined before the arena is unmapped.

@@ -498,7 +498,8 @@ mod uring {
                 return ops; // shut down: the pool runs them on this thread
             }
             for op in ops {
-                let plan = if op.stream && op.dir == Dir::Read {
+                let stream = op.stream && op.dir == Dir::Read;
+                let plan = if stream {
                     op.file.io_plan_stream(op.offset, op.total(), op.aligned())
                 } else {
                     op.file
@@ -516,7 +517,6 @@ mod uring {
                     }
                 };
                 let (ptr, n, off, dir) = (op.iov.as_ptr(), op.iov.len() as u32, op.offset, op.dir);
-                let stream = op.stream && dir == Dir::Read;
                 let data = Box::into_raw(Box::new(op)) as u64;
                 let entry = match dir {
                     // A stream's buffered read in a kernel worker
