@@ -839,11 +839,24 @@ impl BTree {
             let (k, v) = entry(i);
             k.len() + v.len() + node::SLOT
         };
-        // The split point: half the bytes on each side; but an append (a
-        // key past the node's last, as in a load in key order) leaves the
-        // node full and starts the new one with its last entry, so that a
-        // sequential load fills its nodes (vmcache's `splitOrdered`).
-        let m = if entry(n - 1).0 < key {
+        // The split point: half the bytes on each side; but
+        // - an append (a key past the node's last, as in a load in key
+        //   order) leaves the node full and starts the new one with its
+        //   last entry, so that a sequential load fills its nodes
+        //   (vmcache's `splitOrdered`);
+        // - an insert right after the leaf's latest insert (a run in key
+        //   order in the middle of the key space, as a load in key order
+        //   by several threads, each its range, makes) splits the same
+        //   way, and the leaf keeps the run's position: the run goes on in
+        //   the leaf, each split moving one of the keys above it out,
+        //   until it passes them and fills nodes of its own (an append
+        //   split would move none, a split in the middle would leave the
+        //   keys above in every node the run fills, half of each). Not in
+        //   the node's first quarter, where random inserts that happen to
+        //   follow the last one should not split unevenly.
+        let pos = node::lower_bound(&src[..], key).map_err(|_| bad(cpid))?.0;
+        let run = leaf && pos >= n / 4 && node::after_last_insert(&src) == Some(pos);
+        let m = if run || entry(n - 1).0 < key {
             n - 1
         } else {
             let total: usize = (0..n).map(size).sum();
@@ -864,6 +877,9 @@ impl BTree {
         let sep = if leaf {
             node::rebuild(&mut new, true, &src, m..n, up);
             node::rebuild(child, true, &src, 0..m, new_at);
+            if run && pos < m {
+                node::set_after_last_insert(child, pos);
+            }
             entry(m - 1).0
         } else {
             // (Stored form, hint included.)

@@ -5,7 +5,7 @@
 //! ```text
 //!  0        2       4           6        8               16      18       20    24              32
 //! +--------+-------+-----------+--------+---------------+-------+--------+-----+---------------+
-//! | count  | flags | heap_start| (pad)  | upper / next  | dead  | prefix |(pad)| prefix's bytes|
+//! | count  | flags | heap_start| last   | upper / next  | dead  | prefix |(pad)| prefix's bytes|
 //! +--------+-------+-----------+--------+---------------+-------+--------+-----+---------------+
 //! | slot 0 | slot 1 | ...  -> free space <-  ... heap: key, value | ...|
 //! +---------------------------------------------------------------------+
@@ -29,7 +29,10 @@
 //! `upper` points to the next leaf (page 0: none) for ordered scans. Every
 //! pointer is a [`Ptr`] (8 bytes, little-endian): a page number with a
 //! frame hint in its high bits. `dead` counts heap bytes freed by removals
-//! and replacements, reclaimed by compaction.
+//! and replacements, reclaimed by compaction. `last` is the slot of the
+//! latest insert plus one (0: none since the node was last rebuilt): a
+//! split uses it to tell a run of inserts in key order in the middle of
+//! the key space from random ones (InnoDB's `PAGE_LAST_INSERT`).
 //!
 //! Every offset read from a page is checked against the page size before
 //! it is used, so a torn or corrupt page yields [`Corrupt`], never an
@@ -250,6 +253,21 @@ fn cmp_key<B: Bytes + ?Sized>(b: &B, off: usize, klen: usize, key: &[u8]) -> Ord
 
 /// The length of the prefix the node's keys share.
 #[inline]
+/// The slot just after the latest insert into the node, if it had one
+/// since it was last rebuilt (a hint for splits).
+pub(crate) fn after_last_insert(p: &[u8]) -> Option<usize> {
+    match p.u16(6) {
+        0 => None,
+        n => Some(n as usize),
+    }
+}
+
+/// Sets the hint [`after_last_insert`] reads (a split that keeps a run's
+/// position in the node it rebuilt).
+pub(crate) fn set_after_last_insert(p: &mut [u8], slot: usize) {
+    put_u16(p, 6, slot as u16);
+}
+
 pub(crate) fn prefix_len<B: Bytes + ?Sized>(b: &B) -> usize {
     b.u16(18) as usize
 }
@@ -546,6 +564,7 @@ pub(crate) fn insert_at(p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) -> Result<
     p.copy_within(s..HDR + n * SLOT, s + SLOT);
     put_u16(p, 0, n as u16 + 1);
     append(p, pos, k, v);
+    put_u16(p, 6, pos as u16 + 1);
     Ok(())
 }
 

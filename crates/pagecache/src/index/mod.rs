@@ -61,8 +61,11 @@
 //! it took and did not write if the page is still DIRTY: the latch holder
 //! unlatches an already dirty page without tagging it. Its load of DIRTY
 //! reads D1's value, and only S2 (which needs a pin, so not before the
-//! latch is dropped) clears it. Spurious tag bits are harmless (sync
-//! filters on DIRTY).
+//! latch is dropped) clears it. Its bounded take (`take_dirty_range`)
+//! clears a node's bits (S1) and, before releasing the tree lock, sets
+//! back (D2) those of subtrees and pages it did not take, children before
+//! parents: only a sync, which needs the same lock, could have seen them
+//! clear. Spurious tag bits are harmless (sync filters on DIRTY).
 //!
 //! Growth vs. tagging: the grower stores the new root, then ORs the old
 //! root's bitmap into the new root with an RMW on the old root's `dirty`
@@ -659,17 +662,36 @@ impl<'a> TreeLocked<'a> {
         if height == 0 {
             return;
         }
-        walk(arena, root_id, height - 1, 0, start, false, out);
+        walk(arena, root_id, height - 1, 0, start, out);
     }
 
     /// Sync's collection (steps S1 of the tag protocol): clears every dirty
     /// tag top-down and returns the pages that were tagged, in index order.
     pub fn take_dirty(&self, arena: &NodeArena, out: &mut Vec<(u64, FrameNo)>) {
+        self.take_dirty_range(arena, 0, u64::MAX, usize::MAX, out);
+    }
+
+    /// The flusher's bounded collection: takes (S1) the tags of the pages
+    /// in `start..end`, in index order, until `out` holds `max` pages, and
+    /// leaves every other tag set. Its work under the tree lock is the
+    /// pages it takes plus one path, not the file's whole dirty set: a
+    /// writer inserting a page waits for that lock. A tag it cleared on
+    /// the way down and did not consume (a subtree it stopped in, bits out
+    /// of range) is put back with a D2 RMW before the lock is released,
+    /// bottom-up, so no sync ever sees it missing.
+    pub fn take_dirty_range(
+        &self,
+        arena: &NodeArena,
+        start: u64,
+        end: u64,
+        max: usize,
+        out: &mut Vec<(u64, FrameNo)>,
+    ) {
         let (root_id, height) = self.root();
-        if height == 0 {
+        if height == 0 || start >= end || out.len() >= max {
             return;
         }
-        walk(arena, root_id, height - 1, 0, 0, true, out);
+        take(arena, root_id, height - 1, 0, (start, end, max), out);
     }
 
     /// Checks the tree's invariants (tests): counts match occupied slots,
@@ -720,33 +742,77 @@ impl<'a> TreeLocked<'a> {
     }
 }
 
+/// The first index of slot `s` of a node at `level` covering from `base`,
+/// and the last index its span covers.
+#[inline]
+fn span(base: u64, level: u32, s: u64) -> (u64, u64) {
+    let span_shift = level * SHIFT;
+    let idx = base | (s << span_shift.min(63));
+    let last = if span_shift >= 64 {
+        u64::MAX
+    } else {
+        idx.saturating_add((1u64 << span_shift) - 1)
+    };
+    (idx, last)
+}
+
+/// [`TreeLocked::take_dirty_range`] below node `id`: returns whether every
+/// tag it cleared here was consumed (its parent's bit may stay clear).
+fn take(
+    arena: &NodeArena,
+    id: u64,
+    level: u32,
+    base: u64,
+    range: (u64, u64, usize),
+    out: &mut Vec<(u64, FrameNo)>,
+) -> bool {
+    let (start, end, max) = range;
+    let node = arena.get(id).expect("node on a locked path");
+    // AcqRel: step S1, see module docs. Clear-then-scan.
+    let mut bits = node.dirty.swap(0, Ordering::AcqRel);
+    let mut back = 0u64;
+    while bits != 0 {
+        let s = bits.trailing_zeros() as u64;
+        bits &= bits - 1;
+        let (idx, last) = span(base, level, s);
+        if last < start || idx >= end || out.len() >= max {
+            back |= 1 << s;
+            continue;
+        }
+        // Relaxed: under the tree lock, the only writer.
+        let e = node.slots[s as usize].load(Ordering::Relaxed);
+        if e == 0 {
+            continue; // a stray tag: dropped
+        }
+        if level == 0 {
+            out.push((idx, (e - 1) as FrameNo));
+        } else if !take(arena, e, level - 1, idx, range, out) {
+            back |= 1 << s;
+        }
+    }
+    if back != 0 {
+        // AcqRel: a put-back is a D2 (module docs); the children's bits
+        // were put back before this one, as a dirtier sets them.
+        node.dirty.fetch_or(back, Ordering::AcqRel);
+    }
+    back == 0
+}
+
 fn walk(
     arena: &NodeArena,
     id: u64,
     level: u32,
     base: u64,
     start: u64,
-    take_dirty: bool,
     out: &mut Vec<(u64, FrameNo)>,
 ) {
     let node = arena.get(id).expect("node on a locked path");
-    let span_shift = level * SHIFT;
-    let mut bits = if take_dirty {
-        // AcqRel: step S1, see module docs. Clear-then-scan.
-        node.dirty.swap(0, Ordering::AcqRel)
-    } else {
-        u64::MAX
-    };
+    let mut bits = u64::MAX;
     while bits != 0 {
         let s = bits.trailing_zeros() as u64;
         bits &= bits - 1;
-        let idx = base | (s << span_shift.min(63));
-        let span_end = if span_shift >= 64 {
-            u64::MAX
-        } else {
-            idx.saturating_add((1u64 << span_shift) - 1)
-        };
-        if span_end < start {
+        let (idx, last) = span(base, level, s);
+        if last < start {
             continue;
         }
         // Relaxed: under the tree lock, the only writer.
@@ -757,7 +823,7 @@ fn walk(
         if level == 0 {
             out.push((idx, (e - 1) as FrameNo));
         } else {
-            walk(arena, e, level - 1, idx, start, take_dirty, out);
+            walk(arena, e, level - 1, idx, start, out);
         }
     }
 }

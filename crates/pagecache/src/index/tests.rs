@@ -95,3 +95,42 @@ fn garbage_ids_are_rejected() {
     assert!(a.get(4097).is_none());
     assert!(a.get(4096).is_some());
 }
+
+/// The flusher's bounded take clears only the tags of the pages it
+/// returns (in range, at most `max`, in index order); every other tag stays
+/// set, down the whole path, so a later take or sync finds it.
+#[test]
+fn a_bounded_take_leaves_the_other_tags() {
+    let a = NodeArena::new(64).unwrap();
+    let t = Tree::default();
+    let pages: Vec<u64> = vec![1, 2, 63, 64, 65, 4095, 4096, 5000, 70000];
+    {
+        let mut g = t.lock();
+        for &p in &pages {
+            g.insert(&a, p, p as FrameNo).unwrap().unwrap();
+        }
+    }
+    for &p in &pages {
+        t.tag_dirty(&a, p);
+    }
+    let g = t.lock();
+    let mut d = Vec::new();
+    g.take_dirty_range(&a, 2, u64::MAX, 3, &mut d);
+    assert_eq!(d, vec![(2, 2), (63, 63), (64, 64)]);
+    let mut tagged = Vec::new();
+    g.validate(&a, |i, _, tg| {
+        if tg {
+            tagged.push(i)
+        }
+    });
+    assert_eq!(tagged, vec![1, 65, 4095, 4096, 5000, 70000]);
+    d.clear();
+    g.take_dirty_range(&a, 0, 4096, usize::MAX, &mut d);
+    assert_eq!(d, vec![(1, 1), (65, 65), (4095, 4095)]);
+    d.clear();
+    g.take_dirty(&a, &mut d);
+    assert_eq!(d, vec![(4096, 4096), (5000, 5000), (70000, 70000)]);
+    d.clear();
+    g.take_dirty(&a, &mut d);
+    assert!(d.is_empty(), "every tag taken once");
+}

@@ -507,11 +507,8 @@ impl Inner {
         let mut dirty = Vec::new();
         let mut taken = 0;
         loop {
-            self.take_dirty_of(fs, &mut dirty);
+            self.take_dirty_of(fs, &mut dirty, background);
             taken += dirty.len();
-            if let Some(goal) = background {
-                self.limit_background(fs, &mut dirty, goal);
-            }
             let mut started = false;
             let mut i = 0;
             while i < dirty.len() {
@@ -605,12 +602,27 @@ impl Inner {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Takes every dirty tag of `fs` (clearing `dirty` first): the pages, in
-    /// index order, count as under write-back from now on. Then reserves
-    /// the file's blocks and length up to the last of them. Context: takes
-    /// the tree lock; may sleep (`fallocate`).
-    fn take_dirty_of(&self, fs: &FileShared, dirty: &mut Vec<(u64, FrameNo)>) {
+    /// Takes the dirty tags of `fs` (clearing `dirty` first): the pages, in
+    /// index order, count as under write-back from now on. A sync
+    /// (`background` is `None`) takes every tag. The flusher, working the
+    /// cache's dirty count down to `goal`, takes only that many pages,
+    /// from the file's cursor (where its last pass stopped, the kernel's
+    /// `writeback_index`) to the end and then from the start, and moves the
+    /// cursor past the last one: a file whose hot pages stay dirty is
+    /// written a round at a time, each page once per round, not every
+    /// dirty page at every pass; and the tree lock, which writers inserting
+    /// pages need, is held for the pages taken, not for the file's whole
+    /// dirty set. Then reserves the file's blocks and length up to the
+    /// last page taken. Context: takes the tree lock; may sleep
+    /// (`fallocate`).
+    fn take_dirty_of(
+        &self,
+        fs: &FileShared,
+        dirty: &mut Vec<(u64, FrameNo)>,
+        background: Option<usize>,
+    ) {
         dirty.clear();
+        let mut partial = false;
         {
             let g = fs.tree.lock();
             // Taken now: a page dirtied from here on gives the file a new
@@ -618,65 +630,53 @@ impl Inner {
             // Relaxed: see `FileShared::dirtied_when`.
             fs.dirtied_when
                 .store(0, crate::sync::unmodelled::Ordering::Relaxed);
-            g.take_dirty(&self.nodes, dirty);
+            match background {
+                None => g.take_dirty(&self.nodes, dirty),
+                Some(goal) => {
+                    let budget = self.dirty_pages().saturating_sub(goal).max(1);
+                    // Relaxed: a hint.
+                    let cursor = fs
+                        .wb_cursor
+                        .load(crate::sync::unmodelled::Ordering::Relaxed);
+                    g.take_dirty_range(&self.nodes, cursor, u64::MAX, budget, dirty);
+                    let wrapped = dirty.len();
+                    g.take_dirty_range(&self.nodes, 0, cursor, budget, dirty);
+                    // The last taken in round order (before the wrap if
+                    // nothing came after it).
+                    let last = match dirty.len() {
+                        0 => None,
+                        n if n > wrapped => Some(dirty[n - 1].0),
+                        _ => Some(dirty[wrapped - 1].0),
+                    };
+                    if let Some(last) = last {
+                        // Relaxed: a hint.
+                        fs.wb_cursor
+                            .store(last + 1, crate::sync::unmodelled::Ordering::Relaxed);
+                    }
+                    // In index order: the wrapped part first.
+                    dirty.rotate_left(wrapped);
+                    partial = dirty.len() >= budget;
+                }
+            }
             // The taken pages count as under write-back from now on (not
             // from their pin): a sync that finds their tags gone must
             // find them here. Under the tree lock, which a later take
             // also takes. Relaxed: ordered by that lock.
             fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
         }
+        if partial {
+            // Tags are left: the file keeps a dirty time.
+            self.file_dirtied(fs);
+        }
         // Blocks and length up to the last dirty page's end (never past
         // the file's length), so the writes are overwrites the filesystem
         // runs concurrently.
-        if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
+        let last = dirty.iter().map(|&(i, _)| i).max();
+        if let (Some(last), Some(w)) = (last, fs.write_fd.get()) {
             // Acquire: as in `run_buffers`.
             let len = fs.len.load(Ordering::Acquire);
             w.allocate_to(len.min((last + 1) << self.shift));
         }
-    }
-
-    /// The flusher's pass writes only what brings the cache's dirty count
-    /// to `goal`, starting at the file's cursor (where its last pass
-    /// stopped) and wrapping around: of the pages taken (`dirty`, in index
-    /// order) it keeps that many from the cursor on, puts the others' tags
-    /// back, and moves the cursor past the last one kept. So a file whose
-    /// hot pages stay dirty is written a round at a time, each page once
-    /// per round, instead of every dirty page at every pass. Context: takes
-    /// the tree lock (to put tags back).
-    fn limit_background(&self, fs: &FileShared, dirty: &mut Vec<(u64, FrameNo)>, goal: usize) {
-        let budget = self.dirty_pages().saturating_sub(goal).max(1);
-        if dirty.len() <= budget {
-            return;
-        }
-        // Relaxed: a hint.
-        let cursor = fs
-            .wb_cursor
-            .load(crate::sync::unmodelled::Ordering::Relaxed);
-        let start = dirty.partition_point(|&(i, _)| i < cursor);
-        dirty.rotate_left(start);
-        let rest = dirty.split_off(budget);
-        let mut kept = std::mem::take(dirty);
-        // The last kept in round order (it may have wrapped past the end).
-        let next = kept.last().map_or(0, |&(i, _)| i + 1);
-        kept.sort_unstable_by_key(|&(i, _)| i);
-        // Relaxed: a hint.
-        fs.wb_cursor
-            .store(next, crate::sync::unmodelled::Ordering::Relaxed);
-        *dirty = kept;
-        {
-            let g = fs.tree.lock();
-            for &(index, f) in &rest {
-                if fs.tree.lookup(&self.nodes, index) == Some(f)
-                    && self.desc(f).snapshot().is_dirty()
-                {
-                    fs.tree.tag_dirty(&self.nodes, index);
-                }
-            }
-            drop(g);
-        }
-        self.file_dirtied(fs);
-        // Release: after the tags are back (see `untake`).
-        fs.writeback.fetch_sub(rest.len(), Ordering::Release);
     }
 
     /// The flusher took the dirty tag of page `index` (frame `f`) and will
