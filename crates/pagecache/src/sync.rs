@@ -17,10 +17,14 @@
 
 #[cfg(loom)]
 #[allow(unused_imports)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 #[allow(unused_imports)]
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// Shared memory loom does not model (see the module docs): std atomics
 /// and `parking_lot`'s mutex and condvar, the same with and without

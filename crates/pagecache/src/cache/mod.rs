@@ -508,7 +508,21 @@ impl Drop for FrameLatch<'_> {
             // An unchanged file page: up to date (a fill may have just read
             // it), dirty only if it was before.
             Some(_) if self.clean => d.unlatch_uptodate(),
-            // 6: DIRTY + unlatch (Release) + wake; tag if newly dirty.
+            // 6: DIRTY + unlatch (Release) + wake; tag if newly dirty
+            // (under our pin), else the pin goes in the same RMW.
+            Some((fs, index)) if self.cache.hooks & HOOK_PAGE_LOCKS == 0 => {
+                let (old, released) = d.unlatch_dirty_release();
+                match released {
+                    Some(Released::Last) => return self.cache.free_frame(self.frame),
+                    Some(Released::Alive) => return,
+                    None => {}
+                }
+                if !old.is_removed() {
+                    fs.tree.tag_dirty(&self.cache.nodes, index);
+                    self.cache.dirtied();
+                    self.cache.file_dirtied(fs);
+                }
+            }
             Some((fs, index)) => {
                 let old = d.unlatch_dirty();
                 if !old.is_dirty() && !old.is_removed() {

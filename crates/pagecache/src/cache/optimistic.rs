@@ -26,7 +26,10 @@
 //!  U1. pin (5.1 step 2: fails if latched or free -> restart)
 //!  U2. identity == (file, index), not REMOVED, else restart
 //!  U3. claim LATCHED (fails if held -> restart: of two upgrades racing,
-//!      at most one passes U3)
+//!      at most one passes U3). U1 and U3 are one CAS (`try_pin_latch`)
+//!      outside the baselines, U2 checked after it (a frame recycled
+//!      meanwhile is unlatched and released: its holders met a claimed
+//!      latch for that moment, as they meet a stray pin)
 //!  U4. version == v (nobody else can move it while we hold LATCHED and a
 //!      pin), else unlatch and restart
 //!  U5. W2 (drain, then runs: 5.7 W2-W3), then W3: a `PageMut`
@@ -162,14 +165,29 @@ impl Inner {
         f: FrameNo,
         v: u64,
     ) -> Option<FrameNo> {
-        // U1-U2.
-        let f = self.pin_as(f, fs.id, index).ok()?;
+        // U1-U3: pin and latch, in one CAS unless a baseline's hooks need
+        // the pin on its own.
+        let f = if self.hooks == 0 {
+            if f as usize >= self.frames.len() {
+                return None; // garbage from a recycled index node
+            }
+            let d = self.desc(f);
+            let s = d.try_pin_latch().ok()?;
+            if s.is_removed() || d.identity() != (fs.id, index) {
+                d.unlatch();
+                self.release(f);
+                return None;
+            }
+            f
+        } else {
+            let f = self.pin_as(f, fs.id, index).ok()?;
+            if !self.desc(f).try_latch() {
+                self.release(f);
+                return None;
+            }
+            f
+        };
         let d = self.desc(f);
-        // U3.
-        if !d.try_latch() {
-            self.release(f);
-            return None;
-        }
         // U4. Acquire fence inside: our loads of the version come after
         // the CAS of U3.
         if !d.read_validate(v) || d.snapshot().is_removed() {

@@ -76,6 +76,11 @@ pub(crate) struct FileShared {
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
     pub(crate) wb_cursor: crate::sync::unmodelled::AtomicU64,
+    /// (A) set (never cleared) before the first run over this file's
+    /// pages pins its slots (protocol 5.7 R1): until then a writer's W2
+    /// has no leaf to look at. Read after W2's fence, stored before R1's,
+    /// so of a run and a writer at least one sees the other as before.
+    pub(crate) had_runs: crate::sync::AtomicBool,
     /// Bytes from the file's start whose kernel-cache copy a buffered
     /// stream has dropped (`Config::buffered_streams`; see
     /// `Inner::drop_behind`). A hint.
@@ -136,6 +141,7 @@ impl Inner {
             hook: Default::default(),
             hooked: Default::default(),
             wb_cursor: Default::default(),
+            had_runs: crate::sync::AtomicBool::new(false),
             dropped_behind: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {

@@ -13,8 +13,9 @@
 //!
 //! ```text
 //!  run (no lock)                            writer (pin held; 5.5)
-//!  R1. leaf = walk(start); +1 on the slot   W1. try_latch (RMW on state)
-//!      counts of start..start+n (CAS per    W2. SeqCst fence; leaf of the
+//!  R1. had_runs = true (once per file);     W1. try_latch (RMW on state)
+//!      leaf = walk(start); +1 on the slot   W2. SeqCst fence; had_runs
+//!      counts of start..start+n (CAS per        false -> go on; leaf of the
 //!      16 slots; a count at 7 refuses:          page (a walk; checked as in
 //!      per-page pins instead); SeqCst fence     R2); slot count zero -> go
 //!  R2. leaf.owner/pos == (file, start's         on; then the page's state:
@@ -182,7 +183,12 @@ impl Inner {
         }
         let leaf = fs.tree.leaf(&self.nodes, start)?;
         let lo = (start % LEAF_PAGES) as usize;
-        // R1.
+        // R1. The file has had runs (a store once per file): writers' W2
+        // look for them from now on.
+        // Relaxed: ordered before W2's loads by R1's fence below.
+        if !fs.had_runs.load(Ordering::Relaxed) {
+            fs.had_runs.store(true, Ordering::Relaxed);
+        }
         if !leaf.pin_slots(lo, n) {
             return None;
         }
@@ -282,6 +288,13 @@ impl Inner {
     /// sleep.
     pub(crate) fn run_over(&self, fs: &FileShared, index: u64, f: FrameNo) -> RunHold<'_> {
         fence(Ordering::SeqCst);
+        // No run ever pinned this file's slots: no walk. Relaxed: after the
+        // fence; a run stores it before its R1 fence, so if that fence
+        // precedes ours we read it (and walk), and if ours precedes, the
+        // run's R3 sees our latch.
+        if !fs.had_runs.load(Ordering::Relaxed) {
+            return RunHold::Free;
+        }
         let Some(leaf) = fs.tree.leaf(&self.nodes, index) else {
             return RunHold::Free;
         };

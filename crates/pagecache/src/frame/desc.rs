@@ -289,6 +289,43 @@ impl FrameDesc {
         }
     }
 
+    /// [`FrameDesc::try_pin`] (a user pin) and [`FrameDesc::try_latch`]
+    /// in one CAS: a reference and the latch, unless the refcount is zero
+    /// or the latch is claimed. For an upgrade (5.8 U1-U3), which would
+    /// take the latch right after its pin anyway. Like `try_pin`, the frame
+    /// may be free or recycled: the caller re-checks identity and, if it is
+    /// not its page, unlatches and releases (a holder of that page meets a
+    /// claimed latch for that moment, as it meets a stray pin). Context:
+    /// any, no sleep.
+    #[inline(always)]
+    pub fn try_pin_latch(&self) -> Result<State, PinFail> {
+        // Relaxed: the value only seeds the CAS, which re-validates it.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            let st = State(s);
+            let r = st.refs();
+            if r == 0 {
+                return Err(PinFail::Free);
+            }
+            if st.is_latched() {
+                return Err(PinFail::Latched);
+            }
+            if r >= MAX_PINS {
+                return Err(PinFail::Overflow);
+            }
+            let new = (s + 1) | ACCESSED | LATCHED;
+            // Acquire: as `try_pin` and `try_latch` (the frame's
+            // publication, the previous holder's unlatch).
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(State(new)),
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
     /// Waits until the only references left are the latch holder's own and
     /// the cache's (protocol 5.5 step 2). Context: may sleep; the caller
     /// holds the latch and no other pin of this page.
@@ -345,6 +382,36 @@ impl FrameDesc {
     #[must_use = "a page that just became dirty must be tagged in its index"]
     pub fn unlatch_dirty(&self) -> State {
         self.update(DIRTY | UPTODATE, LATCHED)
+    }
+
+    /// Ends a write and drops the holder's pin in one RMW when the page
+    /// is dirty already (the common case of a page written again: nothing
+    /// to tag, so the pin the tag needs is not kept). Otherwise the same
+    /// as [`FrameDesc::unlatch_dirty`], the pin kept. Returns the state
+    /// before and, when the pin was dropped, what its release reports
+    /// (`Released::Last` for a removed page's last reference: the caller
+    /// frees the frame). Context: no sleep; the caller holds the latch and
+    /// its pin.
+    #[inline]
+    pub fn unlatch_dirty_release(&self) -> (State, Option<Released>) {
+        // Release: as `update` (the bytes written under the latch) and as
+        // `release` (our reads happen-before whoever sees the count drop).
+        let old = State(
+            self.state
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | WAITERS);
+                    Some(if s & DIRTY != 0 { new - 1 } else { new })
+                })
+                .unwrap_or_else(|s| s),
+        );
+        if old.0 & WAITERS != 0 {
+            unpark_all(self.key());
+        }
+        if !old.is_dirty() {
+            return (old, None);
+        }
+        debug_assert!(old.refs() > 0, "release of a frame with no reference");
+        (old, Some(self.after_drop_ref(old)))
     }
 
     /// Atomically sets `set` and clears `clear | WAITERS`, waking parked
