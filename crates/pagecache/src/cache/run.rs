@@ -63,6 +63,10 @@
 //!   the bits). The writer finds the leaf with a lock-free walk: the page is
 //!   in its tree while pinned by the writer and not removed, and a leaf a
 //!   run pins stays linked (F2), so the walk ends at the run's leaf.
+//!   `had_runs` skips the walk for a file no run ever pinned: the run
+//!   stores it before R1's fence, so if that fence precedes W2's, W2
+//!   reads it (it is never cleared) and walks; if W2's precedes, R3 sees
+//!   `LATCHED`, as above.
 //! * **The evictor** freezes with E1, the same handshake with E2: either R3
 //!   sees refcount 0 (or the frame's next identity, with an odd version in
 //!   between, which R3's version check rejects), or E2 sees the count and
