@@ -35,8 +35,9 @@
 // `pc_config.populate`; 5: anonymous regions, `pc_anon_*`; 6: optimistic
 // views `pc_page_optimistic`, `pc_optimistic_validate`,
 // `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
-// `pc_page_try_latch`, `pc_latch_release_clean`).
-#define PC_ABI_VERSION 6
+// `pc_page_try_latch`, `pc_latch_release_clean`; 7:
+// `pc_config.stream_reads`, `pc_cache_stream_choices`).
+#define PC_ABI_VERSION 7
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -64,6 +65,19 @@
 
 // `pc_config.io_engine`: a pool of I/O threads doing `preadv`/`pwritev`.
 #define PC_IO_THREADS 2
+
+// `pc_config.stream_reads`: sequential streams read with direct I/O, as
+// every other read (the default).
+#define PC_STREAM_DIRECT 0
+
+// `pc_config.stream_reads`: through the kernel's buffered path and its
+// readahead, without keeping the kernel's copy (dropped behind the
+// stream).
+#define PC_STREAM_BUFFERED 1
+
+// `pc_config.stream_reads`: each device's first streams read both ways
+// and measured, the faster kept (`pc_cache_stream_choices`).
+#define PC_STREAM_MEASURE 2
 
 // The most pages a `pc_run` holds.
 #define PC_RUN_MAX 16
@@ -118,6 +132,10 @@ typedef struct pc_config {
   // possibly a compaction of memory). Zero (the default): frames are
   // faulted in on first use. (Added in ABI 4.)
   uint32_t populate;
+  // How sequential streams (readahead windows) are read: one of
+  // `PC_STREAM_DIRECT` (the default), `PC_STREAM_BUFFERED`,
+  // `PC_STREAM_MEASURE`; see `pagecache::StreamReads`. (Added in ABI 7.)
+  uint32_t stream_reads;
 } pc_config;
 
 // The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.
@@ -155,6 +173,19 @@ typedef struct pc_stats {
   // Frames free now.
   uint64_t free_frames;
 } pc_stats;
+
+// What `PC_STREAM_MEASURE` chose for one device
+// (`pc_cache_stream_choices`).
+typedef struct pc_stream_choice {
+  // The device (`st_dev` of its files).
+  uint64_t device;
+  // Nonzero: its streams are read through the kernel's cache.
+  uint32_t buffered;
+  // The rates measured, in bytes per second.
+  double direct_rate;
+  // See `direct_rate`.
+  double buffered_rate;
+} pc_stream_choice;
 
 // A page held by the caller: pinned (`pc_page_pin`: read-only, the page
 // stays cached and unchanged) or latched (`pc_page_latch`: writable by
@@ -268,6 +299,20 @@ int pc_cache_free(struct pc_cache *cache);
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_cache_stats(const struct pc_cache *cache, struct pc_stats *stats);
+
+// Stores in `out[0..n]` what `PC_STREAM_MEASURE` chose so far (one entry
+// per device whose measurement is complete, by device number) and in
+// `*count` how many there are (may be more than `n`: call again with a
+// larger array). `out` may be NULL when `n` is 0.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// `out` has room for `n` entries; handles come from this library and are
+// not yet freed or closed.
+int pc_cache_stream_choices(const struct pc_cache *cache,
+                            struct pc_stream_choice *out_choices,
+                            size_t n,
+                            size_t *count);
 
 // Drops the cached pages of files at `path` that no handle has open
 // (kept because their last close failed to write them back), without

@@ -91,6 +91,7 @@ static void test_version_and_defaults(void) {
   EXPECT(cfg.dirty_background_percent <= cfg.dirty_limit_percent);
   EXPECT(cfg.stable_writes == 0); /* writers do not wait for write-back */
   EXPECT(cfg.populate == 0);      /* frames faulted in on first use */
+  EXPECT(cfg.stream_reads == PC_STREAM_DIRECT);
   EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
 }
 
@@ -106,6 +107,10 @@ static void test_bad_config(void) {
   cfg.io_engine = 99;
   EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
   EXPECT(strstr(pc_last_error(), "io_engine") != NULL);
+  OK(pc_config_default(&cfg));
+  cfg.stream_reads = 7;
+  EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
+  EXPECT(strstr(pc_last_error(), "stream_reads") != NULL);
   OK(pc_config_default(&cfg));
   cfg.capacity = PS; /* fewer than four frames */
   EXPECT(pc_cache_new(&cfg, &c) == -EINVAL);
@@ -232,6 +237,50 @@ static void test_populate(void) {
   EXPECT(n == sizeof back && memcmp(back, b, sizeof b) == 0);
   OK(pc_file_close(f));
   OK(pc_cache_free(c));
+}
+
+/* Streams read buffered or measured: a scan through a small cache reads
+   every byte right, and the measured cache reports at most one choice
+   (none with the thread pool, which reads streams direct; none if the
+   scan's windows were too few to measure). */
+static void test_stream_reads(void) {
+  const size_t len = 24u << 20;
+  unsigned char *data = malloc(len), *back = malloc(1u << 20);
+  EXPECT(data && back);
+  for (size_t i = 0; i < len; i++) data[i] = (unsigned char)(i * 7 + i / 4096);
+  uint32_t modes[] = {PC_STREAM_BUFFERED, PC_STREAM_MEASURE};
+  for (int m = 0; m < 2; m++) {
+    pc_config cfg;
+    pc_cache *c = NULL;
+    OK(pc_config_default(&cfg));
+    cfg.capacity = 4u << 20;
+    cfg.stream_reads = modes[m];
+    OK(pc_cache_new(&cfg, &c));
+    pc_file *f = open_new(c, "streams");
+    OK(pc_file_write_at(f, data, len, 0));
+    OK(pc_file_sync(f));
+    OK(pc_file_close(f));
+    char p[512];
+    path_of(p, "streams");
+    OK(pc_file_open(c, p, PC_READ, &f));
+    for (size_t off = 0; off < len; off += 1u << 20) {
+      size_t n = 0;
+      OK(pc_file_read_at(f, back, 1u << 20, off, &n));
+      EXPECT(n == 1u << 20 && memcmp(back, data + off, n) == 0);
+    }
+    size_t count = 99;
+    pc_stream_choice ch[2];
+    OK(pc_cache_stream_choices(c, ch, 2, &count));
+    if (modes[m] == PC_STREAM_BUFFERED) EXPECT(count == 0);
+    EXPECT(count <= 1);
+    if (count == 1) EXPECT(ch[0].direct_rate > 0 && ch[0].buffered_rate > 0);
+    EXPECT(pc_cache_stream_choices(c, NULL, 1, &count) == -EINVAL);
+    OK(pc_cache_stream_choices(c, NULL, 0, &count));
+    OK(pc_file_close(f));
+    OK(pc_cache_free(c));
+  }
+  free(data);
+  free(back);
 }
 
 static void test_pins_and_latches(void) {
@@ -838,6 +887,7 @@ int main(int argc, char **argv) {
   test_open_errors();
   test_write_read_sync();
   test_populate();
+  test_stream_reads();
   test_pins_and_latches();
   test_optimistic_views();
   test_upgrade_race();

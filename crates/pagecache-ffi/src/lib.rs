@@ -32,7 +32,7 @@
 use crossbeam_utils::CachePadded;
 use pagecache::{
     AnonMut, AnonRef, AnonRegion, Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef,
-    PageRun,
+    PageRun, StreamReads,
 };
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -46,8 +46,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 /// `pc_config.populate`; 5: anonymous regions, `pc_anon_*`; 6: optimistic
 /// views `pc_page_optimistic`, `pc_optimistic_validate`,
 /// `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
-/// `pc_page_try_latch`, `pc_latch_release_clean`).
-pub const PC_ABI_VERSION: u32 = 6;
+/// `pc_page_try_latch`, `pc_latch_release_clean`; 7:
+/// `pc_config.stream_reads`, `pc_cache_stream_choices`).
+pub const PC_ABI_VERSION: u32 = 7;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -69,6 +70,17 @@ pub const PC_IO_AUTO: u32 = 0;
 pub const PC_IO_URING: u32 = 1;
 /// `pc_config.io_engine`: a pool of I/O threads doing `preadv`/`pwritev`.
 pub const PC_IO_THREADS: u32 = 2;
+
+/// `pc_config.stream_reads`: sequential streams read with direct I/O, as
+/// every other read (the default).
+pub const PC_STREAM_DIRECT: u32 = 0;
+/// `pc_config.stream_reads`: through the kernel's buffered path and its
+/// readahead, without keeping the kernel's copy (dropped behind the
+/// stream).
+pub const PC_STREAM_BUFFERED: u32 = 1;
+/// `pc_config.stream_reads`: each device's first streams read both ways
+/// and measured, the faster kept (`pc_cache_stream_choices`).
+pub const PC_STREAM_MEASURE: u32 = 2;
 
 /// A cache's settings. Fill it with `pc_config_default`, then change what
 /// you need.
@@ -103,6 +115,25 @@ pub struct pc_config {
     /// possibly a compaction of memory). Zero (the default): frames are
     /// faulted in on first use. (Added in ABI 4.)
     pub populate: u32,
+    /// How sequential streams (readahead windows) are read: one of
+    /// `PC_STREAM_DIRECT` (the default), `PC_STREAM_BUFFERED`,
+    /// `PC_STREAM_MEASURE`; see `pagecache::StreamReads`. (Added in ABI 7.)
+    pub stream_reads: u32,
+}
+
+/// What `PC_STREAM_MEASURE` chose for one device
+/// (`pc_cache_stream_choices`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct pc_stream_choice {
+    /// The device (`st_dev` of its files).
+    pub device: u64,
+    /// Nonzero: its streams are read through the kernel's cache.
+    pub buffered: u32,
+    /// The rates measured, in bytes per second.
+    pub direct_rate: f64,
+    /// See `direct_rate`.
+    pub buffered_rate: f64,
 }
 
 /// The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.
@@ -449,6 +480,7 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                 dirty_limit_percent: d.dirty_limit_percent,
                 stable_writes: d.stable_writes as u32,
                 populate: d.populate as u32,
+                stream_reads: PC_STREAM_DIRECT,
             })
         };
         Ok(())
@@ -479,6 +511,16 @@ fn to_config(c: &pc_config) -> io::Result<Config> {
         dirty_limit_percent: c.dirty_limit_percent,
         stable_writes: c.stable_writes != 0,
         populate: c.populate != 0,
+        stream_reads: match c.stream_reads {
+            PC_STREAM_DIRECT => StreamReads::Direct,
+            PC_STREAM_BUFFERED => StreamReads::Buffered,
+            PC_STREAM_MEASURE => StreamReads::Measure,
+            n => {
+                return Err(invalid(format!(
+                    "pc_cache_new: stream_reads {n} is not a PC_STREAM_* value"
+                )))
+            }
+        },
         ..Config::default()
     })
 }
@@ -559,6 +601,47 @@ pub unsafe extern "C" fn pc_cache_stats(cache: *const pc_cache, stats: *mut pc_s
                 free_frames: c.free_frames() as u64,
             })
         };
+        Ok(())
+    })
+}
+
+/// Stores in `out[0..n]` what `PC_STREAM_MEASURE` chose so far (one entry
+/// per device whose measurement is complete, by device number) and in
+/// `*count` how many there are (may be more than `n`: call again with a
+/// larger array). `out` may be NULL when `n` is 0.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// `out` has room for `n` entries; handles come from this library and are
+/// not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_stream_choices(
+    cache: *const pc_cache,
+    out_choices: *mut pc_stream_choice,
+    n: usize,
+    count: *mut usize,
+) -> c_int {
+    guard("pc_cache_stream_choices", || {
+        // SAFETY: the contract: null or from pc_cache_new.
+        let c = &unsafe { arg(cache, "pc_cache_stream_choices", "cache") }?.cache;
+        let cnt = out(count, "pc_cache_stream_choices", "count")?;
+        let choices = c.stream_choices();
+        if n > 0 {
+            let o = out(out_choices, "pc_cache_stream_choices", "out")?;
+            for (i, ch) in choices.iter().take(n).enumerate() {
+                // SAFETY: `out` has room for `n` entries (the contract).
+                unsafe {
+                    o.add(i).write(pc_stream_choice {
+                        device: ch.device,
+                        buffered: ch.buffered as u32,
+                        direct_rate: ch.direct_rate,
+                        buffered_rate: ch.buffered_rate,
+                    })
+                };
+            }
+        }
+        // SAFETY: non-null, writable (the contract).
+        unsafe { cnt.write(choices.len()) };
         Ok(())
     })
 }

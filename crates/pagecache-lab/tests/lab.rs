@@ -424,9 +424,10 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
             "vs device"
         ]
     );
-    // Random reads: 4 designs per thread count; prefetch; 4 scans; 2
-    // writes; 2 mixes.
-    assert_eq!(t.rows.len(), 4 * o.threads.len() + 1 + 4 + 2 + 2);
+    // Random reads: 4 designs per thread count; prefetch; 6 scans (3 of
+    // them pagecache: streams direct, buffered, measured); 2 writes; 2
+    // mixes.
+    assert_eq!(t.rows.len(), 4 * o.threads.len() + 1 + 6 + 2 + 2);
     assert!(t.title.contains("8 x the budget"), "{}", t.title);
     for r in 0..t.rows.len() {
         let design = t.cell(r, "design").unwrap();

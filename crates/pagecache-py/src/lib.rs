@@ -20,7 +20,9 @@
 //! one exporter object (`RunPage`) per page, all counted on the run. The
 //! `Arc`s themselves are dropped with the GIL released (a file's last
 //! handle writes back).
-use pagecache::{AnonMut, AnonRef, Config, IoEngine, OpenOptions, PageMut, PageRef, PageRun};
+use pagecache::{
+    AnonMut, AnonRef, Config, IoEngine, OpenOptions, PageMut, PageRef, PageRun, StreamReads,
+};
 use pyo3::exceptions::{PyBufferError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyMemoryView};
@@ -69,7 +71,8 @@ impl PageCache {
     #[new]
     #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
         io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
-        dirty_limit_percent = 30, stable_writes = false, populate = false))]
+        dirty_limit_percent = 30, stable_writes = false, populate = false,
+        stream_reads = "direct"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -82,7 +85,18 @@ impl PageCache {
         dirty_limit_percent: u32,
         stable_writes: bool,
         populate: bool,
+        stream_reads: &str,
     ) -> PyResult<Self> {
+        let stream_reads = match stream_reads {
+            "direct" => StreamReads::Direct,
+            "buffered" => StreamReads::Buffered,
+            "measure" => StreamReads::Measure,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "stream_reads must be 'direct', 'buffered' or 'measure', not {other:?}"
+                )))
+            }
+        };
         let io_engine = match io_engine {
             "auto" => IoEngine::Auto,
             "uring" => IoEngine::Uring,
@@ -103,6 +117,7 @@ impl PageCache {
             dirty_limit_percent,
             stable_writes,
             populate,
+            stream_reads,
             ..Config::default()
         };
         let cache = py
@@ -204,6 +219,24 @@ impl PageCache {
     #[getter]
     fn frames(&self) -> usize {
         self.cache.frames()
+    }
+
+    /// What `stream_reads="measure"` chose so far: one dict per device
+    /// whose measurement is complete (`device`, `buffered`, `direct_rate`
+    /// and `buffered_rate` in bytes per second).
+    fn stream_choices<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.cache
+            .stream_choices()
+            .into_iter()
+            .map(|c| {
+                let d = PyDict::new(py);
+                d.set_item("device", c.device)?;
+                d.set_item("buffered", c.buffered)?;
+                d.set_item("direct_rate", c.direct_rate)?;
+                d.set_item("buffered_rate", c.buffered_rate)?;
+                Ok(d)
+            })
+            .collect()
     }
 
     /// The I/O engine in use: "uring" or "threads".

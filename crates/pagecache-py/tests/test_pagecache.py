@@ -440,6 +440,23 @@ def test_a_populated_cache_works_as_any_other(tmp_path):
     assert (tmp_path / "p.bin").read_bytes() == pattern(0, 5 * PS)
 
 
+def test_stream_reads_buffered_and_measured_read_right(tmp_path):
+    data = pattern(0, 16 << 20)
+    (tmp_path / "s.bin").write_bytes(data)
+    for mode in ("buffered", "measure"):
+        c = pagecache.PageCache(capacity=4 << 20, stream_reads=mode)
+        with c.open(tmp_path / "s.bin", "r") as f:
+            for off in range(0, len(data), 1 << 20):
+                assert f.read_at(off, 1 << 20) == data[off : off + (1 << 20)], off
+        choices = c.stream_choices()
+        assert len(choices) <= (1 if mode == "measure" else 0)
+        for ch in choices:
+            assert ch["device"] == os.stat(tmp_path / "s.bin").st_dev
+            assert ch["direct_rate"] > 0 and ch["buffered_rate"] > 0
+    with pytest.raises(ValueError, match="stream_reads"):
+        pagecache.PageCache(stream_reads="sideways")
+
+
 def test_page_mut_is_a_writable_view_and_the_page_is_dirty_after(tmp_path):
     cache = pagecache.PageCache(
         capacity=64 * PS, dirty_background_percent=100, dirty_limit_percent=100

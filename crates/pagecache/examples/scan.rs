@@ -1,6 +1,6 @@
 //! One sequential pass over a file larger than the cache, 1 MiB `read_at`s,
 //! side by side with the kernel's buffered `read()`: the cache with direct
-//! reads, and with `Config::buffered_streams` (buffered reads of readahead
+//! reads, and with `Config::stream_reads` (buffered reads of readahead
 //! windows, the kernel's copy dropped behind). The kernel's cache is
 //! dropped before each case (as root); how much of the file it holds is
 //! sampled every 256 MiB (`mincore` on a mapping of the file).
@@ -9,7 +9,7 @@
 //! READAHEAD_MIB=M cargo run --release -p pagecache --example scan -- FILE [CACHE_MIB] [ROUNDS]
 //! ```
 use pagecache::internals::kernel_cached_pages;
-use pagecache::{Config, PageCache};
+use pagecache::{Config, PageCache, StreamReads};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
@@ -51,7 +51,8 @@ fn main() -> std::io::Result<()> {
         for case in [
             "kernel read()",
             "pagecache, direct",
-            "pagecache, buffered_streams",
+            "pagecache, stream_reads Buffered",
+            "pagecache, stream_reads Measure",
         ] {
             let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
             let (secs, sum, most) = if case == "kernel read()" {
@@ -60,12 +61,28 @@ fn main() -> std::io::Result<()> {
             } else {
                 let cache = PageCache::new(Config {
                     capacity: mib << 20,
-                    buffered_streams: case.ends_with("streams"),
+                    stream_reads: if case.ends_with("Buffered") {
+                        StreamReads::Buffered
+                    } else if case.ends_with("Measure") {
+                        StreamReads::Measure
+                    } else {
+                        StreamReads::Direct
+                    },
                     readahead_max,
                     ..Config::default()
                 })?;
                 let f = cache.open(path)?;
-                pass(path, len, |b, off| f.read_at(b, off))?
+                let r = pass(path, len, |b, off| f.read_at(b, off))?;
+                for c in cache.stream_choices() {
+                    eprintln!(
+                        "  device {:#x}: {} (direct {:.2} GB/s, buffered {:.2} GB/s measured)",
+                        c.device,
+                        if c.buffered { "buffered" } else { "direct" },
+                        c.direct_rate / 1e9,
+                        c.buffered_rate / 1e9
+                    );
+                }
+                r
             };
             let end = kernel_cached_pages(path)?;
             eprintln!(

@@ -5,8 +5,9 @@
 //! that refuse `O_DIRECT` use buffered I/O, and users can see which.
 mod common;
 use common::*;
-use pagecache::{Config, OpenOptions, PageCache};
+use pagecache::{Config, IoEngine, OpenOptions, PageCache, StreamReads};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 fn kernel_cached_pages(path: &Path) -> usize {
@@ -86,10 +87,10 @@ fn buffered_when_asked_and_both_see_the_same_bytes() {
     assert_eq!(tail[4], pattern(16 * PS as u64 + 4));
 }
 
-fn stream_cache(frames: usize) -> PageCache {
+fn stream_cache(frames: usize, stream_reads: StreamReads) -> PageCache {
     PageCache::new(Config {
         capacity: frames * PS,
-        buffered_streams: true,
+        stream_reads,
         // No background write-back racing the checks below.
         dirty_background_percent: 100,
         dirty_limit_percent: 100,
@@ -134,7 +135,7 @@ fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
         kernel_cached_pages(&p) < 256,
         "precondition: the kernel's copy dropped"
     );
-    let c = stream_cache(4096);
+    let c = stream_cache(4096, StreamReads::Buffered);
     let f = c.open(&p).unwrap();
     let most = scan_checked(&f, &p, len, pattern);
     let s = c.stats();
@@ -148,6 +149,48 @@ fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
     );
 }
 
+/// `StreamReads::Measure`: the scan's first windows are read both ways;
+/// the device gets a choice, made from two measured rates; the bytes are
+/// right whatever the choice, and the kernel's cache never holds the file.
+#[test]
+fn measured_streams_choose_per_device_and_read_right() {
+    let d = TempDir::new("streams-measure");
+    let p = d.path("f");
+    let len = 96u64 << 20;
+    make_file(&p, len);
+    drop_from_kernel_cache(&p);
+    let c = stream_cache(4096, StreamReads::Measure);
+    let f = c.open(&p).unwrap();
+    let most = scan_checked(&f, &p, len, pattern);
+    assert!(
+        most * PS <= 40 << 20,
+        "the kernel's cache held {} MiB of a 96 MiB file during the scan",
+        (most * PS) >> 20
+    );
+    let choices = c.stream_choices();
+    if c.io_engine() == IoEngine::Uring {
+        let dev = std::fs::metadata(&p).unwrap().dev();
+        assert_eq!(choices.len(), 1, "{choices:?}");
+        let ch = choices[0];
+        assert_eq!(ch.device, dev);
+        assert!(ch.direct_rate > 0.0 && ch.buffered_rate > 0.0, "{ch:?}");
+        assert_eq!(
+            ch.buffered,
+            ch.buffered_rate >= 1.1 * ch.direct_rate,
+            "{ch:?}"
+        );
+        // A second file of the device: read the chosen way, no new probe.
+        let q = d.path("g");
+        make_file(&q, 16 << 20);
+        let g = c.open(&q).unwrap();
+        scan_checked(&g, &q, 16 << 20, pattern);
+        assert_eq!(c.stream_choices(), choices);
+    } else {
+        // The thread pool reads streams direct: nothing to measure.
+        assert!(choices.is_empty(), "{choices:?}");
+    }
+}
+
 #[test]
 fn buffered_streams_see_what_the_cache_wrote_back_not_an_older_kernel_copy() {
     let d = TempDir::new("streams-coherent");
@@ -156,7 +199,7 @@ fn buffered_streams_see_what_the_cache_wrote_back_not_an_older_kernel_copy() {
     make_file(&p, len);
     // The kernel's cache holds the old bytes of the whole file.
     std::fs::read(&p).unwrap();
-    let c = stream_cache(2048); // 8 MiB: the writes below are evicted, written back
+    let c = stream_cache(2048, StreamReads::Buffered); // 8 MiB: the writes below are evicted, written back
     let f = c.open(&p).unwrap();
     let new = |pos: u64| pattern(pos) ^ 0x5A;
     let mut chunk = Vec::with_capacity(1 << 20);

@@ -17,7 +17,7 @@
 //! how much of the file the kernel's cache held at the end (`mincore`).
 
 use crate::runner::{measure, median, Opts, Series, Table};
-use pagecache::{Config, OpenOptions, PageCache};
+use pagecache::{Config, OpenOptions, PageCache, StreamReads};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -338,6 +338,12 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Design {
     Pagecache,
+    /// Streams read buffered, the kernel's copy not kept
+    /// (`StreamReads::Buffered`; scans only).
+    PagecacheBuffered,
+    /// Streams read the way measured faster on the device
+    /// (`StreamReads::Measure`; scans only).
+    PagecacheMeasured,
     Buffered,
     Mmap,
     Direct,
@@ -348,6 +354,8 @@ impl Design {
         match (self, work) {
             (Design::Pagecache, Work::Prefetch) => "pagecache prefetch x32",
             (Design::Pagecache, _) => "pagecache",
+            (Design::PagecacheBuffered, _) => "pagecache, streams buffered",
+            (Design::PagecacheMeasured, _) => "pagecache, streams measured",
             (Design::Buffered, Work::SeqScan) => "kernel read()",
             (Design::Buffered, Work::SeqWrite) => "kernel write() + fdatasync",
             (Design::Buffered, Work::Mix) => "kernel buffered pread/pwrite",
@@ -404,8 +412,13 @@ fn make_file(path: &Path, len: u64) -> io::Result<()> {
 }
 
 fn cache(sz: &Size) -> io::Result<PageCache> {
+    cache_with(sz, StreamReads::Direct)
+}
+
+fn cache_with(sz: &Size, stream_reads: StreamReads) -> io::Result<PageCache> {
     PageCache::new(Config {
         capacity: sz.budget,
+        stream_reads,
         ..Config::default()
     })
 }
@@ -480,11 +493,30 @@ fn run_one(
             })?;
             (r, l, data)
         }
-        (Design::Pagecache, Work::SeqScan) => {
-            let c = cache(sz)?;
+        (
+            Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheMeasured,
+            Work::SeqScan,
+        ) => {
+            let c = cache_with(
+                sz,
+                match design {
+                    Design::PagecacheBuffered => StreamReads::Buffered,
+                    Design::PagecacheMeasured => StreamReads::Measure,
+                    _ => StreamReads::Direct,
+                },
+            )?;
             let f = c.open(data)?;
             let mut b = vec![0u8; MB];
             let (r, l) = sequential(sz.file, |pos| f.read_at(&mut b, pos), || Ok(()))?;
+            for ch in c.stream_choices() {
+                eprintln!(
+                    "  streams measured: device {:#x} reads them {} (direct {:.2} GB/s, buffered {:.2} GB/s)",
+                    ch.device,
+                    if ch.buffered { "buffered" } else { "direct" },
+                    ch.direct_rate / 1e9,
+                    ch.buffered_rate / 1e9
+                );
+            }
             (r, l, data)
         }
         (Design::Pagecache, Work::SeqWrite) => {
@@ -648,6 +680,8 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     plan.push((Work::Prefetch, Design::Pagecache, 1));
     for d in [
         Design::Pagecache,
+        Design::PagecacheBuffered,
+        Design::PagecacheMeasured,
         Design::Buffered,
         Design::Mmap,
         Design::Direct,
@@ -675,7 +709,12 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             // The kernel's designs in the cgroup; pagecache is bounded by
             // its own capacity (and keeps nothing in the kernel's cache:
             // the column says so).
-            let confined = cgroup.as_ref().ok().filter(|_| design != Design::Pagecache);
+            let confined = cgroup.as_ref().ok().filter(|_| {
+                !matches!(
+                    design,
+                    Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheMeasured
+                )
+            });
             if let Some(c) = confined {
                 c.enter().map_err(io::Error::other)?;
             }

@@ -26,9 +26,13 @@ class PageCache:
         dirty_limit_percent: int = 30,
         stable_writes: bool = False,
         populate: bool = False,
+        stream_reads: Literal["direct", "buffered", "measure"] = "direct",
     ) -> None:
         """``populate``: fault the whole budget in now, so no read or write
-        pays for a frame's first touch later (see ``pagecache::Config``)."""
+        pays for a frame's first touch later; ``stream_reads``: how
+        sequential streams are read: direct, through the kernel's cache
+        without keeping its copy, or each device's faster of the two,
+        measured (see ``pagecache::Config``)."""
     def open(
         self,
         path: str | PathLike[str],
@@ -46,6 +50,10 @@ class PageCache:
         """A snapshot of the counters: hits, misses, reads, writes,
         writebacks, evictions, dirty_pages, frames, free_frames, ...,
         and io_engine."""
+    def stream_choices(self) -> list[dict[str, int | bool | float]]:
+        """What ``stream_reads="measure"`` chose so far: per device,
+        ``device``, ``buffered``, ``direct_rate`` and ``buffered_rate``
+        (bytes per second)."""
     @property
     def page_size(self) -> int: ...
     @property

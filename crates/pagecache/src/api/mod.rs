@@ -2,6 +2,7 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
+pub use crate::cache::StreamChoice;
 use crate::cache::{FileShared, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX};
 pub use crate::frame::alloc::PoolKind;
 use crate::io::engine::Engine;
@@ -110,20 +111,36 @@ pub struct Config {
     /// that time instead (tens to hundreds of milliseconds for 256 MiB), as
     /// a database's preallocated buffer pool does.
     pub populate: bool,
-    /// Read sequential streams (readahead windows) through the kernel's
-    /// buffered path, dropping the kernel's copy behind the stream in
-    /// aligned 8 MiB blocks (`POSIX_FADV_DONTNEED`), instead of with direct
-    /// I/O (default: off). On devices whose direct reads top out below
+    /// How sequential streams (readahead windows) are read (default:
+    /// [`StreamReads::Direct`]). Reads that are not part of a stream, and
+    /// [`File::prefetch`](crate::File::prefetch), are direct whatever
+    /// this says. Only the io_uring engine reads streams buffered (the
+    /// thread pool reads them direct). A file read buffered anyway
+    /// (`direct_io` off, or refused) keeps its reads; buffered stream
+    /// modes add the drop-behind, so the kernel holds no second copy of
+    /// what the stream passed.
+    pub stream_reads: StreamReads,
+}
+
+/// How a cache reads sequential streams ([`Config::stream_reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamReads {
+    /// With direct I/O, as every other read: the kernel's cache is not
+    /// involved.
+    #[default]
+    Direct,
+    /// Through the kernel's buffered path, so its readahead keeps
+    /// megabytes in flight, without keeping the kernel's copy: it is
+    /// dropped behind the stream in aligned 8 MiB blocks
+    /// (`POSIX_FADV_DONTNEED`). On devices whose direct reads top out below
     /// what the kernel's own readahead gets (virtual disks, some cloud
-    /// volumes) a scan runs faster, and the kernel's cache holds at most a
-    /// few blocks of the file at a time; on fast local NVMe direct reads
-    /// usually win. Reads that are not part of a stream, and
-    /// [`File::prefetch`](crate::File::prefetch), stay direct. Only the
-    /// io_uring engine reads streams this way (the thread pool reads them
-    /// direct). A file read buffered anyway (`direct_io` off, or refused)
-    /// reads its streams as before, and the drop-behind keeps the kernel
-    /// from holding a second copy of what the stream passed.
-    pub buffered_streams: bool,
+    /// volumes) a scan runs faster; on fast local NVMe direct reads
+    /// usually win.
+    Buffered,
+    /// Each device's first streams are read both ways and measured, and
+    /// the faster is kept for that device (buffered only if at least 10%
+    /// faster): see [`PageCache::stream_choices`].
+    Measure,
 }
 
 impl Default for Config {
@@ -142,7 +159,7 @@ impl Default for Config {
             dirty_limit_percent: 30,
             stable_writes: false,
             populate: false,
-            buffered_streams: false,
+            stream_reads: StreamReads::Direct,
         }
     }
 }
@@ -314,6 +331,13 @@ impl PageCache {
     /// [`IoEngine::Threads`] (what `Auto` resolved to).
     pub fn io_engine(&self) -> IoEngine {
         self.inner.engine.kind()
+    }
+
+    /// What [`StreamReads::Measure`] chose so far, one entry per device
+    /// whose measurement is complete, by device number (empty in the
+    /// other modes).
+    pub fn stream_choices(&self) -> Vec<StreamChoice> {
+        self.inner.streams.choices()
     }
 
     /// Dirty pages in the whole cache (a snapshot of the count the flusher

@@ -70,7 +70,7 @@ use std::sync::Arc;
 /// Largest single read of a run, in bytes: a readahead window is split
 /// into several reads of this size, all in flight at once.
 const RUN_BYTES: u64 = 128 << 10;
-/// Largest read of a buffered stream (`Config::buffered_streams`): the
+/// Largest read of a buffered stream (`Config::stream_reads`): the
 /// kernel copies from its cache, so large reads cost no more memory.
 const STREAM_RUN_BYTES: u64 = 1 << 20;
 
@@ -234,14 +234,15 @@ impl Inner {
     }
 
     /// A buffered stream read of `fs` ended at byte `end`
-    /// (`Config::buffered_streams`): once it crosses an 8 MiB boundary,
+    /// (`Config::stream_reads`): once it crosses an 8 MiB boundary,
     /// drops the kernel's copy of the two aligned blocks behind the one it
     /// is in. Whole aligned blocks, because the kernel frees only whole
     /// folios and caches files in large ones (`POSIX_FADV_DONTNEED` of each
     /// 1 MiB read freed nothing: `scripts/probe-scan.c`); two, so that a
     /// boundary no read crossed (its pages were cached already) still gets
     /// its block dropped. A hint: a stream that stops keeps at most those
-    /// blocks and the kernel's readahead in its cache. Context: any (the
+    /// blocks and the kernel's readahead in its cache, until the file's
+    /// last handle closes (`detach` drops the rest). Context: any (the
     /// engine's completion); one system call per 8 MiB.
     pub(crate) fn drop_behind(&self, fs: &FileShared, end: u64) {
         const BLOCK: u64 = 8 << 20;
@@ -356,7 +357,6 @@ impl Inner {
         end: u64,
         stream: bool,
     ) -> u64 {
-        let stream = stream && self.buffered_streams;
         let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
             return 0;
         };
@@ -370,6 +370,18 @@ impl Inner {
         let busy = self.filling.load(Ordering::Relaxed) as u64;
         let budget = (self.frames.len() as u64 / 2).saturating_sub(busy);
         let end = end.min(npages).min(first.saturating_add(budget));
+        if first >= end {
+            return 0;
+        }
+        // A stream's window: direct or buffered (`Config::stream_reads`),
+        // and measured while its device's choice is being made.
+        let window = stream.then(|| self.streams.window(fs.ident.0, (end - first) << self.shift));
+        let probe = window.as_ref().and_then(|w| w.probe.clone());
+        let stream = window.is_some_and(|w| w.buffered);
+        // Relaxed: a hint for `detach`.
+        if stream && !fs.streamed.load(Ordering::Relaxed) {
+            fs.streamed.store(true, Ordering::Relaxed);
+        }
         let per_op = ((if stream { STREAM_RUN_BYTES } else { RUN_BYTES }) >> self.shift).max(1);
         let mut ops = Vec::new();
         let mut started = 0;
@@ -389,7 +401,14 @@ impl Inner {
             started += run.len() as u64;
             let (inner, file) = (me.clone(), fs.clone());
             let end = i << self.shift; // (i <= npages)
+            let probe = probe.clone();
+            if let Some(p) = &probe {
+                p.add_read((run.len() as u64) << self.shift);
+            }
             ops.push(self.run_op(fs, run, stream, move |run, res| {
+                if let Some(p) = &probe {
+                    inner.streams.done(p);
+                }
                 if stream && res.is_ok() {
                     inner.drop_behind(&file, end);
                 }
@@ -405,6 +424,11 @@ impl Inner {
             }
         }
         self.engine.submit(ops);
+        // The submitter's count: the window is measured once its last read
+        // ends.
+        if let Some(p) = &probe {
+            self.streams.done(p);
+        }
         started
     }
 

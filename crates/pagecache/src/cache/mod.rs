@@ -71,6 +71,9 @@ mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
 mod run;
 pub(crate) use run::{LEAF_PAGES, RUN_MAX};
+mod streams;
+pub use streams::StreamChoice;
+pub(crate) use streams::Streams;
 mod optimistic;
 mod rw;
 mod truncate;
@@ -143,8 +146,8 @@ pub(crate) struct Inner {
     /// (C) the largest readahead window, in pages (0: no readahead), with
     /// the bounds of `Inner::new` applied.
     pub(crate) readahead_max: u64,
-    /// (C) `Config::buffered_streams`.
-    pub(crate) buffered_streams: bool,
+    /// How streams are read (`Config::stream_reads`).
+    pub(crate) streams: Streams,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
     /// (A) the dirty sequence: the next `FileShared::dirtied_when`.
@@ -235,6 +238,12 @@ impl Inner {
             } else {
                 0
             };
+        // The thread pool reads streams direct: nothing to choose.
+        let stream_reads = if engine.kind() == crate::io::IoEngine::Uring {
+            config.stream_reads
+        } else {
+            crate::api::StreamReads::Direct
+        };
         Ok(Inner {
             frames,
             hooks,
@@ -263,7 +272,7 @@ impl Inner {
             dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
             flusher: Default::default(),
             readahead_max,
-            buffered_streams: config.buffered_streams,
+            streams: Streams::new(stream_reads, readahead_max << shift),
             stable_writes: config.stable_writes,
             dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),

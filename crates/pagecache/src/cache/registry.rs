@@ -27,7 +27,7 @@ pub(crate) struct FileShared {
     /// (C) path given at first open, for error messages.
     pub(crate) path: PathBuf,
     /// (C) `(device, inode)`, the registry key.
-    ident: (u64, u64),
+    pub(crate) ident: (u64, u64),
     /// The index; its own mutex is the tree lock (T).
     pub(crate) tree: Tree,
     /// (A) logical length in bytes; grows by `fetch_max` per written page,
@@ -82,9 +82,13 @@ pub(crate) struct FileShared {
     /// so of a run and a writer at least one sees the other as before.
     pub(crate) had_runs: crate::sync::AtomicBool,
     /// Bytes from the file's start whose kernel-cache copy a buffered
-    /// stream has dropped (`Config::buffered_streams`; see
+    /// stream has dropped (`Config::stream_reads`; see
     /// `Inner::drop_behind`). A hint.
     pub(crate) dropped_behind: crate::sync::unmodelled::AtomicU64,
+    /// Whether a stream read this file through the kernel's cache
+    /// (`Config::stream_reads`): its last close drops what the kernel
+    /// still holds of it. A hint.
+    pub(crate) streamed: crate::sync::unmodelled::AtomicBool,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -143,6 +147,7 @@ impl Inner {
             wb_cursor: Default::default(),
             had_runs: crate::sync::AtomicBool::new(false),
             dropped_behind: Default::default(),
+            streamed: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles
@@ -164,6 +169,13 @@ impl Inner {
     /// exclusively after the flush; no pin or latch of the file held.
     pub(crate) fn detach(&self, fs: &Arc<FileShared>) -> io::Result<()> {
         let res = self.flush(fs, false);
+        // Buffered streams drop the kernel's copy behind them in 8 MiB
+        // blocks; what they left (the last blocks, the kernel's readahead
+        // past them, a file smaller than that) goes now. Relaxed: a hint.
+        if fs.streamed.swap(false, Ordering::Relaxed) {
+            // Acquire: as `read_at`.
+            fs.read_fd.drop_behind(0, fs.len.load(Ordering::Acquire));
+        }
         // Even if the flush failed: only a file with dirty pages stays (the
         // error may have been an earlier one, reported now, with every page
         // written).
