@@ -138,7 +138,7 @@ pub enum StreamReads {
     /// usually win.
     Buffered,
     /// Each device's first streams are read both ways and measured, and
-    /// the faster is kept for that device (buffered only if at least 10%
+    /// the faster is kept for that device (buffered only if at least 5%
     /// faster): see [`PageCache::stream_choices`].
     Measure,
 }

@@ -32,10 +32,10 @@ use std::time::Instant;
 /// Full-size windows measured on each side.
 const PROBE_WINDOWS: u32 = 16;
 /// Buffered windows read, not measured, before the buffered side.
-const WARMUP_WINDOWS: u32 = 8;
+const WARMUP_WINDOWS: u32 = 32;
 /// Buffered is chosen only if its rate is at least this many times
 /// direct's.
-const MARGIN: f64 = 1.1;
+const MARGIN: f64 = 1.05;
 /// Windows of at least this many bytes (or of the largest window, if
 /// smaller) are measured.
 const PROBE_MIN_BYTES: u64 = 1 << 20;
@@ -307,10 +307,10 @@ mod tests {
         };
         let direct = side(100 << 20, 100);
         assert!(!decide(&direct, &side(100 << 20, 100)), "equal: direct");
-        assert!(!decide(&direct, &side(105 << 20, 100)), "5% faster: direct");
+        assert!(!decide(&direct, &side(103 << 20, 100)), "3% faster: direct");
         assert!(
-            decide(&direct, &side(115 << 20, 100)),
-            "15% faster: buffered"
+            decide(&direct, &side(108 << 20, 100)),
+            "8% faster: buffered"
         );
         assert!(
             !decide(&direct, &Side::default()),
