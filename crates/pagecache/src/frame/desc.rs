@@ -118,8 +118,16 @@ impl FrameDesc {
     /// success.
     #[inline(always)]
     pub fn try_pin(&self, kind: PinKind) -> Result<State, PinFail> {
-        let pass_pending_writer = kind == PinKind::Writeback;
-        let mark = if kind == PinKind::User { ACCESSED } else { 0 };
+        self.pin_cas(kind, false)
+    }
+
+    /// `try_pin`'s CAS; with `latch`, the latch claimed in the same CAS
+    /// (a user pin that never passes a claimed latch).
+    #[inline(always)]
+    fn pin_cas(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
+        let pass_pending_writer = kind == PinKind::Writeback && !latch;
+        let mark =
+            if kind == PinKind::User { ACCESSED } else { 0 } | if latch { LATCHED } else { 0 };
         // Relaxed: the value only seeds the CAS, which re-validates it.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -138,7 +146,8 @@ impl FrameDesc {
             // Acquire on success: pairs with the Release of the frame's
             // publication (slot store / unlatch) so that identity and bytes
             // read after the pin are those of the page we pinned, and orders
-            // the identity re-check (5.1 step 3) after the increment.
+            // the identity re-check (5.1 step 3) after the increment; with
+            // `latch`, also the previous holder's unlatch (as `try_latch`).
             // Failure is Relaxed: a failed CAS gives no ordering (kernel rule
             // (c)), so we only loop on the fresh value.
             match self
@@ -299,31 +308,7 @@ impl FrameDesc {
     /// any, no sleep.
     #[inline(always)]
     pub fn try_pin_latch(&self) -> Result<State, PinFail> {
-        // Relaxed: the value only seeds the CAS, which re-validates it.
-        let mut s = self.state.load(Ordering::Relaxed);
-        loop {
-            let st = State(s);
-            let r = st.refs();
-            if r == 0 {
-                return Err(PinFail::Free);
-            }
-            if st.is_latched() {
-                return Err(PinFail::Latched);
-            }
-            if r >= MAX_PINS {
-                return Err(PinFail::Overflow);
-            }
-            let new = (s + 1) | ACCESSED | LATCHED;
-            // Acquire: as `try_pin` and `try_latch` (the frame's
-            // publication, the previous holder's unlatch).
-            match self
-                .state
-                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(State(new)),
-                Err(cur) => s = cur,
-            }
-        }
+        self.pin_cas(PinKind::User, true)
     }
 
     /// Waits until the only references left are the latch holder's own and
