@@ -68,7 +68,7 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
         IoPlan::Call
     }
     /// [`BackendFile::io_plan`] for a read of a sequential stream (a
-    /// readahead window, with `Config::buffered_streams`): a backend whose
+    /// readahead window, with `Config::stream_reads`): a backend whose
     /// buffered path reads streams faster than its direct one may name a
     /// buffered descriptor here, and then drops the kernel's copy behind
     /// the stream in [`BackendFile::drop_behind`]. The default: as any read.
