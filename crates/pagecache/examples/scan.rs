@@ -84,13 +84,7 @@ fn main() -> std::io::Result<()> {
                 }
                 let r = pass(path, len, |b, off| f.read_at(b, off))?;
                 for c in cache.stream_choices() {
-                    eprintln!(
-                        "  device {:#x}: {} (direct {:.2} GB/s, buffered {:.2} GB/s measured)",
-                        c.device,
-                        if c.buffered { "buffered" } else { "direct" },
-                        c.direct_rate / 1e9,
-                        c.buffered_rate / 1e9
-                    );
+                    eprintln!("  {c}");
                 }
                 r
             };

@@ -121,12 +121,14 @@ fn scan_checked(f: &pagecache::File, p: &Path, len: u64, want: impl Fn(u64) -> u
     most
 }
 
-#[test]
-fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
-    // 96 MiB through a 16 MiB cache: every readahead window is a buffered
-    // read (with the io_uring engine; the thread pool reads streams
-    // direct), and the kernel's copy must stay a few blocks, not the file.
-    let d = TempDir::new("streams");
+/// Scans a fresh 96 MiB file, dropped from the kernel's cache first,
+/// through a 16 MiB cache reading streams `mode`, checking every byte and
+/// that the kernel's cache never held more than a few 8 MiB blocks of it
+/// (two behind plus the one being read, plus the kernel's own readahead,
+/// 8 MiB on the project's machine): well under the file. Returns the
+/// directory (kept alive), the file and the cache.
+fn cold_scan(tag: &str, mode: StreamReads) -> (TempDir, std::path::PathBuf, PageCache) {
+    let d = TempDir::new(tag);
     let p = d.path("f");
     let len = 96u64 << 20;
     make_file(&p, len);
@@ -135,18 +137,24 @@ fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
         kernel_cached_pages(&p) < 256,
         "precondition: the kernel's copy dropped"
     );
-    let c = stream_cache(4096, StreamReads::Buffered);
+    let c = stream_cache(4096, mode);
     let f = c.open(&p).unwrap();
     let most = scan_checked(&f, &p, len, pattern);
-    let s = c.stats();
-    assert!(s.readahead_pages > 0, "the scan read ahead: {s}");
-    // 8 MiB blocks, two behind plus the one being read, plus the kernel's
-    // own readahead (8 MiB on the project's machine): well under the file.
     assert!(
         most * PS <= 40 << 20,
-        "the kernel's cache held {} MiB of a 96 MiB file during the scan",
+        "{mode:?}: the kernel's cache held {} MiB of a 96 MiB file during the scan",
         (most * PS) >> 20
     );
+    (d, p, c)
+}
+
+#[test]
+fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
+    // Every readahead window is a buffered read (with the io_uring engine;
+    // the thread pool reads streams direct).
+    let (_d, _p, c) = cold_scan("streams", StreamReads::Buffered);
+    let s = c.stats();
+    assert!(s.readahead_pages > 0, "the scan read ahead: {s}");
 }
 
 /// `StreamReads::Measure`: the scan's first windows are read both ways;
@@ -154,19 +162,7 @@ fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
 /// right whatever the choice, and the kernel's cache never holds the file.
 #[test]
 fn measured_streams_choose_per_device_and_read_right() {
-    let d = TempDir::new("streams-measure");
-    let p = d.path("f");
-    let len = 96u64 << 20;
-    make_file(&p, len);
-    drop_from_kernel_cache(&p);
-    let c = stream_cache(4096, StreamReads::Measure);
-    let f = c.open(&p).unwrap();
-    let most = scan_checked(&f, &p, len, pattern);
-    assert!(
-        most * PS <= 40 << 20,
-        "the kernel's cache held {} MiB of a 96 MiB file during the scan",
-        (most * PS) >> 20
-    );
+    let (d, p, c) = cold_scan("streams-measure", StreamReads::Measure);
     let choices = c.stream_choices();
     if c.io_engine() == IoEngine::Uring {
         let dev = std::fs::metadata(&p).unwrap().dev();

@@ -23,10 +23,11 @@
 //!     any alignment, one `rep movsb` for copies of 256 bytes or more),
 //!     which the compiler treats as an opaque access; elsewhere and under
 //!     loom, relaxed atomic loads (single bytes at unaligned edges). It
-//!     returns plain integers, which the caller treats as untrusted until [`Optimistic::validate`]: a bounds check comes first
-//!     on every access ([`Optimistic::load_u64`] of a garbage offset reads
-//!     nothing), so a torn value cannot make the reader touch memory outside
-//!     the frame.
+//!     returns plain integers, which the caller treats as untrusted until
+//!     [`Optimistic::validate`]: a bounds check comes first on every
+//!     access ([`Optimistic::load_u64`] of a garbage offset reads nothing),
+//!     so a torn value cannot make the reader touch memory outside the
+//!     frame.
 //!   - The writer's plain stores happen only between its Release fence
 //!     (version odd) and its Release store (version even), with the frame
 //!     latched and drained: the compiler of the writer may reorder, merge or

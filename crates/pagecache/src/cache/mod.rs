@@ -513,34 +513,38 @@ impl Drop for FrameLatch<'_> {
         let d = self.cache.desc(self.frame);
         // 5.5 step 5: version even.
         d.end_change();
-        match self.dirty {
+        // The page that just became dirty, to tag (D2) under our pin.
+        let tag = match self.dirty {
             // An unchanged file page: up to date (a fill may have just read
             // it), dirty only if it was before.
-            Some(_) if self.clean => d.unlatch_uptodate(),
-            // 6: DIRTY + unlatch (Release) + wake; tag if newly dirty
-            // (under our pin), else the pin goes in the same RMW.
+            Some(_) if self.clean => {
+                d.unlatch_uptodate();
+                None
+            }
+            // 6: DIRTY + unlatch (Release) + wake; a page dirty already
+            // has nothing to tag, so the pin goes in the same RMW (not in
+            // the page-mutex baselines, which release under the mutex).
             Some((fs, index)) if self.cache.hooks & HOOK_PAGE_LOCKS == 0 => {
                 let (old, released) = d.unlatch_dirty_release();
                 match released {
                     Some(Released::Last) => return self.cache.free_frame(self.frame),
                     Some(Released::Alive) => return,
-                    None => {}
-                }
-                if !old.is_removed() {
-                    fs.tree.tag_dirty(&self.cache.nodes, index);
-                    self.cache.dirtied();
-                    self.cache.file_dirtied(fs);
+                    None => (!old.is_removed()).then_some((fs, index)),
                 }
             }
             Some((fs, index)) => {
                 let old = d.unlatch_dirty();
-                if !old.is_dirty() && !old.is_removed() {
-                    fs.tree.tag_dirty(&self.cache.nodes, index);
-                    self.cache.dirtied();
-                    self.cache.file_dirtied(fs);
-                }
+                (!old.is_dirty() && !old.is_removed()).then_some((fs, index))
             }
-            None => d.unlatch(),
+            None => {
+                d.unlatch();
+                None
+            }
+        };
+        if let Some((fs, index)) = tag {
+            fs.tree.tag_dirty(&self.cache.nodes, index);
+            self.cache.dirtied();
+            self.cache.file_dirtied(fs);
         }
         self.cache.release(self.frame);
     }

@@ -18,10 +18,12 @@
 //! buffered. Streams of other files of the device, read meanwhile, count
 //! in the same phases: they share the device the choice is about.
 //!
-//! Why per device: on a virtual disk or cloud volume direct reads may top
-//! out below what the kernel's own readahead gets (this project's VM:
-//! 1.1-1.9 GB/s direct against 2.2-3.1 GB/s buffered), while on fast local
-//! NVMe direct reads usually win; a fixed rule is wrong on one of them.
+//! Why per device, and measured: on a virtual disk or cloud volume direct
+//! reads may top out below what the kernel's own readahead gets, while on
+//! fast local NVMe direct reads usually win; and on this project's virtual
+//! disk the answer changed from day to day (buffered 14% faster, then a
+//! tie, then 8-14% faster: `docs/design.md`, "Stream reads"). A fixed rule
+//! is wrong somewhere.
 
 use crate::api::StreamReads;
 use crate::sync::unmodelled::{AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -252,6 +254,21 @@ pub struct StreamChoice {
     pub direct_rate: f64,
     /// See `direct_rate`.
     pub buffered_rate: f64,
+}
+
+impl std::fmt::Display for StreamChoice {
+    /// `device 0xfe00: buffered (direct 1.55 GB/s, buffered 1.67 GB/s
+    /// measured)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device {:#x}: {} (direct {:.2} GB/s, buffered {:.2} GB/s measured)",
+            self.device,
+            if self.buffered { "buffered" } else { "direct" },
+            self.direct_rate / 1e9,
+            self.buffered_rate / 1e9
+        )
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -807,10 +807,7 @@ fn walk(
     out: &mut Vec<(u64, FrameNo)>,
 ) {
     let node = arena.get(id).expect("node on a locked path");
-    let mut bits = u64::MAX;
-    while bits != 0 {
-        let s = bits.trailing_zeros() as u64;
-        bits &= bits - 1;
+    for s in 0..FANOUT as u64 {
         let (idx, last) = span(base, level, s);
         if last < start {
             continue;

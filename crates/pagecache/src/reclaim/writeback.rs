@@ -588,9 +588,9 @@ impl Inner {
                 }
             }
             // The flusher takes again while its goal is not reached (see
-            // above) and this take started a write (pages it put back
-            // would only be taken again); the tags taken so far are all
-            // started or put back.
+            // above) and this take started a write (pages it had to put
+            // back, latched or busy, would only be taken again); the tags
+            // taken so far are all started or put back.
             let more = background.is_some_and(|goal| {
                 started && taken < self.frames.len() && self.dirty_pages() > goal
             });
@@ -641,14 +641,9 @@ impl Inner {
                     g.take_dirty_range(&self.nodes, cursor, u64::MAX, budget, dirty);
                     let wrapped = dirty.len();
                     g.take_dirty_range(&self.nodes, 0, cursor, budget, dirty);
-                    // The last taken in round order (before the wrap if
-                    // nothing came after it).
-                    let last = match dirty.len() {
-                        0 => None,
-                        n if n > wrapped => Some(dirty[n - 1].0),
-                        _ => Some(dirty[wrapped - 1].0),
-                    };
-                    if let Some(last) = last {
+                    // The last taken in round order: the next pass starts
+                    // after it.
+                    if let Some(&(last, _)) = dirty.last() {
                         // Relaxed: a hint.
                         fs.wb_cursor
                             .store(last + 1, crate::sync::unmodelled::Ordering::Relaxed);
@@ -671,8 +666,7 @@ impl Inner {
         // Blocks and length up to the last dirty page's end (never past
         // the file's length), so the writes are overwrites the filesystem
         // runs concurrently.
-        let last = dirty.iter().map(|&(i, _)| i).max();
-        if let (Some(last), Some(w)) = (last, fs.write_fd.get()) {
+        if let (Some(&(last, _)), Some(w)) = (dirty.last(), fs.write_fd.get()) {
             // Acquire: as in `run_buffers`.
             let len = fs.len.load(Ordering::Acquire);
             w.allocate_to(len.min((last + 1) << self.shift));
