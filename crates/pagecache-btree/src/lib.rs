@@ -44,18 +44,27 @@
 //!
 //! ```text
 //!  lookup(key)                              insert(key, value) / remove(key)
-//!  L1. view the metadata page; read the     I1. L1-L3 to the leaf (keep the
-//!      root's page; validate                    leaf's view)
-//!  L2. at an inner node: child = the child  I2. find the slot; if the entry
-//!      for key; view it through a frame        does not fit: S1-S4, restart
-//!      hint (no I/O), or else validate the  I3. upgrade the leaf's view to a
-//!      node first (the number is not torn)     latch: fails iff the leaf
-//!      and view it (may read it in); then      changed since I1's view ->
-//!      validate the node (the child was its    restart at I1
-//!      child when its view began)
-//!  L3. at the leaf: find the slot, copy     I4. change the leaf (what I2
-//!      the value; validate -> done; any         computed still holds: the
-//!      failed validation restarts at L1         page is unchanged); release
+//!  L1. view the metadata page; read the     I0. (insert) view the leaf of this
+//!      root's page; validate                    thread stripe's latest insert
+//!  L2. at an inner node: child = the child      if still in its frame; it is
+//!      for key; view it through a frame         the key's leaf if the key is
+//!      hint (no I/O), or else validate the      within its keys (first <= key
+//!      node first (the number is not torn)      <= last), or >= its first
+//!      and view it (may read it in); then       key with no next leaf: I2 on
+//!      validate the node (the child was its     that view; else I1
+//!      child when its view began)           I1. L1-L3 to the leaf (keep the
+//!  L3. at the leaf: find the slot, copy         leaf's view); it is the
+//!      the value; validate -> done; any         stripe's leaf from now on
+//!      failed validation restarts at L1     I2. find the slot (and I0's
+//!                                               test); if the entry does not
+//!                                               fit: S1-S4, restart at I1
+//!                                           I3. upgrade the leaf's view to a
+//!                                               latch: fails iff the leaf
+//!                                               changed since its view ->
+//!                                               restart
+//!                                           I4. change the leaf (what I2
+//!                                               computed still holds: the
+//!                                               page is unchanged); release
 //!
 //!  split (S), for the first node on the way down that is full
 //!  S1. descend as L1-L2; stop at the first node that cannot take the
@@ -92,7 +101,16 @@
 //! afterwards, its own validation fails. A writer changes a page only under
 //! its latch, taken by upgrading a view that was current when its decision
 //! was made (I3, S2): an upgrade succeeds only if the page is unchanged
-//! since that view. Latches are taken top-down only (S2), and an upgrade
+//! since that view. I0 finds a leaf without a descent: a leaf stays a leaf
+//! of the tree for good (nodes are never freed, merged or turned into inner
+//! nodes; a root split puts a new root above), and its key range is
+//! (lower, upper] where `lower` never changes (a split moves a node's upper
+//! half out) and `upper` only shrinks, to the node's last key at each of
+//! its splits; every key in it lies in that range, so a key between its
+//! first and last keys belongs in it, and so does any key from its first
+//! on if it is the last leaf (its upper bound is the tree's, unbounded).
+//! I2 makes that test on the view that I3 then upgrades, so it held when
+//! the latch was taken. Latches are taken top-down only (S2), and an upgrade
 //! never waits for another latch holder (it fails instead), so writers
 //! cannot deadlock; restarts are bounded by the writers' progress.
 //!
@@ -130,9 +148,19 @@ const M_ROOT: usize = 16;
 const M_NEXT: usize = 24;
 const M_LEN: usize = 32;
 
-/// Stripes of the entry count (one cache line each: inserts on different
-/// threads do not write one shared line).
+/// Stripes of the entry count and of the last-leaf hints (one cache line
+/// each: inserts on different threads do not write one shared line).
 const STRIPES: usize = 16;
+
+/// One thread stripe's state (threads are spread over the stripes).
+#[derive(Debug, Default)]
+struct Stripe {
+    /// Changes of the entry count since open.
+    delta: AtomicI64,
+    /// I0: the leaf this stripe's latest insert went to, as a stored
+    /// [`node::Ptr`] (0: none; page 0 is never a leaf).
+    leaf: AtomicU64,
+}
 
 /// How a tree's operations hold the pages they visit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -156,8 +184,8 @@ pub struct BTree {
     next_page: AtomicU64,
     /// The entry count at open.
     base_len: u64,
-    /// Changes of the count since open, by stripe.
-    delta: Box<[CachePadded<AtomicI64>]>,
+    /// The entry count's changes and the last-leaf hints, by stripe.
+    stripes: Box<[CachePadded<Stripe>]>,
     /// Where each node was cached when last visited.
     hints: Hints,
 }
@@ -350,9 +378,7 @@ impl BTree {
             coupling,
             next_page: AtomicU64::new(next),
             base_len: len,
-            delta: (0..STRIPES)
-                .map(|_| CachePadded::new(AtomicI64::new(0)))
-                .collect(),
+            stripes: (0..STRIPES).map(|_| CachePadded::default()).collect(),
             hints: Hints::new(),
         })
     }
@@ -379,7 +405,11 @@ impl BTree {
 
     /// Entries in the tree (exact when no insert or remove is running).
     pub fn len(&self) -> u64 {
-        let d: i64 = self.delta.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        let d: i64 = self
+            .stripes
+            .iter()
+            .map(|c| c.delta.load(Ordering::Relaxed))
+            .sum();
         (self.base_len as i64 + d).max(0) as u64
     }
 
@@ -388,9 +418,14 @@ impl BTree {
         self.len() == 0
     }
 
+    /// The calling thread's stripe.
+    #[inline]
+    fn stripe(&self) -> &Stripe {
+        &self.stripes[STRIPE.with(|s| *s)]
+    }
+
     fn count(&self, n: i64) {
-        let s = STRIPE.with(|s| *s);
-        self.delta[s].fetch_add(n, Ordering::Relaxed);
+        self.stripe().delta.fetch_add(n, Ordering::Relaxed);
     }
 
     fn check_key(&self, key: &[u8], value_len: usize) -> io::Result<()> {
@@ -655,25 +690,70 @@ impl BTree {
         if self.coupling == Coupling::Pin {
             return self.insert_pinned(key, value);
         }
+        let stripe = self.stripe();
+        let mut hinted = true;
         loop {
+            // I0: the leaf of this stripe's latest insert, if it is cached
+            // where it was (no index walk, no I/O).
+            let hint = node::Ptr::decode(if hinted {
+                stripe.leaf.load(Ordering::Relaxed)
+            } else {
+                0
+            });
+            let at_hint = match hint.pid {
+                0 => None,
+                pid => self.file.optimistic_hinted(pid, hint.hint),
+            };
+            let from_hint = at_hint.is_some();
             // I1.
-            let (_, leaf) = self.descend(key)?;
-            // I2.
-            let r = node::lower_bound(&leaf, key).and_then(|(pos, found)| {
+            let leaf = match at_hint {
+                Some(o) => o,
+                None => {
+                    let (_, leaf) = self.descend(key)?;
+                    if leaf.index() != hint.pid {
+                        stripe.leaf.store(
+                            node::Ptr::encode(leaf.index(), leaf.frame_hint()),
+                            Ordering::Relaxed,
+                        );
+                    }
+                    leaf
+                }
+            };
+            // I2 (None: the key may not belong in I0's leaf).
+            let r = (|| {
+                if from_hint && !node::is_leaf(&leaf) {
+                    return Ok(None);
+                }
+                let (pos, found) = node::lower_bound(&leaf, key)?;
+                if from_hint
+                    && !((pos > 0 || found)
+                        && (pos < node::count(&leaf)? || node::next_leaf(&leaf).pid == 0))
+                {
+                    return Ok(None);
+                }
                 let old = if found {
                     let (_, klen, vlen) = node::slot(&leaf, pos)?;
                     Some(klen + vlen)
                 } else {
                     None
                 };
-                Ok((pos, found, node::fits(&leaf, key.len(), value.len(), old)?))
-            });
+                Ok(Some((
+                    pos,
+                    found,
+                    node::fits(&leaf, key.len(), value.len(), old)?,
+                )))
+            })();
             let (pos, found, fits) = match self.checked(&leaf, r)? {
-                Done(x) => x,
+                Done(Some(x)) => x,
+                Done(None) => {
+                    hinted = false;
+                    continue;
+                }
                 Restart => continue,
             };
             if !fits {
                 self.split_for(key, key.len() + value.len())?;
+                hinted = false;
                 continue;
             }
             // I3.
