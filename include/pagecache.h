@@ -36,8 +36,9 @@
 // views `pc_page_optimistic`, `pc_optimistic_validate`,
 // `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
 // `pc_page_try_latch`, `pc_latch_release_clean`; 7:
-// `pc_config.stream_reads`, `pc_cache_stream_choices`).
-#define PC_ABI_VERSION 7
+// `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
+// `pc_stats.streamed_pages`).
+#define PC_ABI_VERSION 8
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -172,6 +173,10 @@ typedef struct pc_stats {
   uint64_t frames;
   // Frames free now.
   uint64_t free_frames;
+  // Pages of sequential streams read straight into the reader's
+  // buffer, bypassing the frames (a file larger than the cache, its
+  // device's streams read buffered). (Added in ABI 8.)
+  uint64_t streamed_pages;
 } pc_stats;
 
 // What `PC_STREAM_MEASURE` chose for one device

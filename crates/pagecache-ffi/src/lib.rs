@@ -47,8 +47,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 /// views `pc_page_optimistic`, `pc_optimistic_validate`,
 /// `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
 /// `pc_page_try_latch`, `pc_latch_release_clean`; 7:
-/// `pc_config.stream_reads`, `pc_cache_stream_choices`).
-pub const PC_ABI_VERSION: u32 = 7;
+/// `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
+/// `pc_stats.streamed_pages`).
+pub const PC_ABI_VERSION: u32 = 8;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -172,6 +173,10 @@ pub struct pc_stats {
     pub frames: u64,
     /// Frames free now.
     pub free_frames: u64,
+    /// Pages of sequential streams read straight into the reader's
+    /// buffer, bypassing the frames (a file larger than the cache, its
+    /// device's streams read buffered). (Added in ABI 8.)
+    pub streamed_pages: u64,
 }
 
 /// A page held by the caller: pinned (`pc_page_pin`: read-only, the page
@@ -599,6 +604,7 @@ pub unsafe extern "C" fn pc_cache_stats(cache: *const pc_cache, stats: *mut pc_s
                 dirty_pages: c.dirty_pages() as u64,
                 frames: c.frames() as u64,
                 free_frames: c.free_frames() as u64,
+                streamed_pages: s.streamed_pages,
             })
         };
         Ok(())

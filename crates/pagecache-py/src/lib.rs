@@ -199,6 +199,7 @@ impl PageCache {
             ("async_reads", s.async_reads),
             ("readahead_pages", s.readahead_pages),
             ("prefetch_pages", s.prefetch_pages),
+            ("streamed_pages", s.streamed_pages),
             ("dirty_pages", self.cache.dirty_pages() as u64),
             ("frames", self.cache.frames() as u64),
             ("free_frames", self.cache.free_frames() as u64),

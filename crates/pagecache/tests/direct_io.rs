@@ -150,11 +150,96 @@ fn cold_scan(tag: &str, mode: StreamReads) -> (TempDir, std::path::PathBuf, Page
 
 #[test]
 fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
-    // Every readahead window is a buffered read (with the io_uring engine;
-    // the thread pool reads streams direct).
+    // A file six times the cache: the stream bypasses the frames, read
+    // straight into the caller's buffer through the kernel's readahead.
+    // (The thread-pool engine reads streams direct.)
     let (_d, _p, c) = cold_scan("streams", StreamReads::Buffered);
     let s = c.stats();
-    assert!(s.readahead_pages > 0, "the scan read ahead: {s}");
+    if c.io_engine() == IoEngine::Uring {
+        assert!(
+            s.streamed_pages >= 24576 - 256,
+            "the scan bypassed the frames: {s}"
+        );
+        assert_eq!(s.readahead_pages, 0, "no window of our own: {s}");
+        assert_eq!(s.reads, 0, "no page read into a frame: {s}");
+    } else {
+        assert_eq!(s.streamed_pages, 0, "{s}");
+    }
+}
+
+/// A file as large as the cache is kept: its stream reads windows into
+/// the frames (buffered), so that the next pass hits.
+#[test]
+fn buffered_streams_of_a_file_the_cache_holds_keep_it() {
+    let d = TempDir::new("streams-fits");
+    let p = d.path("f");
+    let len = 8u64 << 20;
+    make_file(&p, len);
+    drop_from_kernel_cache(&p);
+    let c = stream_cache(4096, StreamReads::Buffered); // 16 MiB
+    let f = c.open(&p).unwrap();
+    scan_checked(&f, &p, len, pattern);
+    let s = c.stats();
+    assert_eq!(s.streamed_pages, 0, "{s}");
+    scan_checked(&f, &p, len, pattern);
+    let t = c.stats();
+    assert_eq!(t.misses, s.misses, "the second pass hit: {t}");
+}
+
+/// A stream that bypasses the frames reads what the cache holds from the
+/// cache: dirty pages in the middle of its requests, a page written past
+/// the end of the file on disk, and the gap before it as zeros; requests
+/// that start and end inside pages.
+#[test]
+fn a_stream_past_the_cache_reads_dirty_pages_from_the_cache_and_holes_as_zeros() {
+    let d = TempDir::new("streams-bypass");
+    let p = d.path("f");
+    let disk = 24u64 << 20;
+    make_file(&p, disk);
+    drop_from_kernel_cache(&p);
+    let c = stream_cache(1024, StreamReads::Buffered); // 4 MiB, no flusher
+    let f = c
+        .open_with(&p, OpenOptions::new().read(true).write(true))
+        .unwrap();
+    let new = |pos: u64| pattern(pos) ^ 0xA5;
+    let written = [
+        (1000 * PS as u64, PS),           // a whole page
+        (2500 * PS as u64 + 100, 3 * PS), // across four pages, partial ends
+        (6000 * PS as u64 + 4000, 200),   // across a page boundary
+        ((28u64 << 20) + 12, 5000),       // past the end on disk
+    ];
+    for &(off, n) in &written {
+        let b: Vec<u8> = (off..off + n as u64).map(new).collect();
+        f.write_at(&b, off).unwrap();
+    }
+    let len = f.len();
+    assert_eq!(len, (28u64 << 20) + 12 + 5000);
+    let want = |pos: u64| {
+        if written.iter().any(|&(o, n)| pos >= o && pos < o + n as u64) {
+            new(pos)
+        } else if pos < disk {
+            pattern(pos)
+        } else {
+            0
+        }
+    };
+    let mut buf = vec![0u8; (1 << 20) + 123];
+    let mut off = 7;
+    while off < len {
+        let n = f.read_at(&mut buf, off).unwrap();
+        assert!(n > 0, "short scan at {off}");
+        for (i, &b) in buf[..n].iter().enumerate() {
+            let pos = off + i as u64;
+            assert_eq!(b, want(pos), "byte {pos} (page {})", pos / PS as u64);
+        }
+        off += n as u64;
+    }
+    let s = c.stats();
+    if c.io_engine() == IoEngine::Uring {
+        assert!(s.streamed_pages > 6000, "the scan bypassed the frames: {s}");
+        // (Streams through the frames evict, and so write back.)
+        assert_eq!(c.dirty_pages(), 9, "the written pages are still dirty");
+    }
 }
 
 /// `StreamReads::Measure`: the scan's first windows are read both ways;

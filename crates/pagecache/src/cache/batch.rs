@@ -481,9 +481,18 @@ impl Inner {
     /// inside or just past the window, or at page 0): the request is read,
     /// and past it a window of four times the request, then twice the last,
     /// up to the maximum, is read asynchronously, the marker on its first
-    /// page. Random: readahead stops. Returns the end of the window
+    /// page; but with `bypass` (a stream that may bypass the frames,
+    /// `read_bypass`), the miss is recorded with no window of our own (the
+    /// kernel reads ahead on the buffered descriptor) and the result is
+    /// `None`. Random: readahead stops. Returns the end of the window
     /// (exclusive). Context: no sleep (a leaf mutex).
-    pub(crate) fn readahead_miss(&self, ra: &Readahead, first: u64, last: u64) -> u64 {
+    pub(crate) fn readahead_miss(
+        &self,
+        ra: &Readahead,
+        first: u64,
+        last: u64,
+        bypass: bool,
+    ) -> Option<u64> {
         let max = self.readahead_max;
         let req = last - first + 1;
         let mut w = ra.window.lock();
@@ -492,11 +501,21 @@ impl Inner {
                 || first == w.next
                 || (w.size > 0 && first >= w.start && first <= w.start + 2 * w.size));
         w.next = last + 1;
+        if sequential && bypass {
+            // The request as the window: the next request is sequential if
+            // it starts in it or just past it (a request ending inside a
+            // page is followed by one starting in that page).
+            w.start = first;
+            w.size = req;
+            // Relaxed: under the mutex.
+            ra.marker.store(u64::MAX, Ordering::Relaxed);
+            return None;
+        }
         if !sequential {
             w.size = 0;
             // Relaxed: under the mutex.
             ra.marker.store(u64::MAX, Ordering::Relaxed);
-            return last + 1;
+            return Some(last + 1);
         }
         // The part read ahead, past the request: four times the request
         // at first, then twice the last, up to the maximum (a request as
@@ -506,6 +525,131 @@ impl Inner {
         w.size = ahead;
         // Relaxed: under the mutex.
         ra.marker.store(last + 1, Ordering::Relaxed);
-        last + 1 + ahead
+        Some(last + 1 + ahead)
+    }
+
+    /// Whether a stream's miss in `fs` may bypass the frames: its device's
+    /// streams read buffered, and the file is larger than the cache (a
+    /// smaller one is kept, for the next pass to hit; a larger one would
+    /// only cycle through the frames, evicting everything else, and pay a
+    /// second copy). Oracle's "direct path reads" of tables larger than
+    /// the buffer cache are the same idea. Context: no sleep but a leaf
+    /// lock.
+    pub(crate) fn bypasses(&self, fs: &FileShared) -> bool {
+        // Acquire: as `read_at`.
+        if fs.len.load(Ordering::Acquire) <= (self.frames.len() as u64) << self.shift {
+            return false;
+        }
+        // Relaxed: a cached answer; `Streams` is the truth.
+        match fs.stream_buffered.load(Ordering::Relaxed) {
+            0 => match self.streams.buffered(fs.ident.0) {
+                Ok(b) => {
+                    fs.stream_buffered.store(1 + b as u8, Ordering::Relaxed);
+                    b
+                }
+                // `Measure` measuring: the buffered side is measured on
+                // the path its streams will take, this one.
+                Err(buffered_phase) => buffered_phase,
+            },
+            b => b == 2,
+        }
+    }
+
+    /// A stream's read of the pages `first..=last` (bytes from `pos`, into
+    /// `dst`), at a missing page `first`, bypassing the frames: the
+    /// missing pages from `first` on, up to the first page present, are
+    /// read from the file straight into `dst` (one copy, by the kernel)
+    /// and dropped from the kernel's cache behind the stream; no frame is
+    /// taken, so the scan evicts nothing. Pages present (dirty ones
+    /// above all) are left to the caller's next lookup. Returns the bytes
+    /// copied (0 if `first` is present now).
+    ///
+    /// Why the file's bytes are the page's: a page that is not in the
+    /// index is clean (a dirty page leaves the index only after its
+    /// write-back, `reclaim/evict.rs`), so the file holds its latest bytes,
+    /// and the kernel's cache, which direct writes invalidate, does not
+    /// hide them. A page inserted and written by another thread after the
+    /// lookup is a write concurrent with this read: the read gives the
+    /// bytes from before it, as a read that ran first would. Bytes within
+    /// the cache's length but past the file's end on disk (a write past
+    /// the end not yet written back, the gap before it) read as zeros, as
+    /// a miss there does. Context: may sleep (the read); no latch, pin or
+    /// lock held.
+    pub(crate) fn read_bypass(
+        &self,
+        fs: &FileShared,
+        first: u64,
+        last: u64,
+        pos: u64,
+        dst: &mut [u8],
+    ) -> io::Result<usize> {
+        let mut end = first;
+        while end <= last && fs.tree.lookup(&self.nodes, end).is_none() {
+            end += 1;
+        }
+        let want = ((end << self.shift).saturating_sub(pos) as usize).min(dst.len());
+        // While `Measure` measures this device's buffered side, this read
+        // is one of its windows (warm-up or measured).
+        // Relaxed: as in `bypasses`.
+        let probe = if want > 0 && fs.stream_buffered.load(Ordering::Relaxed) == 0 {
+            let w = self.streams.window(fs.ident.0, want as u64);
+            match w.probe {
+                Some(p) if w.buffered => {
+                    p.add_read(want as u64);
+                    Some(p)
+                }
+                Some(p) => {
+                    // The direct side's phase again (a race with its
+                    // start): not this read's to measure.
+                    self.streams.done(&p);
+                    None
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        let mut got = 0;
+        let mut res = Ok(());
+        while got < want {
+            match fs
+                .read_fd
+                .read_stream_at(&mut dst[got..want], pos + got as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Some(p) = &probe {
+            // The read's count, then the submitter's.
+            self.streams.done(p);
+            self.streams.done(p);
+        }
+        if let Err(e) = res {
+            self.count(Counter::ReadErrors);
+            return Err(context(
+                e,
+                format!(
+                    "{}: reading pages {}..{end} (a stream, past the cache)",
+                    fs.path.display(),
+                    (pos + got as u64) >> self.shift
+                ),
+            ));
+        }
+        dst[got..want].fill(0);
+        if want > 0 {
+            // Relaxed: a hint for `detach`.
+            if !fs.streamed.load(Ordering::Relaxed) {
+                fs.streamed.store(true, Ordering::Relaxed);
+            }
+            self.drop_behind(fs, pos + want as u64);
+            self.counters.add(Counter::StreamedPages, end - first);
+        }
+        Ok(want)
     }
 }

@@ -89,6 +89,10 @@ pub(crate) struct FileShared {
     /// (`Config::stream_reads`): its last close drops what the kernel
     /// still holds of it. A hint.
     pub(crate) streamed: crate::sync::unmodelled::AtomicBool,
+    /// Whether its device's streams read buffered, once known (0: not
+    /// yet, 1: no, 2: yes; `Inner::bypasses`): the choice never changes
+    /// once made, so it is asked of `Streams` until then only.
+    pub(crate) stream_buffered: crate::sync::unmodelled::AtomicU8,
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -148,6 +152,7 @@ impl Inner {
             had_runs: crate::sync::AtomicBool::new(false),
             dropped_behind: Default::default(),
             streamed: Default::default(),
+            stream_buffered: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles

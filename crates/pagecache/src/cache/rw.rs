@@ -200,6 +200,7 @@ impl Inner {
         let mut done = 0;
         let mut optimistic = 0;
         let mut missed = false;
+        let mut bypass = false;
         while done < total {
             let pos = offset + done as u64;
             let index = pos >> self.shift;
@@ -239,12 +240,27 @@ impl Inner {
             }
             // A miss: this page and the missing ones after it, up to the
             // request's end, in one run; the first miss of the call also
-            // decides readahead.
+            // decides readahead, or that a stream bypasses the frames
+            // (`read_bypass`), for the rest of the call.
             let ra_end = match ra {
-                Some(ra) if !missed => self.readahead_miss(ra, index, last_page),
+                Some(ra) if !missed => {
+                    let may_bypass = self.bypasses(fs);
+                    match self.readahead_miss(ra, index, last_page, may_bypass) {
+                        Some(end) => end,
+                        None => {
+                            bypass = true;
+                            last_page + 1
+                        }
+                    }
+                }
                 _ => last_page + 1,
             };
             missed = true;
+            if bypass {
+                let pos = offset + done as u64;
+                done += self.read_bypass(fs, index, last_page, pos, &mut buf[done..total])?;
+                continue;
+            }
             let run = self.insert_run(fs, index, last_page + 1, true)?;
             if run.len() == 0 {
                 continue; // another thread's page appeared: look it up

@@ -145,6 +145,26 @@ impl Streams {
         }
     }
 
+    /// Whether streams on device `dev` read through the kernel's cache
+    /// (`Buffered`, or `Measure` once it chose buffered): `Some` once that
+    /// is settled (a choice never changes once made); `None` while
+    /// `Measure` measures, with whether its current phase reads buffered
+    /// (the buffered side's warm-up or measurement).
+    /// Context: any, no sleep but the leaf lock.
+    pub(crate) fn buffered(&self, dev: u64) -> Result<bool, bool> {
+        match self.mode {
+            StreamReads::Direct => Ok(false),
+            StreamReads::Buffered => Ok(true),
+            StreamReads::Measure => {
+                let devices = self.devices.lock();
+                match devices.get(&dev) {
+                    Some(d) => d.choice.ok_or(d.side[0].done >= PROBE_WINDOWS),
+                    None => Err(false),
+                }
+            }
+        }
+    }
+
     fn measure(&self, dev: u64, bytes: u64) -> Window {
         let mut devices = self.devices.lock();
         let d = devices.entry(dev).or_default();

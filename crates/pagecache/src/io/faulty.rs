@@ -212,6 +212,19 @@ impl BackendFile for FaultyFile {
         self.inner.read_at(&mut buf[..len], offset)
     }
 
+    fn read_stream_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let f = &self.faults;
+        self.read_fault()?;
+        self.delay();
+        let max = f.short_read_max.load(Ordering::SeqCst) as usize;
+        let len = if max > 0 {
+            buf.len().min(max)
+        } else {
+            buf.len()
+        };
+        self.inner.read_stream_at(&mut buf[..len], offset)
+    }
+
     fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
         self.read_fault()?;
         self.delay();

@@ -75,6 +75,14 @@ pub trait BackendFile: Send + Sync + std::fmt::Debug {
     fn io_plan_stream(&self, offset: u64, len: usize, aligned: bool) -> IoPlan {
         self.io_plan(false, offset, len, aligned)
     }
+    /// One positioned read of a sequential stream straight into a caller's
+    /// buffer (the frames bypassed: [`BackendFile::io_plan_stream`] named a
+    /// buffered path and the file is larger than the cache), through the
+    /// same path as the stream's windows; may be short, 0 at end of file.
+    /// The default: [`BackendFile::read_at`].
+    fn read_stream_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
     /// The stream has consumed `[offset, offset + len)`: a backend that
     /// read it through the kernel's cache drops it from there
     /// (`POSIX_FADV_DONTNEED`). A hint; the default: nothing.

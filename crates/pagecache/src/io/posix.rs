@@ -276,6 +276,12 @@ impl BackendFile for PosixFile {
         IoPlan::Fd(self.file.as_raw_fd())
     }
 
+    fn read_stream_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        // The buffered descriptor, as `io_plan_stream`: the kernel's
+        // readahead on it keeps the device busy ahead of the reader.
+        FileExt::read_at(&self.file, buf, offset)
+    }
+
     fn drop_behind(&self, offset: u64, len: u64) {
         // SAFETY: advice on our own descriptor; no memory is passed.
         unsafe {

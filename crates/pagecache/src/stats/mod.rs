@@ -58,9 +58,12 @@ pub enum Counter {
     ReadaheadPages,
     /// Pages whose read `File::prefetch` started.
     PrefetchPages,
+    /// Pages of streams read straight into the reader's buffer, past the
+    /// frames.
+    StreamedPages,
 }
 
-const NCOUNTERS: usize = 17;
+const NCOUNTERS: usize = 18;
 
 type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
 
@@ -185,6 +188,7 @@ impl Counters {
             async_reads: self.sum(AsyncReads),
             readahead_pages: self.sum(ReadaheadPages),
             prefetch_pages: self.sum(PrefetchPages),
+            streamed_pages: self.sum(StreamedPages),
         }
     }
 }
@@ -230,6 +234,11 @@ pub struct Stats {
     pub readahead_pages: u64,
     /// Pages whose read [`crate::File::prefetch`] started.
     pub prefetch_pages: u64,
+    /// Pages of sequential streams read straight into the reader's buffer,
+    /// bypassing the frames (a file larger than the cache, its device's
+    /// streams read buffered: [`crate::Config::stream_reads`]); not counted
+    /// as misses or reads.
+    pub streamed_pages: u64,
 }
 
 impl std::fmt::Display for Stats {
@@ -239,7 +248,8 @@ impl std::fmt::Display for Stats {
             "hits {} misses {} reads {} writes {} writebacks {} evictions {} \
              lookup_retries {} optimistic_reads {} optimistic_fallbacks {} \
              read_errors {} write_errors {} anon_faults {} direct_files {} \
-             buffered_files {} async_reads {} readahead_pages {} prefetch_pages {}",
+             buffered_files {} async_reads {} readahead_pages {} prefetch_pages {} \
+             streamed_pages {}",
             self.hits,
             self.misses,
             self.reads,
@@ -256,7 +266,8 @@ impl std::fmt::Display for Stats {
             self.buffered_files,
             self.async_reads,
             self.readahead_pages,
-            self.prefetch_pages
+            self.prefetch_pages,
+            self.streamed_pages
         )
     }
 }
