@@ -1,7 +1,8 @@
 //! One sequential pass over a file larger than the cache, 1 MiB `read_at`s,
 //! side by side with the kernel's buffered `read()`: the cache with direct
-//! reads, and with `Config::stream_reads` (buffered reads of readahead
-//! windows, the kernel's copy dropped behind). The kernel's cache is
+//! reads, and with `Config::stream_reads` (buffered: a file larger than
+//! the cache is read straight into the buffer, past the frames, the
+//! kernel's copy dropped behind). The kernel's cache is
 //! dropped before each case (as root); how much of the file it holds is
 //! sampled every 256 MiB (`mincore` on a mapping of the file).
 //!

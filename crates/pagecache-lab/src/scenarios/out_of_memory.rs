@@ -338,7 +338,8 @@ where
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Design {
     Pagecache,
-    /// Streams read buffered, the kernel's copy not kept
+    /// Streams read buffered, the kernel's copy not kept; the file is
+    /// larger than the cache, so its stream reads past the frames
     /// (`StreamReads::Buffered`; scans only).
     PagecacheBuffered,
     /// Streams read the way measured faster on the device

@@ -136,10 +136,21 @@ pub enum StreamReads {
     /// what the kernel's own readahead gets (virtual disks, some cloud
     /// volumes) a scan runs faster; on fast local NVMe direct reads
     /// usually win.
+    ///
+    /// A stream of a file larger than the cache does not go through the
+    /// frames at all: its missing pages are read straight into the
+    /// reader's buffer through the kernel's readahead (one copy, as
+    /// `read()` makes), no frame is taken and nothing is evicted; pages
+    /// the cache holds, dirty ones above all, are copied from the cache
+    /// ([`Stats::streamed_pages`](crate::Stats::streamed_pages) counts the
+    /// others). A file the cache can hold is read into the frames, for the
+    /// next pass to hit.
     Buffered,
     /// Each device's first streams are read both ways and measured, and
     /// the faster is kept for that device (buffered only if at least 5%
-    /// faster): see [`PageCache::stream_choices`].
+    /// faster): see [`PageCache::stream_choices`]. The buffered side is
+    /// measured on the path its streams would take (past the cache, for
+    /// a file larger than it).
     Measure,
 }
 
