@@ -46,15 +46,15 @@
 //!  lookup(key)                              insert(key, value) / remove(key)
 //!  L1. view the metadata page; read the     I0. (insert) view the leaf of this
 //!      root's page; validate                    thread stripe's latest insert
-//!  L2. at an inner node: child = the child      if still in its frame; it is
-//!      for key; view it through a frame         the key's leaf if the key is
-//!      hint (no I/O), or else validate the      within its keys (first <= key
-//!      node first (the number is not torn)      <= last), or >= its first
-//!      and view it (may read it in); then       key with no next leaf: I2 on
-//!      validate the node (the child was its     that view; else I1
-//!      child when its view began)           I1. L1-L3 to the leaf (keep the
-//!  L3. at the leaf: find the slot, copy         leaf's view); it is the
-//!      the value; validate -> done; any         stripe's leaf from now on
+//!  L2. at an inner node: child = the child      that continued a run, if
+//!      for key; view it through a frame         still in its frame; it is
+//!      hint (no I/O), or else validate the      the key's leaf if the key is
+//!      node first (the number is not torn)      within its keys (first <= key
+//!      and view it (may read it in); then       <= last), or >= its first
+//!      validate the node (the child was its     key with no next leaf: I2 on
+//!      child when its view began)               that view; else I1
+//!  L3. at the leaf: find the slot, copy     I1. L1-L3 to the leaf (keep the
+//!      the value; validate -> done; any         leaf's view)
 //!      failed validation restarts at L1     I2. find the slot (and I0's
 //!                                               test); if the entry does not
 //!                                               fit: S1-S4, restart at I1
@@ -64,7 +64,13 @@
 //!                                               restart
 //!                                           I4. change the leaf (what I2
 //!                                               computed still holds: the
-//!                                               page is unchanged); release
+//!                                               page is unchanged); it is
+//!                                               the stripe's I0 leaf if
+//!                                               the insert continued a run
+//!                                               (a new key at the leaf's
+//!                                               end or right after its
+//!                                               latest insert), else there
+//!                                               is none; release
 //!
 //!  split (S), for the first node on the way down that is full
 //!  S1. descend as L1-L2; stop at the first node that cannot take the
@@ -157,8 +163,9 @@ const STRIPES: usize = 16;
 struct Stripe {
     /// Changes of the entry count since open.
     delta: AtomicI64,
-    /// I0: the leaf this stripe's latest insert went to, as a stored
-    /// [`node::Ptr`] (0: none; page 0 is never a leaf).
+    /// I0: the leaf of this stripe's latest insert if that insert
+    /// continued a run in key order, as a stored [`node::Ptr`] (0: none;
+    /// page 0 is never a leaf).
     leaf: AtomicU64,
 }
 
@@ -693,8 +700,8 @@ impl BTree {
         let stripe = self.stripe();
         let mut hinted = true;
         loop {
-            // I0: the leaf of this stripe's latest insert, if it is cached
-            // where it was (no index walk, no I/O).
+            // I0: the leaf of this stripe's latest insert in a run, if it
+            // is cached where it was (no index walk, no I/O).
             let hint = node::Ptr::decode(if hinted {
                 stripe.leaf.load(Ordering::Relaxed)
             } else {
@@ -708,16 +715,7 @@ impl BTree {
             // I1.
             let leaf = match at_hint {
                 Some(o) => o,
-                None => {
-                    let (_, leaf) = self.descend(key)?;
-                    if leaf.index() != hint.pid {
-                        stripe.leaf.store(
-                            node::Ptr::encode(leaf.index(), leaf.frame_hint()),
-                            Ordering::Relaxed,
-                        );
-                    }
-                    leaf
-                }
+                None => self.descend(key)?.1,
             };
             // I2 (None: the key may not belong in I0's leaf).
             let r = (|| {
@@ -725,25 +723,25 @@ impl BTree {
                     return Ok(None);
                 }
                 let (pos, found) = node::lower_bound(&leaf, key)?;
+                let n = node::count(&leaf)?;
                 if from_hint
-                    && !((pos > 0 || found)
-                        && (pos < node::count(&leaf)? || node::next_leaf(&leaf).pid == 0))
+                    && !((pos > 0 || found) && (pos < n || node::next_leaf(&leaf).pid == 0))
                 {
                     return Ok(None);
                 }
+                // A run in key order: a new key at the leaf's end or right
+                // after its latest insert.
+                let run = !found && (pos == n || node::after_last_insert(&leaf) == Some(pos));
                 let old = if found {
                     let (_, klen, vlen) = node::slot(&leaf, pos)?;
                     Some(klen + vlen)
                 } else {
                     None
                 };
-                Ok(Some((
-                    pos,
-                    found,
-                    node::fits(&leaf, key.len(), value.len(), old)?,
-                )))
+                let fits = node::fits(&leaf, key.len(), value.len(), old)?;
+                Ok(Some((pos, found, run, fits)))
             })();
-            let (pos, found, fits) = match self.checked(&leaf, r)? {
+            let (pos, found, run, fits) = match self.checked(&leaf, r)? {
                 Done(Some(x)) => x,
                 Done(None) => {
                     hinted = false;
@@ -770,6 +768,19 @@ impl BTree {
             r.map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
             if !found {
                 self.count(1);
+            }
+            // I0's leaf from now on: this one if the insert continued a
+            // run, else none (random inserts would only pay for a view and
+            // a search that fail). Written only when it changes.
+            let now = if run {
+                node::Ptr::encode(pid, m.frame_hint())
+            } else {
+                0
+            };
+            if node::Ptr::decode(stripe.leaf.load(Ordering::Relaxed)).pid
+                != node::Ptr::decode(now).pid
+            {
+                stripe.leaf.store(now, Ordering::Relaxed);
             }
             return Ok(found);
         }
@@ -935,7 +946,7 @@ impl BTree {
         //   the node's first quarter, where random inserts that happen to
         //   follow the last one should not split unevenly.
         let pos = node::lower_bound(&src[..], key).map_err(|_| bad(cpid))?.0;
-        let run = leaf && pos >= n / 4 && node::after_last_insert(&src) == Some(pos);
+        let run = leaf && pos >= n / 4 && node::after_last_insert(&src[..]) == Some(pos);
         let m = if run || entry(n - 1).0 < key {
             n - 1
         } else {

@@ -251,11 +251,10 @@ fn cmp_key<B: Bytes + ?Sized>(b: &B, off: usize, klen: usize, key: &[u8]) -> Ord
     klen.cmp(&key.len())
 }
 
-/// The length of the prefix the node's keys share.
-#[inline]
 /// The slot just after the latest insert into the node, if it had one
-/// since it was last rebuilt (a hint for splits).
-pub(crate) fn after_last_insert(p: &[u8]) -> Option<usize> {
+/// since it was last rebuilt (a hint for splits and for I0).
+#[inline]
+pub(crate) fn after_last_insert<B: Bytes + ?Sized>(p: &B) -> Option<usize> {
     match p.u16(6) {
         0 => None,
         n => Some(n as usize),
@@ -268,6 +267,8 @@ pub(crate) fn set_after_last_insert(p: &mut [u8], slot: usize) {
     put_u16(p, 6, slot as u16);
 }
 
+/// The length of the prefix the node's keys share.
+#[inline]
 pub(crate) fn prefix_len<B: Bytes + ?Sized>(b: &B) -> usize {
     b.u16(18) as usize
 }

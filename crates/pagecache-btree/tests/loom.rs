@@ -13,8 +13,9 @@ use pagecache::{Config, OpenOptions, PageCache, PolicyKind, PoolKind};
 use pagecache_btree::BTree;
 use std::sync::Arc;
 
-/// A model's builder: preemption bound `MODEL_PREEMPTIONS`, else `bound`.
-fn builder(bound: usize) -> loom::model::Builder {
+/// Runs `f` under loom with preemption bound `MODEL_PREEMPTIONS`, else
+/// `bound`, and prints how many executions it explored.
+fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(
         std::env::var("MODEL_PREEMPTIONS")
@@ -23,7 +24,16 @@ fn builder(bound: usize) -> loom::model::Builder {
             .unwrap_or(bound),
     );
     b.max_branches = 1_000_000;
-    b
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    println!(
+        "explored {} executions",
+        runs.load(std::sync::atomic::Ordering::Relaxed)
+    );
 }
 
 /// A fresh tree in a 16-frame cache with no background write-back, and
@@ -65,11 +75,7 @@ fn big_key(b: u8) -> Vec<u8> {
 /// three old ones, and the count is right.
 #[test]
 fn two_inserts_race_a_root_split() {
-    let b = builder(2);
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = runs.clone();
-    b.check(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    model(2, || {
         let (c, t, path) = tree();
         for k in [1u8, 3, 5] {
             t.insert(&big_key(k), &[k; 8]).unwrap();
@@ -90,10 +96,6 @@ fn two_inserts_race_a_root_split() {
         c.validate();
         let _ = std::fs::remove_file(&path);
     });
-    println!(
-        "explored {} executions",
-        runs.load(std::sync::atomic::Ordering::Relaxed)
-    );
 }
 
 /// I0 against a split: a root leaf full of four of the largest keys (empty
@@ -109,11 +111,7 @@ fn two_inserts_race_a_root_split() {
 /// two explore 264 k executions in 4.5 minutes.
 #[test]
 fn a_hinted_insert_races_a_split_of_its_leaf() {
-    let b = builder(1);
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = runs.clone();
-    b.check(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    model(1, || {
         let (c, t, path) = tree();
         for k in [1u8, 3, 5, 7] {
             t.insert(&big_key(k), &[]).unwrap();
@@ -142,8 +140,4 @@ fn a_hinted_insert_races_a_split_of_its_leaf() {
         c.validate();
         let _ = std::fs::remove_file(&path);
     });
-    println!(
-        "explored {} executions",
-        runs.load(std::sync::atomic::Ordering::Relaxed)
-    );
 }

@@ -103,9 +103,27 @@ fn stream_cache(frames: usize, stream_reads: StreamReads) -> PageCache {
 /// against `want`, and returns the most pages of `p` the kernel's cache
 /// held at any 8 MiB step.
 fn scan_checked(f: &pagecache::File, p: &Path, len: u64, want: impl Fn(u64) -> u8) -> usize {
-    let mut buf = vec![0u8; 1 << 20];
     let mut most = 0;
-    let mut off = 0;
+    scan_from(f, 0, 1 << 20, len, want, |off| {
+        if off % (8 << 20) == 0 {
+            most = most.max(kernel_cached_pages(p));
+        }
+    });
+    most
+}
+
+/// Reads `f` from `start` to `len` in requests of `req` bytes, checking
+/// each byte against `want`; `after(offset)` after each request.
+fn scan_from(
+    f: &pagecache::File,
+    start: u64,
+    req: usize,
+    len: u64,
+    want: impl Fn(u64) -> u8,
+    mut after: impl FnMut(u64),
+) {
+    let mut buf = vec![0u8; req];
+    let mut off = start;
     while off < len {
         let n = f.read_at(&mut buf, off).unwrap();
         assert!(n > 0, "short scan at {off}");
@@ -114,11 +132,8 @@ fn scan_checked(f: &pagecache::File, p: &Path, len: u64, want: impl Fn(u64) -> u
             assert_eq!(b, want(pos), "byte {pos} (page {})", pos / PS as u64);
         }
         off += n as u64;
-        if off % (8 << 20) == 0 {
-            most = most.max(kernel_cached_pages(p));
-        }
+        after(off);
     }
-    most
 }
 
 /// Scans a fresh 96 MiB file, dropped from the kernel's cache first,
@@ -223,17 +238,7 @@ fn a_stream_past_the_cache_reads_dirty_pages_from_the_cache_and_holes_as_zeros()
             0
         }
     };
-    let mut buf = vec![0u8; (1 << 20) + 123];
-    let mut off = 7;
-    while off < len {
-        let n = f.read_at(&mut buf, off).unwrap();
-        assert!(n > 0, "short scan at {off}");
-        for (i, &b) in buf[..n].iter().enumerate() {
-            let pos = off + i as u64;
-            assert_eq!(b, want(pos), "byte {pos} (page {})", pos / PS as u64);
-        }
-        off += n as u64;
-    }
+    scan_from(&f, 7, (1 << 20) + 123, len, want, |_| {});
     let s = c.stats();
     if c.io_engine() == IoEngine::Uring {
         assert!(s.streamed_pages > 6000, "the scan bypassed the frames: {s}");

@@ -152,6 +152,15 @@ impl FaultyFile {
         }
     }
 
+    /// One read's faults: fails it (`read_fault`) or delays it, and
+    /// returns how much of a `len`-byte buffer it may fill (short reads).
+    fn read_len(&self, len: usize) -> io::Result<usize> {
+        self.read_fault()?;
+        self.delay();
+        let max = self.faults.short_read_max.load(Ordering::SeqCst) as usize;
+        Ok(if max > 0 { len.min(max) } else { len })
+    }
+
     /// Counts a read; the injected failure if it is the chosen one.
     fn read_fault(&self) -> io::Result<()> {
         let f = &self.faults;
@@ -200,28 +209,12 @@ impl BackendFile for FaultyFile {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let f = &self.faults;
-        self.read_fault()?;
-        self.delay();
-        let max = f.short_read_max.load(Ordering::SeqCst) as usize;
-        let len = if max > 0 {
-            buf.len().min(max)
-        } else {
-            buf.len()
-        };
+        let len = self.read_len(buf.len())?;
         self.inner.read_at(&mut buf[..len], offset)
     }
 
     fn read_stream_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let f = &self.faults;
-        self.read_fault()?;
-        self.delay();
-        let max = f.short_read_max.load(Ordering::SeqCst) as usize;
-        let len = if max > 0 {
-            buf.len().min(max)
-        } else {
-            buf.len()
-        };
+        let len = self.read_len(buf.len())?;
         self.inner.read_stream_at(&mut buf[..len], offset)
     }
 
