@@ -87,6 +87,11 @@ fn main() -> std::io::Result<()> {
                 for c in cache.stream_choices() {
                     eprintln!("  {c}");
                 }
+                let s = cache.stats();
+                eprintln!(
+                    "  pages read into frames {}, read ahead {}, streamed past the cache {}",
+                    s.reads, s.readahead_pages, s.streamed_pages
+                );
                 r
             };
             let end = kernel_cached_pages(path)?;

@@ -265,6 +265,10 @@ fn measured_streams_choose_per_device_and_read_right() {
             ch.buffered_rate >= 1.05 * ch.direct_rate,
             "{ch:?}"
         );
+        // The buffered side was read past the cache (the file is six
+        // times the cache).
+        let s = c.stats();
+        assert!(s.streamed_pages > 0, "{s}");
         // A second file of the device: read the chosen way, no new probe.
         let q = d.path("g");
         make_file(&q, 16 << 20);

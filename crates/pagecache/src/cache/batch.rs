@@ -455,12 +455,22 @@ impl Inner {
         first: u64,
         last: u64,
     ) {
+        // A stream that may now bypass the frames (`Measure` reached its
+        // buffered side, say) ends its chain of windows here: its next
+        // miss, where the next window would have started, is sequential
+        // and reads past the cache. (Before the lock: `bypasses` may take
+        // the streams' leaf lock.)
+        let bypass = self.bypasses(fs);
         let (start, end) = {
             let mut w = ra.window.lock();
             // Relaxed: under the mutex, which orders the marker's writers.
             let m = ra.marker.load(Ordering::Relaxed);
             if !(first <= m && m <= last) {
                 return; // another reader of this handle got there first
+            }
+            if bypass {
+                ra.marker.store(u64::MAX, Ordering::Relaxed);
+                return;
             }
             let start = w.start + w.size;
             let size = (w.size * 2).min(self.readahead_max).max(1);
