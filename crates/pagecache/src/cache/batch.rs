@@ -609,8 +609,9 @@ impl Inner {
                     Some(p)
                 }
                 Some(p) => {
-                    // The direct side's phase again (a race with its
-                    // start): not this read's to measure.
+                    // A direct-side probe (not expected: the phase never
+                    // goes back to direct once the buffered side began):
+                    // released unmeasured.
                     self.streams.done(&p);
                     None
                 }

@@ -16,7 +16,13 @@
 //! choice then holds for the device for the cache's life. Windows
 //! submitted while the buffered side is still completing are read
 //! buffered. Streams of other files of the device, read meanwhile, count
-//! in the same phases: they share the device the choice is about.
+//! in the same phases: they share the device the choice is about. A
+//! stream of a file larger than the cache reads its buffered side past
+//! the frames (`Inner::read_bypass`), the path its streams take once
+//! buffered is chosen: each of those reads of at least `PROBE_MIN_BYTES`
+//! (or of the largest window, if smaller)
+//! counts as one window (a stream of smaller requests is never measured
+//! on that side, and keeps reading past the cache undecided).
 //!
 //! Why per device, and measured: on a virtual disk or cloud volume direct
 //! reads may top out below what the kernel's own readahead gets, while on

@@ -237,7 +237,8 @@ pub struct Stats {
     /// Pages of sequential streams read straight into the reader's buffer,
     /// bypassing the frames (a file larger than the cache, its device's
     /// streams read buffered: [`crate::Config::stream_reads`]); not counted
-    /// as misses or reads.
+    /// as reads (the lookup that found the first of each such run missing
+    /// counts one miss).
     pub streamed_pages: u64,
 }
 
