@@ -34,7 +34,7 @@ const W: usize = std::mem::size_of::<u64>();
 pub(crate) const ASM_MIN: usize = 256;
 
 /// Whether this build has the assembly copies.
-const ASM: bool = cfg!(all(target_arch = "x86_64", not(loom), not(miri)));
+pub(crate) const ASM: bool = cfg!(all(target_arch = "x86_64", not(loom), not(miri)));
 
 /// `n` bytes from `src` to `dst` with one `rep movsb`.
 ///

@@ -46,8 +46,10 @@ use std::io;
 use std::sync::Arc;
 
 /// Per-page copies of at least this many bytes use a pin instead of the
-/// optimistic path (see `read_at`).
-const OPTIMISTIC_MAX: usize = 1024;
+/// optimistic path (see `read_at`): none where the racy copy is one
+/// `rep movsb` (x86-64, `copy.rs`), 1 KiB where it is a loop of relaxed
+/// word loads (2x a `memcpy` on a 4 KiB page).
+const OPTIMISTIC_MAX: usize = if super::copy::ASM { usize::MAX } else { 1024 };
 /// Retries of an optimistic read before falling back to a pin.
 const OPTIMISTIC_TRIES: usize = 3;
 
@@ -207,9 +209,13 @@ impl Inner {
             let off = (pos & (ps as u64 - 1)) as usize;
             let n = (ps - off).min(total - done);
             let dst = &mut buf[done..done + n];
-            // Large copies go through a pin so they can use the vectorised
-            // memcpy (word-by-word atomic loads cost 2x on a 4 KiB page); the
-            // one refcount RMW pair is small next to such a copy.
+            // Where the racy copy is a word loop, large copies go through a
+            // pin so they can use the vectorised memcpy (the one refcount RMW
+            // pair is small next to such a copy). Where it is `rep movsb`,
+            // every copy is optimistic: a pin's CAS on a descriptor that
+            // misses the cache is a locked RMW the copy cannot overlap
+            // (a 4 KiB `read_at` over a 230 MiB set: 0.79-0.84x `memcpy`
+            // pinned, 0.87x optimistic; `docs/benchmarks.md`).
             let tried = if n < OPTIMISTIC_MAX {
                 self.read_optimistic(fs, index, off, dst)
             } else {
