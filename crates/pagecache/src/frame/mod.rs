@@ -48,14 +48,23 @@ mod arena {
 
     /// Anonymous mapping with `MADV_HUGEPAGE`: random lookups over a large
     /// cache touch descriptors (and frames) all over; huge pages keep the
-    /// TLB from adding a page walk to each of those misses.
+    /// TLB from adding a page walk to each of those misses. A mapping of
+    /// 2 MiB or more starts on a 2 MiB boundary (mapped 2 MiB longer, the
+    /// ends trimmed), so that each aligned 2 MiB of it can be one huge page.
     pub(crate) fn map_huge(len: usize, what: &str) -> io::Result<NonNull<u8>> {
+        const HUGE: usize = 2 << 20;
+        // (No padding for a length that would overflow: mmap refuses it.)
+        let pad = if len >= HUGE && len <= usize::MAX - HUGE && !cfg!(miri) {
+            HUGE
+        } else {
+            0
+        };
         // SAFETY: anonymous private mapping with no address hint; the
         // result is checked against MAP_FAILED before use.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                len + pad,
                 libc::PROT_READ | libc::PROT_WRITE,
                 // (Miri supports only private anonymous mappings.)
                 libc::MAP_PRIVATE
@@ -72,6 +81,30 @@ mod arena {
                 format!("mapping {what} ({len} bytes): {e}"),
             ));
         }
+        let p = if pad > 0 {
+            let head = (p as usize).next_multiple_of(HUGE) - p as usize;
+            // SAFETY: both ranges lie inside the mapping just made (head <
+            // pad, tail past `len`), start on page boundaries (mmap's
+            // result is page-aligned, so is a 2 MiB boundary), and nothing
+            // refers to them; what stays covers `len` bytes from an aligned
+            // start, as `munmap(start, len)` will unmap it.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(p, head);
+                }
+                let start = p.cast::<u8>().add(head);
+                // The tail from the first page boundary past `len` (the
+                // page `len` ends in, if it ends mid-page, stays).
+                let end = p as usize + len + pad;
+                let tail = (start as usize + len).next_multiple_of(4096);
+                if end > tail {
+                    libc::munmap(tail as *mut libc::c_void, end - tail);
+                }
+                start.cast::<libc::c_void>()
+            }
+        } else {
+            p
+        };
         // MADV_HUGEPAGE is advice; failure (no THP support) is harmless
         // (and Miri has no madvise).
         if !cfg!(miri) {
@@ -161,6 +194,14 @@ mod arena {
             self.ahead = super::ahead::FaultAhead::new(self.base.as_ptr(), self.map_len, populated);
         }
 
+        /// `fault_ahead(false)` with every stretch faulted in with small
+        /// pages, then collapsed (tests of the collapse).
+        #[cfg(all(test, not(loom), not(miri)))]
+        pub fn fault_ahead_small(&mut self) {
+            self.ahead =
+                super::ahead::FaultAhead::with(self.base.as_ptr(), self.map_len, false, true);
+        }
+
         /// Frame `f` was just taken from the free pool: keeps the arena
         /// faulted in ahead of it. Context: any, no lock held.
         #[inline]
@@ -175,6 +216,14 @@ mod arena {
         #[cfg(all(test, not(loom), not(miri)))]
         pub fn faulted_ahead(&self) -> usize {
             self.ahead.as_ref().map_or(0, |a| a.done())
+        }
+
+        /// Whether the helper collapses small pages into huge ones, and
+        /// how far from the arena's start it is through ((false, 0)
+        /// without the helper).
+        #[cfg(all(test, not(loom), not(miri)))]
+        pub fn collapsed_ahead(&self) -> (bool, usize) {
+            self.ahead.as_ref().map_or((false, 0), |a| a.collapsed())
         }
 
         /// Faults the whole arena in now (`Config::populate`), so that no
