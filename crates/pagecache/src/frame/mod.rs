@@ -54,7 +54,7 @@ mod arena {
     pub(crate) fn map_huge(len: usize, what: &str) -> io::Result<NonNull<u8>> {
         const HUGE: usize = 2 << 20;
         // (No padding for a length that would overflow: mmap refuses it.)
-        let pad = if len >= HUGE && len <= usize::MAX - HUGE && !cfg!(miri) {
+        let pad = if (HUGE..=usize::MAX - HUGE).contains(&len) && !cfg!(miri) {
             HUGE
         } else {
             0
