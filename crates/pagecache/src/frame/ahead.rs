@@ -29,40 +29,52 @@
 //! Small pages first, huge pages behind (where the kernel has
 //! `MADV_COLLAPSE`, 6.1 and later). The cost above is the huge page's: on
 //! memory the host has taken back, faulting in 4 KiB pages ran at 3-4.4
-//! GB/s against 0.4 GB/s for huge pages, and a one-thread B-tree load
+//! GB/s against 0.4 GB/s for huge pages (this VM reports every free 2 MiB
+//! block to its host at once, `page_reporting`; small pages come from
+//! blocks that were never wholly free), and a one-thread B-tree load
 //! consumes frames at about 0.7 GB/s, faster than the helper could fault
 //! huge pages in. Yet lookups over a large cache want huge pages (4 KiB
-//! ones cost them 14%). So the arena starts `MADV_NOHUGEPAGE` and the
-//! helper, for each stretch:
-//! - faults it in with a huge page when the last such fault was quick
-//!   (memory another process just freed: 12.7 GB/s), else with small
-//!   pages, trying a huge one again every [`RETRY_HUGE`] stretches;
-//! - when it has nothing to fault in, collapses the stretches behind into
-//!   huge pages (`MADV_COLLAPSE`: the kernel allocates one, copies the
-//!   512 small pages into it and swaps the mapping while other threads
-//!   wait on that range; no byte changes). A stretch already huge costs a
-//!   system call; one the kernel cannot collapse now (pages pinned by an
-//!   O_DIRECT read in flight, no free huge page) is tried again on later
-//!   passes, [`COLLAPSE_TRIES`] times in all, then left small;
-//! - on cold memory, before each collapse, faults a huge page into a
+//! ones cost them 14%). So the helper, for each stretch:
+//! - faults it in with a huge page (the arena's advice) when the last such
+//!   fault was quick (12.7 GB/s on memory just freed) or when no CPU is
+//!   idle; else (cold memory and a CPU to spare) with small pages
+//!   (`MADV_NOHUGEPAGE` on that stretch), trying a huge one again every
+//!   [`RETRY_HUGE`] stretches;
+//! - when it has nothing to fault in and a CPU is idle, collapses the
+//!   small stretches into huge pages (`MADV_COLLAPSE`: the kernel
+//!   allocates one, copies the 512 small pages into it and swaps the
+//!   mapping while other threads wait on that range; no byte changes). A
+//!   stretch the kernel cannot collapse now (pages pinned by an O_DIRECT
+//!   read in flight, no free huge page) is tried again after the others,
+//!   [`COLLAPSE_TRIES`] times in all, then left small;
+//! - before each collapse on cold memory, faults a huge page into a
 //!   scratch mapping of its own and frees it (`warm_a_huge_page`): the
 //!   kernel copies into its new huge page holding the process's mmap lock,
-//!   and the stretch's threads wait; a cold page made that copy 5 ms, the
-//!   warmed one 0.44 ms. Without it a one-thread B-tree's random lookups
-//!   ran at 217 k/s while the helper collapsed, against 978 k/s.
+//!   and the stretch's threads wait; into a cold page that copy took 5 ms,
+//!   into the warmed one 0.44 ms. Without it a one-thread B-tree's random
+//!   lookups ran at 217 k/s while the helper collapsed, against 978 k/s.
+//!
+//! Why "a CPU is idle" (`spare_cpu`: no more runnable tasks than CPUs):
+//! the cold memory costs the same CPU time whichever way it is faulted in
+//! (5 ms per 2 MiB); deferring it to a collapse only helps when the
+//! collapse runs where nobody else would. On busy CPUs it took CPU from the
+//! cache's users and, preempted while holding their mmap lock, stalled
+//! them: 32 threads on 2 CPUs looked up 1.54-1.65 M/s against 1.79-1.83 M
+//! with huge pages faulted in; with the rule, 1.90-1.96 M against
+//! 1.86-1.90 M.
 //!
 //! Measured with the B-tree's `rndread` example (7 M tuples, 1.03 GB, one
-//! thread, cold memory): load 3.8-3.9 M tuples/s with huge pages faulted
-//! in, 6.3-6.9 M with small pages collapsed behind; lookups in the two
-//! seconds after the load 880-897 k/s against 964-982 k/s (the collapse
-//! still runs then), 955 k/s over eight seconds.
+//! thread, cold memory, three-second lookups): load 3.6-4.0 M tuples/s
+//! with huge pages faulted in, 7.6-8.1 M with small pages collapsed
+//! behind; lookups 958-959 k/s against 858-882 k/s (the collapses go on
+//! during the lookups for about two seconds). Two threads: load 10.2
+//! against 9.6 M, lookups 1.93 against 1.96 M.
 //!
 //! Fault-ins come first: one collapse (about 5.5 ms on cold memory, the
 //! warming included) is the longest the helper keeps an allocator waiting
 //! for its next stretch. Without `MADV_COLLAPSE`, or with
 //! `PAGECACHE_NO_COLLAPSE` set in the environment (to measure the two side
-//! by side), the arena keeps `MADV_HUGEPAGE` and the helper faults huge
-//! pages in only.
+//! by side), the helper faults huge pages in only.
 //!
 //! ```text
 //!  allocator (any thread)                 helper
@@ -73,9 +85,9 @@
 //!      want >= upto: return (asked)           after each (relaxed: a hint)
 //!  A4. want = max(want, upto); lock;      H3. error -> done = len (no more
 //!      spawn if none; notify; unlock           requests), exit
-//!                                         H4. nothing to fault in: collapse
-//!                                             the next stretch below done
-//!                                             (or retry a failed one), then H1
+//!                                         H4. nothing to fault in, a small
+//!                                             stretch waiting and a CPU idle:
+//!                                             collapse it, then H1
 //! ```
 //!
 //! Nothing here is needed for correctness: `done` and `want` are hints
@@ -121,8 +133,8 @@ struct Shared {
     want: AtomicUsize,
     /// The table is being dropped.
     stop: AtomicBool,
-    /// Whether the arena starts small and the helper collapses it
-    /// (`MADV_COLLAPSE` is there).
+    /// Whether the helper may fault stretches in small and collapse them
+    /// later (`MADV_COLLAPSE` is there).
     collapse: bool,
     /// Bytes from the arena's start the helper has collapsed, or found
     /// huge, or given up on (a hint for tests and statistics).
@@ -161,9 +173,7 @@ impl FaultAhead {
         if len < MIN_ARENA || populated || cfg!(any(loom, miri)) {
             return None;
         }
-        // Small pages first where they can be collapsed later; nothing is
-        // mapped yet (creation), so the advice changes no page.
-        let collapse = collapse_supported() && advise(base as usize, len, libc::MADV_NOHUGEPAGE);
+        let collapse = collapse_supported();
         Some(FaultAhead {
             shared: Arc::new(Shared {
                 done: CachePadded::new(AtomicUsize::new(0)),
@@ -249,10 +259,9 @@ struct Collapser {
     huge: bool,
     /// Small stretches until a huge page is tried again.
     small_left: u32,
-    /// Aligned huge-page regions below this address have been tried.
-    next: usize,
-    /// Regions the kernel could not collapse yet, with their attempts.
-    retry: std::collections::VecDeque<(usize, u8)>,
+    /// Stretches (each one aligned huge page) faulted in with small pages,
+    /// to collapse; with the attempts made.
+    todo: std::collections::VecDeque<(usize, u8)>,
     /// The last huge page faulted in came slowly (cold memory).
     cold: bool,
     /// A 2 MiB mapping of the helper's own, see `collapse_one`.
@@ -274,16 +283,15 @@ impl Collapser {
         Collapser {
             huge: !s.small_only,
             small_left: 0,
-            next: (s.base).next_multiple_of(STEP),
-            retry: std::collections::VecDeque::new(),
+            todo: std::collections::VecDeque::new(),
             cold: s.small_only,
             scratch: None,
         }
     }
 
-    /// Whether a region below `done` waits for a collapse.
-    fn pending(&self, s: &Shared, done: usize) -> bool {
-        s.collapse && (self.next + STEP <= s.base + done || !self.retry.is_empty())
+    /// Whether a stretch waits for a collapse.
+    fn pending(&self) -> bool {
+        !self.todo.is_empty()
     }
 
     /// H2 for one stretch: faults `[addr, addr + n)` in, as a huge page or
@@ -292,14 +300,22 @@ impl Collapser {
         if !s.collapse {
             return populate(addr, n);
         }
-        if !self.huge {
+        // Only a whole aligned stretch can become a huge page (the arena
+        // starts on a 2 MiB boundary, `map_huge`; its last stretch may be
+        // shorter).
+        let whole = addr % STEP == 0 && n == STEP;
+        if !self.huge && whole && (s.small_only || spare_cpu()) {
             self.small_left = self.small_left.saturating_sub(1);
             self.huge = self.small_left == 0 && !s.small_only;
+            // Small pages for this stretch only (an allocator faulting in
+            // it meanwhile may still get a huge page: then the collapse
+            // finds nothing to do). A refusal leaves it huge.
+            advise(addr, n, libc::MADV_NOHUGEPAGE);
+            self.todo.push_back((addr, 0));
             return populate(addr, n);
         }
-        // A huge page if the stretch is one (advice on this stretch only;
-        // a failure leaves it small, which is harmless).
-        advise(addr, n, libc::MADV_HUGEPAGE);
+        // A huge page (the arena's advice): cold memory with no CPU to
+        // spare for collapsing later pays for it now, as without collapses.
         let t = std::time::Instant::now();
         if !populate(addr, n) {
             return false;
@@ -312,16 +328,10 @@ impl Collapser {
         true
     }
 
-    /// H4: one collapse, the next region below `done` or else a retry.
-    fn collapse_one(&mut self, s: &Shared, done: usize) {
-        let (region, tries) = if self.next + STEP <= s.base + done {
-            self.next += STEP;
-            (self.next - STEP, 0)
-        } else {
-            match self.retry.pop_front() {
-                Some(r) => r,
-                None => return,
-            }
+    /// H4: one collapse, of the oldest stretch waiting.
+    fn collapse_one(&mut self, s: &Shared) {
+        let Some((region, tries)) = self.todo.pop_front() else {
+            return;
         };
         // On cold memory the kernel's copy into a fresh huge page runs at
         // first-touch speed (5 ms per 2 MiB here), and it copies holding
@@ -337,15 +347,20 @@ impl Collapser {
         let ok = advise(region, STEP, libc::MADV_HUGEPAGE) && advise(region, STEP, MADV_COLLAPSE);
         if !ok && tries + 1 < COLLAPSE_TRIES {
             // Not now (pinned pages, no free huge page): a later pass.
-            self.retry.push_back((region, tries + 1));
+            self.todo.push_back((region, tries + 1));
         }
+        self.publish(s);
+    }
+
+    /// Stores how far from the arena's start nothing waits for a collapse.
+    fn publish(&self, s: &Shared) {
+        let done = s.done.load(Ordering::Relaxed);
         let through = self
-            .retry
+            .todo
             .iter()
-            .map(|&(r, _)| r)
-            .fold(self.next, usize::min);
-        s.collapsed
-            .store((through - s.base).min(s.len), Ordering::Relaxed);
+            .map(|&(r, _)| r - s.base)
+            .fold(done, usize::min);
+        s.collapsed.store(through, Ordering::Relaxed);
     }
 
     /// Faults a huge page into the scratch mapping and frees it again
@@ -386,8 +401,20 @@ fn helper(s: &Shared) {
                 if w > d {
                     break Some(w.min(s.len));
                 }
-                if c.pending(s, d) {
-                    break None;
+                c.publish(s);
+                if c.pending() {
+                    if s.small_only || spare_cpu() {
+                        break None;
+                    }
+                    // No CPU to spare: a collapse would take one from the
+                    // cache's users, and a helper preempted while it holds
+                    // their mmap lock stalls every one of them touching
+                    // the region. Look again later.
+                    t = match s.wake.wait_timeout(t, std::time::Duration::from_millis(20)) {
+                        Ok((t, _)) => t,
+                        Err(_) => return,
+                    };
+                    continue;
                 }
                 if d >= s.len {
                     // Everything faulted in and collapsed (or given up).
@@ -402,7 +429,7 @@ fn helper(s: &Shared) {
         };
         let Some(target) = target else {
             // H4.
-            c.collapse_one(s, s.done.load(Ordering::Relaxed));
+            c.collapse_one(s);
             continue;
         };
         // H2.
@@ -419,6 +446,23 @@ fn helper(s: &Shared) {
             s.done.store(d, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether a CPU is free for the helper's deferred work: no more tasks
+/// runnable on the machine right now (the helper included) than CPUs this
+/// process may use (`/proc/loadavg`'s fourth field). False if that cannot
+/// be read: then the helper defers nothing, as without collapses.
+fn spare_cpu() -> bool {
+    let Ok(s) = std::fs::read_to_string("/proc/loadavg") else {
+        return false;
+    };
+    let running = s
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').next())
+        .and_then(|r| r.parse::<usize>().ok());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    running.is_some_and(|r| r <= cpus)
 }
 
 /// `MADV_COLLAPSE` (Linux 6.1; the libc crate may not name it).
