@@ -7,7 +7,7 @@
 //! sampled every 256 MiB (`mincore` on a mapping of the file).
 //!
 //! ```sh
-//! READAHEAD_MIB=M ONLY=TEXT WARM=1 cargo run --release -p pagecache --example scan -- FILE [CACHE_MIB] [ROUNDS]
+//! READAHEAD_MIB=M ONLY=TEXT WARM=1 POPULATE=1 PROGRESS=1 cargo run --release -p pagecache --example scan -- FILE [CACHE_MIB] [ROUNDS]
 //! ```
 use pagecache::internals::kernel_cached_pages;
 use pagecache::{Config, PageCache, StreamReads};
@@ -25,6 +25,7 @@ fn pass(
 ) -> std::io::Result<(f64, u64, usize)> {
     let mut buf = vec![0u8; 1 << 20];
     let (mut most, mut sum, mut off) = (0, 0u64, 0);
+    let mut last = 0.0;
     let t0 = Instant::now();
     while off < len {
         let n = read(&mut buf, off)?;
@@ -32,6 +33,12 @@ fn pass(
         off += n as u64;
         if off % (256 << 20) == 0 {
             most = most.max(kernel_cached_pages(path)?);
+        }
+        // PROGRESS=1: the rate of each 16 MiB, to see a scan's start.
+        if off % (16 << 20) == 0 && std::env::var_os("PROGRESS").is_some() {
+            let t = t0.elapsed().as_secs_f64();
+            eprint!("{:.2} ", (16 << 20) as f64 / (t - last) / 1e9);
+            last = t;
         }
     }
     Ok((t0.elapsed().as_secs_f64(), sum, most))
@@ -74,6 +81,9 @@ fn main() -> std::io::Result<()> {
                         StreamReads::Direct
                     },
                     readahead_max,
+                    // POPULATE=1: the arena faulted in at creation (no
+                    // fault-ahead helper running during the scan).
+                    populate: std::env::var_os("POPULATE").is_some(),
                     ..Config::default()
                 })?;
                 let f = cache.open(path)?;

@@ -375,7 +375,10 @@ impl Inner {
         }
         // A stream's window: direct or buffered (`Config::stream_reads`),
         // and measured while its device's choice is being made.
-        let window = stream.then(|| self.streams.window(fs.ident.0, (end - first) << self.shift));
+        let window = stream.then(|| {
+            self.streams
+                .window(fs.ident.0, (end - first) << self.shift, false)
+        });
         let probe = window.as_ref().and_then(|w| w.probe.clone());
         let stream = window.is_some_and(|w| w.buffered);
         // Relaxed: a hint for `detach`.
@@ -602,7 +605,7 @@ impl Inner {
         // is one of its windows (warm-up or measured).
         // Relaxed: as in `bypasses`.
         let probe = if want > 0 && fs.stream_buffered.load(Ordering::Relaxed) == 0 {
-            let w = self.streams.window(fs.ident.0, want as u64);
+            let w = self.streams.window(fs.ident.0, want as u64, true);
             match w.probe {
                 Some(p) if w.buffered => {
                     p.add_read(want as u64);
