@@ -136,8 +136,8 @@ struct Shared {
     /// Whether the helper may fault stretches in small and collapse them
     /// later (`MADV_COLLAPSE` is there).
     collapse: bool,
-    /// Bytes from the arena's start the helper has collapsed, or found
-    /// huge, or given up on (a hint for tests and statistics).
+    /// Bytes from the arena's start below which no stretch waits for a
+    /// collapse (a hint, for tests).
     collapsed: AtomicUsize,
     /// Small pages only, never a huge fault-in (tests of the collapse).
     small_only: bool,
@@ -266,6 +266,10 @@ struct Collapser {
     cold: bool,
     /// A 2 MiB mapping of the helper's own, see `collapse_one`.
     scratch: Option<usize>,
+    /// The last collapse failed: wait a little before the next, so that
+    /// a retry does not follow at once (an O_DIRECT read pinning its
+    /// pages takes a while).
+    backoff: bool,
 }
 
 impl Drop for Collapser {
@@ -286,6 +290,7 @@ impl Collapser {
             todo: std::collections::VecDeque::new(),
             cold: s.small_only,
             scratch: None,
+            backoff: false,
         }
     }
 
@@ -345,6 +350,7 @@ impl Collapser {
         }
         // MADV_HUGEPAGE first: MADV_COLLAPSE refuses NOHUGEPAGE ranges.
         let ok = advise(region, STEP, libc::MADV_HUGEPAGE) && advise(region, STEP, MADV_COLLAPSE);
+        self.backoff = !ok;
         if !ok && tries + 1 < COLLAPSE_TRIES {
             // Not now (pinned pages, no free huge page): a later pass.
             self.todo.push_back((region, tries + 1));
@@ -403,13 +409,13 @@ fn helper(s: &Shared) {
                 }
                 c.publish(s);
                 if c.pending() {
-                    if s.small_only || spare_cpu() {
+                    if !std::mem::take(&mut c.backoff) && (s.small_only || spare_cpu()) {
                         break None;
                     }
-                    // No CPU to spare: a collapse would take one from the
-                    // cache's users, and a helper preempted while it holds
-                    // their mmap lock stalls every one of them touching
-                    // the region. Look again later.
+                    // Just failed, or no CPU to spare: a collapse would
+                    // take one from the cache's users, and a helper
+                    // preempted while it holds their mmap lock stalls every
+                    // one of them touching the region. Look again later.
                     t = match s.wake.wait_timeout(t, std::time::Duration::from_millis(20)) {
                         Ok((t, _)) => t,
                         Err(_) => return,
