@@ -214,8 +214,8 @@ impl Inner {
             // pair is small next to such a copy). Where it is `rep movsb`,
             // every copy is optimistic: a pin's CAS on a descriptor that
             // misses the cache is a locked RMW the copy cannot overlap
-            // (a 4 KiB `read_at` over a 230 MiB set: 0.79-0.84x `memcpy`
-            // pinned, 0.87x optimistic; `docs/benchmarks.md`).
+            // (a 4 KiB `read_at` over a 230 MiB set: 0.82-0.85x `memcpy`
+            // pinned, 0.87-0.90x optimistic; `docs/benchmarks.md`).
             let tried = if n < OPTIMISTIC_MAX {
                 self.read_optimistic(fs, index, off, dst)
             } else {

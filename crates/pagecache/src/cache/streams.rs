@@ -4,15 +4,18 @@
 //! faster of the two as measured on the first streams that device serves.
 //!
 //! The measurement (`StreamReads::Measure`). A device's first
-//! `WARMUP_WINDOWS` full-size windows are read direct and not counted (the
+//! `WARMUP_WINDOWS` full-size windows and `WARMUP_BYTES` are read direct
+//! and not counted (the
 //! start of a cache's first scan ran at a third of its later rate in
 //! either mode: 0.67 GB/s for the first 64 MiB, then 2 GB/s, in fresh
 //! processes; the cause is not established), the next
 //! `PROBE_WINDOWS` full-size windows, and at least as many bytes as that
 //! many windows of `readahead_max` (a stream's first, smaller windows
 //! measure latency, not throughput, and are not counted), are read direct,
-//! the next `WARMUP_WINDOWS` buffered and not counted (the kernel's
-//! readahead ramps up), then as many windows and bytes buffered. Each side's
+//! the next `WARMUP_WINDOWS` windows and `WARMUP_BYTES` buffered and not
+//! counted (the kernel's readahead ramps up, and the first buffered reads
+//! of a process ran slow too), then as many windows and bytes as the
+//! direct side's buffered. Each side's
 //! rate is its windows' bytes over the time from its first window's
 //! submission to its last window's completion: what a stream got,
 //! overlap, queueing and the consumer's pace included, not one read's
@@ -47,7 +50,7 @@ use std::time::Instant;
 
 /// Full-size windows measured on each side.
 const PROBE_WINDOWS: u32 = 16;
-/// Buffered windows read, not measured, before the buffered side.
+/// Windows read, not measured, before each side (with `WARMUP_BYTES`).
 const WARMUP_WINDOWS: u32 = 32;
 /// Bytes each warm-up reads at least, besides its windows.
 const WARMUP_BYTES: u64 = 64 << 20;
