@@ -24,10 +24,7 @@ fn drop_from_kernel_cache(path: &Path) {
 
 #[test]
 fn pages_bypass_the_kernel_cache_and_the_length_on_disk_is_exact() {
-    let d = TempDir::new("direct");
-    let p = d.path("f");
-    make_file(&p, 64 * PS as u64);
-    drop_from_kernel_cache(&p);
+    let (d, p) = cold_file("direct", 64 * PS as u64);
     let before = kernel_cached_pages(&p);
     let c = cache(128);
     let f = c.open(&p).unwrap();
@@ -136,6 +133,16 @@ fn scan_from(
     }
 }
 
+/// A fresh file of `len` bytes (`make_file`'s pattern) in a new directory,
+/// dropped from the kernel's cache.
+fn cold_file(tag: &str, len: u64) -> (TempDir, std::path::PathBuf) {
+    let d = TempDir::new(tag);
+    let p = d.path("f");
+    make_file(&p, len);
+    drop_from_kernel_cache(&p);
+    (d, p)
+}
+
 /// Scans a fresh 96 MiB file, dropped from the kernel's cache first,
 /// through a 16 MiB cache reading streams `mode`, checking every byte and
 /// that the kernel's cache never held more than a few 8 MiB blocks of it
@@ -152,10 +159,7 @@ fn cold_scan_of(
     mode: StreamReads,
     len: u64,
 ) -> (TempDir, std::path::PathBuf, PageCache) {
-    let d = TempDir::new(tag);
-    let p = d.path("f");
-    make_file(&p, len);
-    drop_from_kernel_cache(&p);
+    let (d, p) = cold_file(tag, len);
     assert!(
         kernel_cached_pages(&p) < 256,
         "precondition: the kernel's copy dropped"
@@ -195,11 +199,8 @@ fn buffered_streams_read_scans_right_and_drop_the_kernels_copy_behind() {
 /// the frames (buffered), so that the next pass hits.
 #[test]
 fn buffered_streams_of_a_file_the_cache_holds_keep_it() {
-    let d = TempDir::new("streams-fits");
-    let p = d.path("f");
     let len = 8u64 << 20;
-    make_file(&p, len);
-    drop_from_kernel_cache(&p);
+    let (_d, p) = cold_file("streams-fits", len);
     let c = stream_cache(4096, StreamReads::Buffered); // 16 MiB
     let f = c.open(&p).unwrap();
     scan_checked(&f, &p, len, pattern);
@@ -216,11 +217,8 @@ fn buffered_streams_of_a_file_the_cache_holds_keep_it() {
 /// that start and end inside pages.
 #[test]
 fn a_stream_past_the_cache_reads_dirty_pages_from_the_cache_and_holes_as_zeros() {
-    let d = TempDir::new("streams-bypass");
-    let p = d.path("f");
     let disk = 24u64 << 20;
-    make_file(&p, disk);
-    drop_from_kernel_cache(&p);
+    let (_d, p) = cold_file("streams-bypass", disk);
     let c = stream_cache(1024, StreamReads::Buffered); // 4 MiB, no flusher
     let f = c
         .open_with(&p, OpenOptions::new().read(true).write(true))

@@ -175,7 +175,7 @@ impl Inner {
     /// the request from the first miss on, in runs, see `batch.rs`); with
     /// `ra`, the handle's readahead state, a sequential reader's window is
     /// read ahead asynchronously. Context: may sleep (a miss's read, latch
-    /// waits on pages of 1 KiB copies or busy pages); no latch or tree lock
+    /// waits on pinned copies or busy pages); no latch or tree lock
     /// held; the caller pins only lower pages of this file.
     pub(crate) fn read_at(
         &self,

@@ -5,17 +5,16 @@
 //!
 //! The measurement (`StreamReads::Measure`). A device's first
 //! `WARMUP_WINDOWS` full-size windows and `WARMUP_BYTES` are read direct
-//! and not counted (the
-//! start of a cache's first scan ran at a third of its later rate in
-//! either mode: 0.67 GB/s for the first 64 MiB, then 2 GB/s, in fresh
-//! processes; the cause is not established), the next
+//! and not counted (the start of a cache's first scan ran at a third of
+//! its later rate in either mode: 0.67 GB/s for the first 64 MiB, then 2
+//! GB/s, in fresh processes; the cause is not established); the next
 //! `PROBE_WINDOWS` full-size windows, and at least as many bytes as that
-//! many windows of `readahead_max` (a stream's first, smaller windows
-//! measure latency, not throughput, and are not counted), are read direct,
-//! the next `WARMUP_WINDOWS` windows and `WARMUP_BYTES` buffered and not
-//! counted (the kernel's readahead ramps up, and the first buffered reads
-//! of a process ran slow too), then as many windows and bytes as the
-//! direct side's buffered. Each side's
+//! many windows of `readahead_max` (1 MiB at least), are read direct and
+//! measured (a stream's first, smaller windows measure latency, not
+//! throughput, and are not counted); the next `WARMUP_WINDOWS` windows
+//! and `WARMUP_BYTES` buffered and not counted (the kernel's readahead
+//! ramps up, and the first buffered reads of a process ran slow too);
+//! then as many windows and bytes as the direct side's, buffered. Each side's
 //! rate is its windows' bytes over the time from its first window's
 //! submission to its last window's completion: what a stream got,
 //! overlap, queueing and the consumer's pace included, not one read's
@@ -67,8 +66,8 @@ pub(crate) struct Streams {
     mode: StreamReads,
     /// Smallest window measured.
     min_bytes: u64,
-    /// Bytes each side measures at least: `PROBE_WINDOWS` full-size
-    /// windows' worth.
+    /// Bytes each side measures at least: `PROBE_WINDOWS` windows of
+    /// `readahead_max`, of 1 MiB at least.
     probe_bytes: u64,
     /// Per device (`st_dev`). A leaf lock, held for a few loads and
     /// stores.

@@ -2,7 +2,9 @@
 //!
 //! The arena is a single anonymous mapping of `nframes * page_size` bytes,
 //! made once when the cache is created (with `MADV_HUGEPAGE`, so the kernel
-//! can back it with transparent huge pages and the TLB covers more of it).
+//! can back it with transparent huge pages and the TLB covers more of it;
+//! on cold memory the fault-ahead helper faults stretches in with small
+//! pages and collapses them later, `ahead.rs`).
 //! Frame `f` is the bytes at `base + f * page_size`. Next to it lives an
 //! array of [`FrameDesc`](state::FrameDesc), one per frame, never freed while the cache lives
 //! (type-stable; see `state`).
