@@ -37,8 +37,9 @@
 // `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
 // `pc_page_try_latch`, `pc_latch_release_clean`; 7:
 // `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
-// `pc_stats.streamed_pages`).
-#define PC_ABI_VERSION 8
+// `pc_stats.streamed_pages`; 9: `pc_config_default` sets
+// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`).
+#define PC_ABI_VERSION 9
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -68,7 +69,7 @@
 #define PC_IO_THREADS 2
 
 // `pc_config.stream_reads`: sequential streams read with direct I/O, as
-// every other read (the default).
+// every other read (the default before ABI 9).
 #define PC_STREAM_DIRECT 0
 
 // `pc_config.stream_reads`: through the kernel's buffered path and its
@@ -77,7 +78,8 @@
 #define PC_STREAM_BUFFERED 1
 
 // `pc_config.stream_reads`: each device's first streams read both ways
-// and measured, the faster kept (`pc_cache_stream_choices`).
+// and measured, the faster kept (`pc_cache_stream_choices`); what
+// `pc_config_default` sets since ABI 9.
 #define PC_STREAM_MEASURE 2
 
 // The most pages a `pc_run` holds.
@@ -134,8 +136,8 @@ typedef struct pc_config {
   // faulted in on first use. (Added in ABI 4.)
   uint32_t populate;
   // How sequential streams (readahead windows) are read: one of
-  // `PC_STREAM_DIRECT` (the default), `PC_STREAM_BUFFERED`,
-  // `PC_STREAM_MEASURE`; see `pagecache::StreamReads`. (Added in ABI 7.)
+  // `PC_STREAM_DIRECT`, `PC_STREAM_BUFFERED`, `PC_STREAM_MEASURE` (the
+  // default since ABI 9); see `pagecache::StreamReads`. (Added in ABI 7.)
   uint32_t stream_reads;
 } pc_config;
 

@@ -91,7 +91,7 @@ static void test_version_and_defaults(void) {
   EXPECT(cfg.dirty_background_percent <= cfg.dirty_limit_percent);
   EXPECT(cfg.stable_writes == 0); /* writers do not wait for write-back */
   EXPECT(cfg.populate == 0);      /* frames faulted in on first use */
-  EXPECT(cfg.stream_reads == PC_STREAM_DIRECT);
+  EXPECT(cfg.stream_reads == PC_STREAM_MEASURE);
   EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
 }
 

@@ -48,8 +48,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 /// `pc_optimistic_upgrade`; `pc_page_new`, `pc_page_try_pin`,
 /// `pc_page_try_latch`, `pc_latch_release_clean`; 7:
 /// `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
-/// `pc_stats.streamed_pages`).
-pub const PC_ABI_VERSION: u32 = 8;
+/// `pc_stats.streamed_pages`; 9: `pc_config_default` sets
+/// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`).
+pub const PC_ABI_VERSION: u32 = 9;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -73,14 +74,15 @@ pub const PC_IO_URING: u32 = 1;
 pub const PC_IO_THREADS: u32 = 2;
 
 /// `pc_config.stream_reads`: sequential streams read with direct I/O, as
-/// every other read (the default).
+/// every other read (the default before ABI 9).
 pub const PC_STREAM_DIRECT: u32 = 0;
 /// `pc_config.stream_reads`: through the kernel's buffered path and its
 /// readahead, without keeping the kernel's copy (dropped behind the
 /// stream).
 pub const PC_STREAM_BUFFERED: u32 = 1;
 /// `pc_config.stream_reads`: each device's first streams read both ways
-/// and measured, the faster kept (`pc_cache_stream_choices`).
+/// and measured, the faster kept (`pc_cache_stream_choices`); what
+/// `pc_config_default` sets since ABI 9.
 pub const PC_STREAM_MEASURE: u32 = 2;
 
 /// A cache's settings. Fill it with `pc_config_default`, then change what
@@ -117,8 +119,8 @@ pub struct pc_config {
     /// faulted in on first use. (Added in ABI 4.)
     pub populate: u32,
     /// How sequential streams (readahead windows) are read: one of
-    /// `PC_STREAM_DIRECT` (the default), `PC_STREAM_BUFFERED`,
-    /// `PC_STREAM_MEASURE`; see `pagecache::StreamReads`. (Added in ABI 7.)
+    /// `PC_STREAM_DIRECT`, `PC_STREAM_BUFFERED`, `PC_STREAM_MEASURE` (the
+    /// default since ABI 9); see `pagecache::StreamReads`. (Added in ABI 7.)
     pub stream_reads: u32,
 }
 
@@ -485,7 +487,11 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                 dirty_limit_percent: d.dirty_limit_percent,
                 stable_writes: d.stable_writes as u32,
                 populate: d.populate as u32,
-                stream_reads: PC_STREAM_DIRECT,
+                stream_reads: match d.stream_reads {
+                    StreamReads::Direct => PC_STREAM_DIRECT,
+                    StreamReads::Buffered => PC_STREAM_BUFFERED,
+                    StreamReads::Measure => PC_STREAM_MEASURE,
+                },
             })
         };
         Ok(())

@@ -72,7 +72,7 @@ impl PageCache {
     #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
         io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
         dirty_limit_percent = 30, stable_writes = false, populate = false,
-        stream_reads = "direct"))]
+        stream_reads = "measure"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

@@ -342,9 +342,9 @@ enum Design {
     /// larger than the cache, so its stream reads past the frames
     /// (`StreamReads::Buffered`; scans only).
     PagecacheBuffered,
-    /// Streams read the way measured faster on the device
-    /// (`StreamReads::Measure`; scans only).
-    PagecacheMeasured,
+    /// Streams read direct, as every other read (`StreamReads::Direct`,
+    /// the default before `Measure`; scans only).
+    PagecacheDirect,
     Buffered,
     Mmap,
     Direct,
@@ -354,9 +354,10 @@ impl Design {
     fn name(self, work: Work) -> &'static str {
         match (self, work) {
             (Design::Pagecache, Work::Prefetch) => "pagecache prefetch x32",
+            (Design::Pagecache, Work::SeqScan) => "pagecache (streams measured)",
             (Design::Pagecache, _) => "pagecache",
             (Design::PagecacheBuffered, _) => "pagecache, streams buffered",
-            (Design::PagecacheMeasured, _) => "pagecache, streams measured",
+            (Design::PagecacheDirect, _) => "pagecache, streams direct",
             (Design::Buffered, Work::SeqScan) => "kernel read()",
             (Design::Buffered, Work::SeqWrite) => "kernel write() + fdatasync",
             (Design::Buffered, Work::Mix) => "kernel buffered pread/pwrite",
@@ -413,7 +414,7 @@ fn make_file(path: &Path, len: u64) -> io::Result<()> {
 }
 
 fn cache(sz: &Size) -> io::Result<PageCache> {
-    cache_with(sz, StreamReads::Direct)
+    cache_with(sz, Config::default().stream_reads)
 }
 
 fn cache_with(sz: &Size, stream_reads: StreamReads) -> io::Result<PageCache> {
@@ -495,15 +496,15 @@ fn run_one(
             (r, l, data)
         }
         (
-            Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheMeasured,
+            Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheDirect,
             Work::SeqScan,
         ) => {
             let c = cache_with(
                 sz,
                 match design {
                     Design::PagecacheBuffered => StreamReads::Buffered,
-                    Design::PagecacheMeasured => StreamReads::Measure,
-                    _ => StreamReads::Direct,
+                    Design::PagecacheDirect => StreamReads::Direct,
+                    _ => Config::default().stream_reads,
                 },
             )?;
             let f = c.open(data)?;
@@ -676,7 +677,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     for d in [
         Design::Pagecache,
         Design::PagecacheBuffered,
-        Design::PagecacheMeasured,
+        Design::PagecacheDirect,
         Design::Buffered,
         Design::Mmap,
         Design::Direct,
@@ -707,7 +708,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             let confined = cgroup.as_ref().ok().filter(|_| {
                 !matches!(
                     design,
-                    Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheMeasured
+                    Design::Pagecache | Design::PagecacheBuffered | Design::PagecacheDirect
                 )
             });
             if let Some(c) = confined {

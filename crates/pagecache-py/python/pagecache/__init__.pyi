@@ -26,13 +26,13 @@ class PageCache:
         dirty_limit_percent: int = 30,
         stable_writes: bool = False,
         populate: bool = False,
-        stream_reads: Literal["direct", "buffered", "measure"] = "direct",
+        stream_reads: Literal["direct", "buffered", "measure"] = "measure",
     ) -> None:
         """``populate``: fault the whole budget in now, so no read or write
         pays for a frame's first touch later; ``stream_reads``: how
         sequential streams are read: direct, through the kernel's cache
-        without keeping its copy, or each device's faster of the two,
-        measured (see ``pagecache::Config``)."""
+        without keeping its copy, or (the default) each device's faster of
+        the two, measured (see ``pagecache::StreamReads``)."""
     def open(
         self,
         path: str | PathLike[str],
