@@ -159,8 +159,11 @@ pub enum StreamReads {
     /// streams are read both ways; the measurement reads about 200 MiB of
     /// streams with 2 MiB windows (warm-ups included), once per device and
     /// cache (a cache that streams less than about 100 MiB from a device
-    /// reads all of it direct). Choose [`StreamReads::Direct`] to keep the kernel's cache
-    /// out of a cache's reads entirely.
+    /// reads all of it direct). Where buffered is chosen, the kernel's cache
+    /// holds what [`StreamReads::Buffered`] leaves in it: a stream's last
+    /// 8 MiB blocks and the kernel's readahead past them, until the file's
+    /// last handle closes. Choose [`StreamReads::Direct`] to keep the
+    /// kernel's cache out of a cache's reads entirely.
     #[default]
     Measure,
 }
