@@ -7,7 +7,8 @@
 //! `WARMUP_WINDOWS` full-size windows and `WARMUP_BYTES` are read direct
 //! and not counted (the start of a cache's first scan ran at a third of
 //! its later rate in either mode: 0.67 GB/s for the first 64 MiB, then 2
-//! GB/s, in fresh processes; the cause is not established); the next
+//! GB/s, in fresh processes; a C loop of the same buffered reads shows
+//! most of it, `scripts/probe-scan-start.c`); the next
 //! `PROBE_WINDOWS` full-size windows, and at least as many bytes as that
 //! many windows of `readahead_max` (1 MiB at least), are read direct and
 //! measured (a stream's first, smaller windows measure latency, not
