@@ -355,8 +355,18 @@ impl Inner {
             // unlatched (so a write-back of it sees them inside the file).
             // AcqRel: Release publishes this page's bytes to readers that load
             // the new length with Acquire (`read_at`); Acquire orders us after
-            // earlier growers.
-            fs.len.fetch_max(pos + n as u64, Ordering::AcqRel);
+            // earlier growers. Only when the write extends the file: a
+            // length that covers the bytes already cannot shrink while we
+            // hold the size lock shared, and the Acquire load that saw it
+            // orders us after its grower as the RMW would (a write-back
+            // that finds this page dirty, after our unlatch, loads a length
+            // at least as large). The locked RMW on every write made the
+            // CPU wait for the copy's stores right there.
+            let covered = pos + n as u64;
+            // Acquire: as above, when it covers the bytes already.
+            if covered > fs.len.load(Ordering::Acquire) {
+                fs.len.fetch_max(covered, Ordering::AcqRel);
+            }
             // 5-6: version even, DIRTY, unlatch, tag, unpin.
             drop(latch);
             done += n;
