@@ -93,3 +93,94 @@ fn write_past_end_extends_with_zeros_between() {
     f.sync().unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), buf, "same bytes on disk");
 }
+
+/// Writers that extend a file and writers that rewrite pages inside it,
+/// at once, oversubscribed, with syncs and eviction (a 64-frame cache: dirty
+/// pages are written back by the flusher and by reclaim while the file
+/// grows). A write inside the file leaves the length alone (only a write
+/// that extends it takes the read-modify-write): the file on disk must
+/// still end exactly where the furthest write ended and hold every page.
+#[test]
+fn concurrent_extending_and_inner_writes_keep_the_length_and_every_page() {
+    const APPENDERS: u64 = 8;
+    const PAGES: u64 = 1024;
+    const TAIL: usize = 100; // the last write is a partial page
+    let d = TempDir::new("eof");
+    let p = d.path("f");
+    let c = cache(64);
+    let f = c
+        .open_with(
+            &p,
+            pagecache::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true),
+        )
+        .unwrap();
+    // Every byte depends only on its position, so whichever writer of a
+    // page comes last, the page must read the same.
+    let page = |i: u64| -> Vec<u8> { (0..PS as u64).map(|b| pattern(i * PS as u64 + b)).collect() };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..APPENDERS {
+            let (f, page) = (&f, &page);
+            s.spawn(move || {
+                // Pages t, t + 8, t + 16, ...: the file grows from all sides.
+                let mut i = t;
+                while i < PAGES {
+                    f.write_at(&page(i), i * PS as u64).unwrap();
+                    i += APPENDERS;
+                }
+            });
+        }
+        for r in 0..4u64 {
+            let (f, page, done) = (&f, &page, &done);
+            s.spawn(move || {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (r + 1);
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let pages = f.len() / PS as u64;
+                    if pages == 0 {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = x % pages;
+                    f.write_at(&page(i), i * PS as u64).unwrap();
+                }
+            });
+        }
+        let (f, done) = (&f, &done);
+        s.spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                f.sync().unwrap();
+            }
+        });
+        // The appenders are the first 8 threads spawned; wait for the file
+        // to reach its full length, then stop the others.
+        while f.len() < PAGES * PS as u64 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    // The tail: a partial page past the end.
+    let tail: Vec<u8> = (0..TAIL as u64)
+        .map(|b| pattern(PAGES * PS as u64 + b))
+        .collect();
+    f.write_at(&tail, PAGES * PS as u64).unwrap();
+    let len = PAGES * PS as u64 + TAIL as u64;
+    assert_eq!(f.len(), len);
+    f.sync().unwrap();
+    let disk = std::fs::read(&p).unwrap();
+    assert_eq!(disk.len() as u64, len, "the length on disk");
+    for (pos, &b) in disk.iter().enumerate() {
+        assert_eq!(
+            b,
+            pattern(pos as u64),
+            "byte {pos} (page {}) on disk",
+            pos / PS
+        );
+    }
+    c.validate();
+}
