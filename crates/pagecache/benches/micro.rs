@@ -436,6 +436,33 @@ fn main() {
         }
     }
 
+    // 1c. write_at of whole cached pages from 1, 2 and 32 threads (no
+    // background write-back): what every write writes to lines the file's
+    // writers share (its size lock's word; the length only on extension).
+    // No DESIGN target; `docs/benchmarks.md`, "write_at: the file's length
+    // written only when it grows".
+    let write4k = |_: usize, r: &mut Rng| {
+        let b = [0x5Au8; PS];
+        quiet
+            .write_at(&b, rnd_off(r, PS as u64) & !(PS as u64 - 1))
+            .unwrap();
+    };
+    if let Some(r) = measure(
+        &o,
+        "scaling: write_at 4 KiB random cached pages (no background write-back), 1/2/32 threads",
+        "Mops/s",
+        vec![
+            ("1 thread".into(), Box::new(|| rate(1, o.dur, write4k))),
+            ("2 threads".into(), Box::new(|| rate(2, o.dur, write4k))),
+            ("32 threads".into(), Box::new(|| rate(32, o.dur, write4k))),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![(1, 0, "2 threads / 1", 0.0), (2, 1, "32 threads / 2", 0.0)],
+        ));
+    }
+
     // 2. page() pin + drop vs HashMap lookup
     let map: HashMap<u64, u32> = (0..npages).map(|i| (i, i as u32)).collect();
     // The floor of any pin: one CAS increment and one decrement on a random

@@ -431,6 +431,148 @@ impl<T> RwLock<T> {
     }
 }
 
+/// A reader-writer lock whose shared side is sharded by thread: a shared
+/// acquisition locks one shard, the exclusive one locks every shard in
+/// order (`crossbeam_utils::sync::ShardedLock`'s design, over
+/// [`RwLock`]s so that `read_recursive` and the profiling stay). For the
+/// per-file size lock: `write_at` takes it shared on every call, and one
+/// reader word written by every writer of a file bounced between their
+/// CPUs; an exclusive holder (`set_len`) is rare.
+///
+/// Correctness: an exclusive holder holds every shard exclusively, so no
+/// shared holder of any shard can coexist with it; shared holders exclude
+/// nothing among themselves, as before. A thread's shard is fixed for its
+/// life (a thread-local index, not the CPU), so a shared acquisition nested
+/// in another by the same thread (`write_at` -> reclaim -> write-back of
+/// the same file) takes the shard it already holds, where `read_recursive`
+/// does not queue behind a waiting exclusive holder: by CPU, a thread that
+/// migrated between the two could wait on a shard that a half-acquired
+/// exclusive holder owns, while that holder waits for the shard the thread
+/// holds. An exclusive acquisition never holds a shard while it waits for
+/// another: it tries every shard in order, and where one is held it lets
+/// go of those it took, waits for that one alone (takes it and drops it),
+/// and tries again. So a shared acquisition waits only for an exclusive
+/// holder that holds every shard and waits for nothing, as with the plain
+/// lock, whose `read_recursive` never queues behind a waiting writer
+/// (`docs/locking.md`, rules 9 and 10: eviction takes a victim's file's
+/// size lock shared while the evicting thread may hold other locks, and a
+/// writer that held some shards while it waited for the rest could wait,
+/// through the thread holding the rest, for that eviction). Under loom
+/// there is one shard (as the frame pool's per-CPU shards are one), so the
+/// models see the plain lock.
+#[derive(Debug)]
+pub(crate) struct ShardedRwLock {
+    shards: Box<[crossbeam_utils::CachePadded<RwLock<()>>]>,
+}
+
+/// A shared hold of one shard of a [`ShardedRwLock`].
+pub(crate) type ShardedReadGuard<'a> = ReadGuard<'a, ()>;
+
+/// An exclusive hold of every shard of a [`ShardedRwLock`].
+#[derive(Debug)]
+pub(crate) struct ShardedWriteGuard<'a> {
+    _shards: Vec<WriteGuard<'a, ()>>,
+}
+
+impl ShardedRwLock {
+    /// A lock of `shards` shards (rounded up to a power of two, at least
+    /// 1), profiled as `shared` and `exclusive` (with `lockstat`, an
+    /// exclusive acquisition counts once per shard).
+    pub(crate) fn with_classes(shards: usize, shared: LockClass, exclusive: LockClass) -> Self {
+        ShardedRwLock {
+            shards: (0..shards.max(1).next_power_of_two())
+                .map(|_| {
+                    crossbeam_utils::CachePadded::new(RwLock::with_classes((), shared, exclusive))
+                })
+                .collect(),
+        }
+    }
+
+    /// Shards for a lock taken shared by every writer of a file: four per
+    /// CPU (so that a few threads rarely share one), a power of two, at
+    /// most 16 (128 bytes each, per open file); one under loom.
+    pub(crate) fn default_shards() -> usize {
+        if cfg!(loom) {
+            return 1;
+        }
+        (4 * crate::frame::alloc::num_cpus())
+            .next_power_of_two()
+            .min(16)
+    }
+
+    /// A shared acquisition of this thread's shard that does not queue
+    /// behind a waiting exclusive holder ([`RwLock::read_recursive`]).
+    #[inline]
+    pub(crate) fn read_recursive(&self) -> ShardedReadGuard<'_> {
+        self.read_shard(thread_shard())
+    }
+
+    /// [`ShardedRwLock::read_recursive`] on shard `i` (masked).
+    #[inline]
+    fn read_shard(&self, i: usize) -> ShardedReadGuard<'_> {
+        self.shards[i & (self.shards.len() - 1)].read_recursive()
+    }
+
+    /// The exclusive acquisition: every shard, never holding one while
+    /// waiting for another (see the type's docs).
+    pub(crate) fn write(&self) -> ShardedWriteGuard<'_> {
+        if self.shards.len() == 1 {
+            // Nothing else to hold while waiting (and loom's models see
+            // the plain lock's acquisition).
+            return ShardedWriteGuard {
+                _shards: vec![self.shards[0].write()],
+            };
+        }
+        loop {
+            let mut held = Vec::with_capacity(self.shards.len());
+            let mut busy = None;
+            for (i, s) in self.shards.iter().enumerate() {
+                match s.try_write() {
+                    Some(g) => held.push(g),
+                    None => {
+                        busy = Some(i);
+                        break;
+                    }
+                }
+            }
+            let Some(i) = busy else {
+                return ShardedWriteGuard { _shards: held };
+            };
+            drop(held);
+            // Wait for shard `i` alone: taken when its holders are gone,
+            // dropped at once (nothing else is held meanwhile).
+            drop(self.shards[i].write());
+        }
+    }
+}
+
+/// This thread's shard index for [`ShardedRwLock`]s (any value; masked by
+/// the lock): threads are numbered as they first ask, so threads started
+/// together get different shards. 0 under loom (one shard).
+#[inline]
+fn thread_shard() -> usize {
+    #[cfg(loom)]
+    return 0;
+    #[cfg(not(loom))]
+    {
+        static NEXT: unmodelled::AtomicUsize = unmodelled::AtomicUsize::new(0);
+        thread_local! {
+            static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+        }
+        SHARD
+            .try_with(|c| {
+                let mut v = c.get();
+                if v == usize::MAX {
+                    // Relaxed: a number, not a publication.
+                    v = NEXT.fetch_add(1, unmodelled::Ordering::Relaxed);
+                    c.set(v);
+                }
+                v
+            })
+            .unwrap_or(0)
+    }
+}
+
 /// Times a wait of `class` (page latches) when `lockstat` is on; the
 /// returned token records it when dropped. Free otherwise.
 #[inline]
@@ -464,3 +606,123 @@ pub(crate) fn park(_key: usize, still_blocked: impl Fn() -> bool) {
 
 #[cfg(loom)]
 pub(crate) fn unpark_all(_key: usize) {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// An exclusive holder of a sharded lock never overlaps a shared holder
+    /// of any shard, shared holders on every shard overlap each other, and a
+    /// shared acquisition nested in another by the same thread never waits
+    /// for an exclusive holder that is acquiring the shards (it would
+    /// deadlock if the inner acquisition could pick another shard).
+    /// Oversubscribed: 12 readers and 3 exclusive holders on 2 CPUs.
+    #[test]
+    fn sharded_lock_excludes_across_shards_and_nests_without_deadlock() {
+        let lock = ShardedRwLock::with_classes(4, LockClass::SizeLock, LockClass::SizeLock);
+        let shared = AtomicUsize::new(0);
+        let exclusive = AtomicUsize::new(0);
+        let most_shared = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let writes = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..12 {
+                s.spawn(|| {
+                    let mut n = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        let _g = lock.read_recursive();
+                        let now = shared.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_shared.fetch_max(now, Ordering::Relaxed);
+                        assert_eq!(
+                            exclusive.load(Ordering::SeqCst),
+                            0,
+                            "shared beside exclusive"
+                        );
+                        if n % 8 == 0 {
+                            // Nested, as write_at -> reclaim -> write-back.
+                            std::thread::yield_now();
+                            let _h = lock.read_recursive();
+                            assert_eq!(exclusive.load(Ordering::SeqCst), 0);
+                        }
+                        shared.fetch_sub(1, Ordering::SeqCst);
+                        n = n.wrapping_add(1);
+                    }
+                });
+            }
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _g = lock.write();
+                        assert_eq!(exclusive.fetch_add(1, Ordering::SeqCst), 0, "two exclusive");
+                        assert_eq!(shared.load(Ordering::SeqCst), 0, "exclusive beside shared");
+                        std::thread::yield_now();
+                        assert_eq!(shared.load(Ordering::SeqCst), 0, "exclusive beside shared");
+                        exclusive.fetch_sub(1, Ordering::SeqCst);
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert!(
+            writes.load(Ordering::Relaxed) > 0,
+            "no exclusive acquisition happened"
+        );
+        assert!(
+            most_shared.load(Ordering::Relaxed) > 1,
+            "shared holders never overlapped"
+        );
+    }
+
+    /// While a shared holder of one shard keeps it, an exclusive
+    /// acquisition waits without holding any other shard: a shared
+    /// acquisition of another shard goes through at once (with shards taken
+    /// in order and held while waiting, it would wait for the exclusive
+    /// holder, which waits for the first shared holder).
+    #[test]
+    fn a_waiting_exclusive_acquisition_holds_no_shard() {
+        let lock = &ShardedRwLock::with_classes(4, LockClass::SizeLock, LockClass::SizeLock);
+        let first = lock.read_shard(3);
+        let got = &AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let _w = lock.write();
+                got.store(true, Ordering::SeqCst);
+            });
+            // Let the exclusive acquisition reach its wait for shard 3.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(
+                !got.load(Ordering::SeqCst),
+                "exclusive beside a shared holder"
+            );
+            let (tx, rx) = std::sync::mpsc::channel();
+            s.spawn(move || {
+                for i in 0..3 {
+                    drop(lock.read_shard(i));
+                }
+                tx.send(()).unwrap();
+            });
+            let other_shards = rx.recv_timeout(std::time::Duration::from_secs(10));
+            drop(first);
+            assert!(
+                other_shards.is_ok(),
+                "a shared acquisition of another shard waited for the exclusive one"
+            );
+        });
+        assert!(got.load(Ordering::SeqCst));
+    }
+
+    /// Threads started one after another take different shards.
+    #[test]
+    fn threads_started_together_take_different_shards() {
+        let shards: Vec<usize> = (0..4)
+            .map(|_| std::thread::spawn(thread_shard).join().unwrap())
+            .collect();
+        let mut distinct = shards.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "{shards:?}");
+    }
+}

@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! registry (RwLock, per cache)
-//!   └─ size lock (RwLock, per file)
+//!   └─ size lock (sharded RwLock, per file)
 //!        └─ page latch (LATCHED bit, per page)
 //!             └─ tree lock (Mutex, per file)
 //!                  ├─ replacement shard / pending batch (Mutex, per CPU; never both)

@@ -9,7 +9,9 @@ use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
 use crate::stats::Counter;
-use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, RwLock, Witness};
+use crate::sync::{
+    AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, ShardedRwLock, Witness,
+};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -38,7 +40,9 @@ pub(crate) struct FileShared {
     /// The size lock (S): shared by `write_at`, write-back and `sync`
     /// (recursively: never queued behind a waiting `set_len`); exclusive
     /// for `set_len`, which never waits for a page while it holds it.
-    pub(crate) size: RwLock<()>,
+    /// Sharded by thread (`ShardedRwLock`): a shared hold writes only its
+    /// thread's shard, so writers of one file do not bounce one word.
+    pub(crate) size: ShardedRwLock,
     /// (C) descriptor used for reads.
     pub(crate) read_fd: Arc<dyn BackendFile>,
     /// (O) descriptor used for writes, set once by the first writable
@@ -137,7 +141,11 @@ impl Inner {
             tree: Tree::new(id),
             len: AtomicU64::new(len),
             max_len: fd.max_len(),
-            size: RwLock::with_classes((), LockClass::SizeLock, LockClass::SizeLock),
+            size: ShardedRwLock::with_classes(
+                ShardedRwLock::default_shards(),
+                LockClass::SizeLock,
+                LockClass::SizeLock,
+            ),
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),
