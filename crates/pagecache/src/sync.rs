@@ -460,13 +460,48 @@ impl<T> RwLock<T> {
 /// through the thread holding the rest, for that eviction). Under loom
 /// there is one shard (as the frame pool's per-CPU shards are one), so the
 /// models see the plain lock.
+///
+/// Progress of the exclusive side. Shared holders never queue behind it,
+/// so writers that keep writing could hold it off for as long as they
+/// write (measured before the sharding too: `set_len` waited 5 s, the
+/// whole run, behind 8 threads rewriting the file). A thread's outermost
+/// shared acquisition therefore holds back while an exclusive acquisition
+/// is under way, for at most [`HOLD_BACK`]: a bounded wait, so that it
+/// cannot close a cycle (a thread that holds a page pin another holder
+/// waits for, across calls, still gets through after it); nested
+/// acquisitions (the thread already holds a shard of any sharded lock)
+/// never hold back.
 #[derive(Debug)]
 pub(crate) struct ShardedRwLock {
     shards: Box<[crossbeam_utils::CachePadded<RwLock<()>>]>,
+    /// Exclusive acquisitions under way (a hint for shared ones).
+    waiting: crossbeam_utils::CachePadded<unmodelled::AtomicUsize>,
+}
+
+/// How long an outermost shared acquisition holds back for an exclusive
+/// one under way ([`ShardedRwLock`]).
+#[cfg(not(loom))]
+const HOLD_BACK: std::time::Duration = std::time::Duration::from_millis(5);
+
+#[cfg(not(loom))]
+thread_local! {
+    /// Shared holds of sharded locks this thread has (nested ones never
+    /// hold back).
+    static SHARED_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A shared hold of one shard of a [`ShardedRwLock`].
-pub(crate) type ShardedReadGuard<'a> = ReadGuard<'a, ()>;
+#[derive(Debug)]
+pub(crate) struct ShardedReadGuard<'a> {
+    _g: ReadGuard<'a, ()>,
+}
+
+impl Drop for ShardedReadGuard<'_> {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        let _ = SHARED_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
 
 /// An exclusive hold of every shard of a [`ShardedRwLock`].
 #[derive(Debug)]
@@ -485,6 +520,7 @@ impl ShardedRwLock {
                     crossbeam_utils::CachePadded::new(RwLock::with_classes((), shared, exclusive))
                 })
                 .collect(),
+            waiting: Default::default(),
         }
     }
 
@@ -510,12 +546,48 @@ impl ShardedRwLock {
     /// [`ShardedRwLock::read_recursive`] on shard `i` (masked).
     #[inline]
     fn read_shard(&self, i: usize) -> ShardedReadGuard<'_> {
-        self.shards[i & (self.shards.len() - 1)].read_recursive()
+        #[cfg(not(loom))]
+        {
+            let depth = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1);
+            // Relaxed: a hint; the shard's lock orders what matters.
+            if depth == 0 && self.waiting.load(unmodelled::Ordering::Relaxed) != 0 {
+                self.hold_back();
+            }
+            let _ = SHARED_DEPTH.try_with(|d| d.set(d.get() + 1));
+        }
+        ShardedReadGuard {
+            _g: self.shards[i & (self.shards.len() - 1)].read_recursive(),
+        }
+    }
+
+    /// Lets an exclusive acquisition under way go first, for at most
+    /// [`HOLD_BACK`] (see the type's docs).
+    #[cfg(not(loom))]
+    #[cold]
+    fn hold_back(&self) {
+        let until = std::time::Instant::now() + HOLD_BACK;
+        // Relaxed: a hint.
+        while self.waiting.load(unmodelled::Ordering::Relaxed) != 0
+            && std::time::Instant::now() < until
+        {
+            std::thread::yield_now();
+        }
     }
 
     /// The exclusive acquisition: every shard, never holding one while
     /// waiting for another (see the type's docs).
     pub(crate) fn write(&self) -> ShardedWriteGuard<'_> {
+        /// Counts the acquisition in `waiting` until it returns.
+        struct Waiting<'a>(&'a unmodelled::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                // Relaxed: a hint.
+                self.0.fetch_sub(1, unmodelled::Ordering::Relaxed);
+            }
+        }
+        // Relaxed: a hint.
+        self.waiting.fetch_add(1, unmodelled::Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiting);
         if self.shards.len() == 1 {
             // Nothing else to hold while waiting (and loom's models see
             // the plain lock's acquisition).

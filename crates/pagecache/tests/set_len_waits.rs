@@ -87,3 +87,53 @@ fn eviction_writes_back_dirty_pages_while_set_len_waits() {
     }
     c.validate();
 }
+
+/// `set_len` is not starved by writers that keep writing: shared holders of
+/// the size lock never queue behind it (rule 10), so 8 threads rewriting
+/// the file on 2 CPUs used to hold it off for as long as they wrote (5 s in
+/// a 5 s run). The writers here stop only when the `set_len`s are done, or
+/// after 60 s: the test fails if the `set_len`s needed the writers to stop.
+#[test]
+fn set_len_is_not_starved_by_writers_that_keep_writing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let d = TempDir::new("set-len-starve");
+    let p = d.path("f");
+    make_file(&p, 512 * PS as u64);
+    let c = cache_without_flusher(1024);
+    let f = c.open(&p).unwrap();
+    let done = AtomicBool::new(false);
+    let cap = Duration::from_secs(60);
+    let t0 = Instant::now();
+    let mut took = Duration::ZERO;
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (f, done) = (&f, &done);
+            s.spawn(move || {
+                let b = vec![t as u8; PS];
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1);
+                while !done.load(Ordering::Relaxed) && t0.elapsed() < cap {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    f.write_at(&b, (x % 256) * PS as u64).unwrap();
+                }
+            });
+        }
+        // Let the writers get going first.
+        std::thread::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        for i in 0..50u64 {
+            // Above the pages being written: grow and shrink the tail.
+            f.set_len((512 + i % 2) * PS as u64).unwrap();
+        }
+        took = start.elapsed();
+        done.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        took < cap / 2,
+        "50 set_len calls took {took:?} beside 8 writers: starved until the writers stopped"
+    );
+    assert_eq!(f.len(), 513 * PS as u64);
+    c.validate();
+}

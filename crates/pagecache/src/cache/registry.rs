@@ -10,7 +10,7 @@ use crate::index::Tree;
 use crate::io::BackendFile;
 use crate::stats::Counter;
 use crate::sync::{
-    AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ReadGuard, ShardedRwLock, Witness,
+    AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ShardedReadGuard, ShardedRwLock, Witness,
 };
 use std::collections::HashMap;
 use std::io;
@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 
 /// Proof that the caller holds a file's size lock shared (write-back's
 /// precondition: `set_len` cannot run under it).
-pub(crate) type SizeShared<'a> = ReadGuard<'a, ()>;
+pub(crate) type SizeShared<'a> = ShardedReadGuard<'a>;
 
 /// State shared by every handle of one file (same device and inode).
 #[derive(Debug)]
