@@ -202,6 +202,31 @@ impl Row {
     }
 }
 
+/// A scaling row: `op` from 1, 2 and 32 threads (Mops/s), with the ratios
+/// 2 / 1 and 32 / 2 checked against `targets` (0: no target).
+fn scaling<F>(o: &Opts, title: &str, op: F, targets: (f64, f64)) -> Option<(Row, Vec<Ratio>)>
+where
+    F: Fn(usize, &mut Rng) + Sync,
+{
+    let r = measure(
+        o,
+        title,
+        "Mops/s",
+        vec![
+            ("1 thread".into(), Box::new(|| rate(1, o.dur, &op))),
+            ("2 threads".into(), Box::new(|| rate(2, o.dur, &op))),
+            ("32 threads".into(), Box::new(|| rate(32, o.dur, &op))),
+        ],
+    )?;
+    Some((
+        r,
+        vec![
+            (1, 0, "2 threads / 1", targets.0),
+            (2, 1, "32 threads / 2", targets.1),
+        ],
+    ))
+}
+
 fn measure(
     o: &Opts,
     title: &str,
@@ -447,21 +472,12 @@ fn main() {
             .write_at(&b, rnd_off(r, PS as u64) & !(PS as u64 - 1))
             .unwrap();
     };
-    if let Some(r) = measure(
+    rows.extend(scaling(
         &o,
         "scaling: write_at 4 KiB random cached pages (no background write-back), 1/2/32 threads",
-        "Mops/s",
-        vec![
-            ("1 thread".into(), Box::new(|| rate(1, o.dur, write4k))),
-            ("2 threads".into(), Box::new(|| rate(2, o.dur, write4k))),
-            ("32 threads".into(), Box::new(|| rate(32, o.dur, write4k))),
-        ],
-    ) {
-        rows.push((
-            r,
-            vec![(1, 0, "2 threads / 1", 0.0), (2, 1, "32 threads / 2", 0.0)],
-        ));
-    }
+        write4k,
+        (0.0, 0.0),
+    ));
 
     // 2. page() pin + drop vs HashMap lookup
     let map: HashMap<u64, u32> = (0..npages).map(|i| (i, i as u32)).collect();
@@ -639,36 +655,18 @@ fn main() {
     let pin = |_: usize, r: &mut Rng| {
         black_box(file.page(rnd_page(r)).unwrap().index());
     };
-    if let Some(r) = measure(
+    rows.extend(scaling(
         &o,
         "scaling: read_at 64 B random hits (optimistic), 1/2/32 threads",
-        "Mops/s",
-        vec![
-            ("1 thread".into(), Box::new(|| rate(1, o.dur, read64))),
-            ("2 threads".into(), Box::new(|| rate(2, o.dur, read64))),
-            ("32 threads".into(), Box::new(|| rate(32, o.dur, read64))),
-        ],
-    ) {
-        rows.push((
-            r,
-            vec![(1, 0, "2 threads / 1", 1.8), (2, 1, "32 threads / 2", 0.9)],
-        ));
-    }
-    if let Some(r) = measure(
+        read64,
+        (1.8, 0.9),
+    ));
+    rows.extend(scaling(
         &o,
         "scaling: page() random hits, 1/2/32 threads",
-        "Mops/s",
-        vec![
-            ("1 thread".into(), Box::new(|| rate(1, o.dur, pin))),
-            ("2 threads".into(), Box::new(|| rate(2, o.dur, pin))),
-            ("32 threads".into(), Box::new(|| rate(32, o.dur, pin))),
-        ],
-    ) {
-        rows.push((
-            r,
-            vec![(1, 0, "2 threads / 1", 1.6), (2, 1, "32 threads / 2", 0.9)],
-        ));
-    }
+        pin,
+        (1.6, 0.9),
+    ));
 
     // 5. same page: optimistic read vs pinned read
     let same_opt = |_: usize, _: &mut Rng| {
