@@ -84,7 +84,12 @@ impl Rng {
 }
 
 /// Runs `op` on `threads` threads for `dur`; returns total ops per second.
-/// `op(tid, rng)` does one operation.
+/// `op(tid, rng)` does one operation. The time is from the first worker's
+/// start to the last worker's end, as each of them saw it: with more
+/// threads than cores the main thread may run long after the barrier let
+/// the workers go, and a clock it started then missed their first
+/// operations while counting them (32-thread rows read up to 3x their
+/// median before).
 fn rate<F>(threads: usize, dur: Duration, op: F) -> f64
 where
     F: Fn(usize, &mut Rng) + Sync,
@@ -92,13 +97,18 @@ where
     let stop = AtomicBool::new(false);
     let total = AtomicU64::new(0);
     let barrier = Barrier::new(threads + 1);
-    let mut t0 = Instant::now();
+    let base = Instant::now();
+    // Nanoseconds since `base`: the first start, the last end.
+    let first = AtomicU64::new(u64::MAX);
+    let last = AtomicU64::new(0);
     std::thread::scope(|s| {
         for t in 0..threads {
             let (stop, total, barrier, op) = (&stop, &total, &barrier, &op);
+            let (first, last) = (&first, &last);
             s.spawn(move || {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC));
                 barrier.wait();
+                first.fetch_min(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..64 {
@@ -106,18 +116,18 @@ where
                     }
                     n += 64;
                 }
+                last.fetch_max(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 total.fetch_add(n, Ordering::Relaxed);
             });
         }
         barrier.wait();
-        t0 = Instant::now();
         std::thread::sleep(dur);
         stop.store(true, Ordering::Relaxed);
     });
-    // Until every thread has stopped: with more threads than cores, some see
-    // the stop flag late, and their work must be inside the measured time.
-    let elapsed = t0.elapsed();
-    total.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+    let span = last
+        .load(Ordering::Relaxed)
+        .saturating_sub(first.load(Ordering::Relaxed));
+    total.load(Ordering::Relaxed) as f64 / (span.max(1) as f64 / 1e9)
 }
 
 /// Single-threaded rate on the calling thread (no dispatch overhead).
