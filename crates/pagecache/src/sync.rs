@@ -451,8 +451,9 @@ impl<T> RwLock<T> {
 /// holds. An exclusive acquisition never holds a shard while it waits for
 /// another: it tries every shard in order, and where one is held it lets
 /// go of those it took, waits for that one alone (takes it and drops it),
-/// and tries again. So a shared acquisition waits only for an exclusive
-/// holder that holds every shard and waits for nothing, as with the plain
+/// and tries again. So, but for the bounded hold-back below, a shared
+/// acquisition waits only for an exclusive holder that holds every shard
+/// and waits for nothing, as with the plain
 /// lock, whose `read_recursive` never queues behind a waiting writer
 /// (`docs/locking.md`, rules 9 and 10: eviction takes a victim's file's
 /// size lock shared while the evicting thread may hold other locks, and a
@@ -461,7 +462,7 @@ impl<T> RwLock<T> {
 /// there is one shard (as the frame pool's per-CPU shards are one), so the
 /// models see the plain lock.
 ///
-/// Progress of the exclusive side. Shared holders never queue behind it,
+/// Progress of the exclusive side. Shared holders do not queue behind it,
 /// so writers that keep writing could hold it off for as long as they
 /// write (measured before the sharding too: `set_len` waited 5 s, the
 /// whole run, behind 8 threads rewriting the file). A thread's outermost

@@ -38,7 +38,8 @@ pub(crate) struct FileShared {
     /// (C) the largest length the file may have (the filesystem's limit).
     pub(crate) max_len: u64,
     /// The size lock (S): shared by `write_at`, write-back and `sync`
-    /// (recursively: never queued behind a waiting `set_len`); exclusive
+    /// (recursively: a nested shared hold never waits for a `set_len`, an
+    /// outermost one at most 5 ms, `ShardedRwLock`); exclusive
     /// for `set_len`, which never waits for a page while it holds it.
     /// Sharded by thread (`ShardedRwLock`): a shared hold writes only its
     /// thread's shard, so writers of one file do not bounce one word.
