@@ -497,7 +497,9 @@ int pc_page_optimistic(const struct pc_file *file_, uint64_t index, struct pc_op
 
 // 1 if nothing changed the page since `*view` was taken (what the caller
 // read through `view->data` before this call is a consistent snapshot),
-// 0 if something did (restart), `-EINVAL` for NULL or a struct that holds
+// 0 if something did (restart): a writer, the frame's reuse, or a
+// truncate that cut the page off (even one the file has since grown back
+// over), `-EINVAL` for NULL or a struct that holds
 // no view. Writes nothing shared. Reads must come before the call: the
 // call orders them (an acquire fence) before its re-check.
 //

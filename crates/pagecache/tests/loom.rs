@@ -271,6 +271,65 @@ fn optimistic_view_vs_truncate() {
     });
 }
 
+/// 5.8 view vs truncate of a pinned page (R1'): a view of page 1 is
+/// taken while page 1 is pinned; another thread cuts the file below the
+/// page, says so through a flag, and grows the file back by writing page 1
+/// anew. A pin keeps the removed page in its frame with its identity and
+/// version, so only O6's `REMOVED` check can fail the view. The reader
+/// loads through the view, reads the flag and validates: a validation
+/// after seeing the flag (the cut happened-before it) must fail; one that
+/// passes read the old page. With `pinned_by_cutter` the cutter pins the
+/// page (the reader holds none) and drops the pin after the flag, so the
+/// frame is freed (reset) and may be reused by the regrowth while a
+/// reader that saw the flag validates: O6's state load must come before
+/// its version load (the other order validates such a view when the reset
+/// lands between the two loads).
+fn view_of_a_pinned_page_vs_truncate_and_regrowth(pinned_by_cutter: bool) {
+    model(2, move || {
+        let (_t, c, f) = cached_file(2, 1);
+        let pin = (!pinned_by_cutter).then(|| f.page(1).unwrap());
+        let o = f.optimistic(1).unwrap();
+        let cut_flag = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let (f2, flag) = (f.clone(), cut_flag.clone());
+        let cut = thread::spawn(move || {
+            let held = pinned_by_cutter.then(|| f2.page(1).unwrap());
+            f2.set_len(PS as u64).unwrap();
+            flag.store(true, Ordering::Release);
+            drop(held);
+            f2.write_at(&[9u8; 64], PS as u64).unwrap();
+        });
+        let v = o.load_u64(0);
+        let after_cut = cut_flag.load(Ordering::Acquire);
+        let ok = o.validate();
+        if after_cut {
+            assert!(!ok, "a view validated after its page was cut off");
+        }
+        if ok {
+            assert_eq!(
+                v, 0x0202_0202_0202_0202,
+                "a validated view read other bytes"
+            );
+        }
+        cut.join().unwrap();
+        assert!(!o.validate(), "a view of a removed page validated");
+        if let Some(p) = pin {
+            assert_eq!(p[0], 2, "the pin kept the removed page's bytes");
+        }
+        assert_eq!(f.page(1).unwrap()[0], 9);
+        c.validate();
+    });
+}
+
+#[test]
+fn optimistic_view_of_a_pinned_page_vs_truncate_and_regrowth() {
+    view_of_a_pinned_page_vs_truncate_and_regrowth(false);
+}
+
+#[test]
+fn optimistic_view_of_a_page_whose_pin_goes_vs_truncate_and_reuse() {
+    view_of_a_pinned_page_vs_truncate_and_regrowth(true);
+}
+
 /// 5.8 two upgrades racing: two threads each take a view of page 0, read
 /// its first byte, upgrade and increment it. An upgrade succeeds only on an
 /// unchanged page (it sees the byte its view read), so no increment is

@@ -454,3 +454,43 @@ fn a_frame_hint_finds_the_page_until_its_frame_is_reused() {
     assert!(f.optimistic_hinted(3, hint).is_none());
     assert_eq!(c.stats().reads, reads, "a hint never reads");
 }
+
+/// A page that `set_len` cuts off while it is pinned stays in its frame
+/// (orphaned) until the pin goes, still with its identity: a view of it
+/// must fail validation from the cut on, even once the file has grown
+/// back over the page's index and that page exists again with other
+/// bytes (the view's frame is not that page's).
+#[test]
+fn a_view_of_a_pinned_page_that_truncate_removed_fails_after_the_file_regrows() {
+    let d = TempDir::new("opt-orphan");
+    let c = cache_without_flusher(16);
+    let f = create(&c, &d, "f");
+    f.write_at(&[1u8; 4 * PS], 0).unwrap();
+    let pin = f.page(2).unwrap();
+    let o = f.optimistic(2).unwrap();
+    let hint = o.frame_hint();
+    assert_eq!(o.load_u64(0), u64::from_ne_bytes([1; 8]));
+    assert!(o.validate());
+    f.set_len(0).unwrap();
+    assert!(!o.validate(), "a view of a page truncate removed validated");
+    f.write_at(&[2u8; 4 * PS], 0).unwrap();
+    // Page 2 exists again (all 2s), in another frame; the view's frame
+    // still holds the removed page (the pin keeps it), all 1s.
+    assert_eq!(o.load_u64(0), u64::from_ne_bytes([1; 8]));
+    assert!(
+        !o.validate(),
+        "a view of a removed page validated after the file grew back"
+    );
+    assert!(f.optimistic_hinted(2, hint).is_none());
+    assert_eq!(
+        o.clone().upgrade().unwrap_err().kind(),
+        ErrorKind::Interrupted
+    );
+    assert_eq!(pin[0], 1, "the pin keeps the removed page's bytes");
+    drop(pin);
+    assert!(!o.validate());
+    let now = f.optimistic(2).unwrap();
+    assert_eq!(now.load_u64(0), u64::from_ne_bytes([2; 8]));
+    assert!(now.validate());
+    c.validate();
+}

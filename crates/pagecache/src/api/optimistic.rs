@@ -229,8 +229,11 @@ impl<'a> Optimistic<'a> {
     }
 
     /// Whether nothing changed the page since the view was taken: no latch
-    /// holder wrote it and its frame was not reused. Only then do the
-    /// view's earlier loads count. Writes nothing.
+    /// holder wrote it, its frame was not reused, and no truncate cut it
+    /// off (a page cut off while pinned stays in its frame until the pin
+    /// goes; its views fail from the cut on, even after the file grows
+    /// back over its index). Only then do the view's earlier loads count.
+    /// Writes nothing.
     ///
     /// # Panics
     /// If a load fell outside the page and the page did not change: the

@@ -20,7 +20,12 @@
 //!  -- the view (f, v) is handed out --       R3. next owner: new identity,
 //!  O5. loads: per-word relaxed atomics           version even (`assign`)
 //!      (bounds-checked, see `api/optimistic.rs`)
-//!  O6. validate: Acquire fence; version == v
+//!  O6. validate: Acquire fence; state not    R1'. truncate of a pinned page
+//!      REMOVED (Acquire), then version == v      (5.6 step 4): REMOVED set
+//!                                                by one RMW, the frame
+//!                                                orphaned; its identity and
+//!                                                version stay until its last
+//!                                                release (then R2-R3)
 //!
 //!  upgrade (the view's holder)
 //!  U1. pin (5.1 step 2: fails if latched or free -> restart)
@@ -30,8 +35,8 @@
 //!      outside the baselines, U2 checked after it (a frame recycled
 //!      meanwhile is unlatched and released: its holders met a claimed
 //!      latch for that moment, as they meet a stray pin)
-//!  U4. version == v (nobody else can move it while we hold LATCHED and a
-//!      pin), else unlatch and restart
+//!  U4. O6 (nobody else can move the version while we hold LATCHED and
+//!      a pin), else unlatch and restart
 //!  U5. W2 (drain, then runs: 5.7 W2-W3), then W3: a `PageMut`
 //! ```
 //!
@@ -40,10 +45,18 @@
 //! before the Acquire fence and version re-load of O6. If any load of O5
 //! read a byte stored by W4 (or by any later writer), the fences
 //! synchronise and O6's re-load sees W3's odd value or a later one, so
-//! validation fails: a validated view never saw a change. Removal and
+//! validation fails: a validated view never saw a change. Eviction and
 //! reuse change the identity only with the version odd (R2-R3), so a view
 //! validated at `v` also read the frame while it held `(file, index)`, up
-//! to date: O3's check ran after O2's Acquire load of `v`. The frame's
+//! to date: O3's check ran after O2's Acquire load of `v`. Truncate cannot
+//! make the version of a page it cuts off odd while others pin it (only an
+//! exclusive owner writes the version: a latch holder that drained, or the
+//! frame's freer), and their pins keep the frame, with its identity and
+//! version, after the file has grown back over the index (R1'): O6's
+//! `REMOVED` check is what fails such a view. O6 loads the state before
+//! the version: `REMOVED` is cleared only by the frame's reset, after the
+//! version went odd, so a state load that no longer sees it is followed by
+//! a version load that sees the reset (`FrameDesc::read_validate`). The frame's
 //! memory stays mapped and its descriptor valid whatever happens to it
 //! (frames and descriptors are type-stable), so a stale view reads only
 //! wrong bytes, which O6 rejects, never unmapped memory.
@@ -188,9 +201,9 @@ impl Inner {
             f
         };
         let d = self.desc(f);
-        // U4. Acquire fence inside: our loads of the version come after
-        // the CAS of U3.
-        if !d.read_validate(v) || d.snapshot().is_removed() {
+        // U4 (O6's check: the version, and not removed). Acquire fence
+        // inside: our loads come after the CAS of U3.
+        if !d.read_validate(v) {
             d.unlatch();
             self.release(f);
             return None;

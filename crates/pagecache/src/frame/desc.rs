@@ -634,14 +634,35 @@ impl FrameDesc {
         }
     }
 
-    /// Protocol 5.4 reader last step: true if no write section began since
-    /// `read_begin` returned `v`.
+    /// Protocol 5.4 reader last step (5.8 O6): true if no write section
+    /// began since `read_begin` returned `v` and the page was not removed
+    /// meanwhile.
+    ///
+    /// The removal check is for pages truncate cuts off while they are
+    /// pinned (5.6 step 4): such a frame keeps its identity and version
+    /// until its last release (its pin holders still read it), so the
+    /// version alone would validate a view of a page that is no longer the
+    /// file's, even after the file grew back over its index. `REMOVED` is
+    /// set by one RMW and cleared only by the frame's reset (after the
+    /// version went odd) or its next assignment.
+    ///
+    /// Ordering: the state is loaded first, with Acquire, then the version.
+    /// A state that is not `REMOVED` but was stored by a reset or an
+    /// assignment comes after a version store that made it odd (and the
+    /// Release fence in `begin_change`), so the version load then sees a
+    /// value other than `v`: a removal, a reuse and a write are each caught
+    /// by one of the two loads. Loading the version first would let a reset
+    /// slip between them.
     #[inline]
     pub fn read_validate(&self, v: u64) -> bool {
-        // Acquire fence: orders the relaxed data loads before the re-load of
-        // the version; pairs with the Release fence in `begin_change`.
+        // Acquire fence: orders the relaxed data loads before the re-loads
+        // below; pairs with the Release fence in `begin_change`.
         fence(Ordering::Acquire);
-        self.version.load(Ordering::Relaxed) == v
+        // Acquire: orders the version load after it, and pairs with the
+        // Release fence that precedes a reset's store of the word (see
+        // above). Same cache line as the version: no extra miss.
+        let s = self.state.load(Ordering::Acquire);
+        s & REMOVED == 0 && self.version.load(Ordering::Relaxed) == v
     }
 
     /// Frees-path reset: clears identity and state. Caller owns the frame
