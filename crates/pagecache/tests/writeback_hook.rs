@@ -283,3 +283,60 @@ fn every_page_written_is_one_the_hook_approved() {
         assert!(l <= flushed_lsn.load(Ordering::SeqCst));
     }
 }
+
+/// A `sync` that meets a page whose write-back eviction has started, and
+/// whose hook then defers it, must not report that page durable: `Ok`
+/// only once every page dirty at the call is on disk. The sync skips the
+/// page while eviction's write-back of it is under way (its DIRTY bit is
+/// now WRITEBACK), waits for that write-back to end, and must look again
+/// when it ends with the page dirty (deferred, or given up for a writer),
+/// as it does when it ends in a failed write.
+#[test]
+fn sync_writes_a_page_whose_eviction_write_back_the_hook_deferred_meanwhile() {
+    let d = TempDir::new("hook-evict-defer-sync");
+    let c = cache_without_flusher(16);
+    let f = open(&c, &d, "f", 16);
+    let g = open(&c, &d, "g", 4);
+    let in_hook = Arc::new(AtomicBool::new(false));
+    let deferred = Arc::new(Mutex::new(None));
+    let (h2, d2) = (in_hook.clone(), deferred.clone());
+    f.set_writeback_hook(Some(WritebackHook::new(move |p| {
+        if p.cause == WritebackCause::Eviction && !h2.swap(true, Ordering::SeqCst) {
+            *d2.lock().unwrap() = Some(p.index);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            return WritebackDecision::Defer;
+        }
+        WritebackDecision::Write
+    })));
+    // Every frame dirty.
+    for i in 0..16u64 {
+        f.write_at(&[i as u8 + 1; PS], i * PS as u64).unwrap();
+    }
+    assert_eq!(f.dirty_pages(), 16);
+    // A miss: reclaim finds only dirty frames and writes a victim back.
+    let miss = {
+        let g = g.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; PS];
+            g.read_at(&mut buf, 0).unwrap();
+            assert_eq!(buf[0], pattern(0));
+        })
+    };
+    while !in_hook.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    // The hook is deferring the victim now (for 300 ms).
+    f.sync().unwrap();
+    let victim = deferred.lock().unwrap().expect("the hook saw the victim");
+    let disk = std::fs::read(d.path("f")).unwrap();
+    for i in 0..16u64 {
+        let at = (i as usize) * PS;
+        assert!(
+            disk[at..at + PS].iter().all(|&b| b == i as u8 + 1),
+            "sync returned Ok but page {i} is not on disk (the deferred victim: page {victim})"
+        );
+    }
+    miss.join().unwrap();
+    assert_eq!(f.dirty_pages(), 0, "dirty pages after a successful sync");
+    c.validate();
+}

@@ -65,10 +65,12 @@ pub(crate) struct FileShared {
     /// were last taken for write-back): the kernel's `dirtied_when`, the
     /// flusher's order. A hint (see `Inner::flush_pass`).
     pub(crate) dirtied_when: crate::sync::unmodelled::AtomicU64,
-    /// (A) write-backs of this file's pages that failed, ever (their pages
-    /// are dirty again): a `sync` that sees it move while it waits for
+    /// (A) write-backs of this file's pages that ended with their pages
+    /// dirty again, ever: a failed write, or a write-back that eviction or
+    /// the flusher started and then gave up (the hook deferred the page, or
+    /// a writer held it). A `sync` that sees it move while it waits for
     /// others' write-backs writes those pages itself (`Inner::flush`).
-    pub(crate) wb_failures: AtomicU64,
+    pub(crate) wb_undone: AtomicU64,
     /// The file's contents on disk as loom sees them: every read, write
     /// and length change of the file touches it first (nothing without
     /// loom; see `sync::Witness`).
@@ -153,7 +155,7 @@ impl Inner {
             writeback: AtomicUsize::new(0),
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             flushing: Mutex::with_class((), LockClass::Other),
-            wb_failures: AtomicU64::new(0),
+            wb_undone: AtomicU64::new(0),
             disk: Witness::default(),
             hook: Default::default(),
             hooked: Default::default(),

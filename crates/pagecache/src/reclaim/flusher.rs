@@ -32,7 +32,7 @@
 //!   puts such a page's dirty tag back and goes on (`write_dirty`), and a
 //!   pass that could write nothing releases the throttled writers.
 //! - A write-back error of the flusher is counted in `Stats` (and in the
-//!   file's `wb_failures`, for a `sync` running meanwhile); the
+//!   file's `wb_undone`, for a `sync` running meanwhile); the
 //!   pages stay dirty.
 //! - The thread starts the first time it is needed and stops (joined) when
 //!   the cache's last handle drops, before the I/O engine stops.

@@ -53,10 +53,12 @@
 //! runs its direct writes as concurrent overwrites.
 //!
 //! A failed write leaves its pages dirty (and counts in the file's
-//! `wb_failures`); eviction's error goes to the call that needed the frame,
-//! the flusher's to `Stats`. A `sync` reports what is true when it
-//! returns: `Ok` once every page dirty at its call is on disk, whatever
-//! failed before (see `flush`). Never wait for a latch while
+//! `wb_undone`); eviction's error goes to the call that needed the frame,
+//! the flusher's to `Stats`. A write-back that eviction or the flusher
+//! starts and then gives up (the hook defers the page, or a writer holds
+//! it) leaves its page dirty too, and counts there the same way. A `sync`
+//! reports what is true when it returns: `Ok` once every page dirty at its
+//! call is on disk, whatever failed or was deferred before (see `flush`). Never wait for a latch while
 //! holding pins (lock rule 6): a run stops at a latched page, is written,
 //! and only then does the flush wait.
 
@@ -200,7 +202,7 @@ impl Inner {
     /// page (dirty again and re-tagged on failure); keeps the pins.
     /// Context: no sleep; the caller holds the run's pins.
     ///
-    /// A failure also counts in the file's `wb_failures`, before the pages
+    /// A failure also counts in the file's `wb_undone`, before the pages
     /// stop counting as in flight: a `sync` that waited for them
     /// (`wait_writeback`) sees that their pages are dirty again.
     fn end_run(
@@ -238,7 +240,7 @@ impl Inner {
                     format!("{}: writing back pages {first}..={last}", fs.path.display()),
                 );
                 // Release: after the pages' re-tagging (see `flush`).
-                fs.wb_failures.fetch_add(1, Ordering::Release);
+                fs.wb_undone.fetch_add(1, Ordering::Release);
                 Err(e)
             }
         };
@@ -301,10 +303,19 @@ impl Inner {
 
     /// Undoes a write-back the caller started on page `index` (frame `f`)
     /// and will not write (the hook deferred it, or a writer holds it): the
-    /// page is dirty and tagged again. The caller still holds the pin and
-    /// then drops the page's count in `fs.writeback` (after this re-tag).
-    /// Context: no sleep.
-    fn cancel_writeback(&self, fs: &FileShared, index: u64, f: FrameNo) {
+    /// page is dirty and tagged again. Unless the caller is a sync (which
+    /// deals with its own pages), counted in `fs.wb_undone` after the
+    /// re-tag: a sync that skipped the page because this write-back was
+    /// under way writes it itself. The caller still holds the pin and then
+    /// drops the page's count in `fs.writeback` (after this). Context: no
+    /// sleep.
+    fn cancel_writeback(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        f: FrameNo,
+        cause: crate::api::WritebackCause,
+    ) {
         let old = self.desc(f).end_writeback(true);
         if !old.is_removed() {
             fs.tree.tag_dirty(&self.nodes, index);
@@ -312,6 +323,12 @@ impl Inner {
                 self.redirtied();
                 self.file_dirtied(fs);
             }
+        }
+        if cause != crate::api::WritebackCause::Sync {
+            // Release: after the re-tag; pairs with `flush`'s Acquire load
+            // (through the Release decrement of `fs.writeback` that follows,
+            // which its wait reads).
+            fs.wb_undone.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -377,7 +394,7 @@ impl Inner {
                 && match self.hook_verdict(fs, index, f, cause) {
                     Verdict::Write => true,
                     Verdict::Defer | Verdict::Busy => {
-                        self.cancel_writeback(fs, index, f);
+                        self.cancel_writeback(fs, index, f, cause);
                         // Release: after the re-tag, as `end_run`'s.
                         fs.writeback.fetch_sub(1, Ordering::Release);
                         false
@@ -416,26 +433,28 @@ impl Inner {
         // Shared for the whole sync: excludes only `set_len`. Writers and
         // eviction's write-back run concurrently.
         let size = fs.size.read_recursive();
-        // Acquire: pairs with `end_run`'s Release increment, which follows
-        // the failed pages' re-tagging: a failure counted here has its
-        // pages tagged for the take below.
-        let mut failures = fs.wb_failures.load(Ordering::Acquire);
+        // Acquire: pairs with the Release increments of `end_run` and
+        // `cancel_writeback`, which follow the pages' re-tagging: a page
+        // counted here is tagged for the take below.
+        let mut undone = fs.wb_undone.load(Ordering::Acquire);
         let mut res = self.write_dirty(fs, &size, None);
         // Others' write-backs of pages we did not find dirty (the flusher
         // took their tags, eviction started them) end before we report.
-        // One that failed left its pages dirty and tagged again: write them
-        // ourselves, and look again, until a round in which no other
-        // write-back failed. Then every page dirty at our call is on disk,
-        // written by us or by a write-back that succeeded. Our own failure
-        // ends it, and is what we return.
+        // One that failed, or that its starter gave up (the hook deferred
+        // the page, a writer held it), left its pages dirty and tagged
+        // again: write them ourselves (asking the hook ourselves), and look
+        // again, until a round in which no other write-back was undone.
+        // Then every page dirty at our call is on disk, written by us or by
+        // a write-back that succeeded. Our own failure or deferral ends it,
+        // and is what we return.
         while res.is_ok() {
             self.wait_writeback(fs);
             // Acquire: as above.
-            let now = fs.wb_failures.load(Ordering::Acquire);
-            if now == failures {
+            let now = fs.wb_undone.load(Ordering::Acquire);
+            if now == undone {
                 break;
             }
-            failures = now;
+            undone = now;
             res = self.write_dirty(fs, &size, None);
         }
         match res {
@@ -847,14 +866,14 @@ impl Inner {
                         match self.hook_verdict(fs, index, f, cause) {
                             Verdict::Write => return WbPin::Pinned,
                             Verdict::Defer => {
-                                self.cancel_writeback(fs, index, f);
+                                self.cancel_writeback(fs, index, f, cause);
                                 self.release(f);
                                 return WbPin::Deferred;
                             }
                             Verdict::Busy => {
                                 // A writer may be changing it: as a latched
                                 // page (below).
-                                self.cancel_writeback(fs, index, f);
+                                self.cancel_writeback(fs, index, f, cause);
                                 self.release(f);
                                 if !wait {
                                     return WbPin::Busy;
