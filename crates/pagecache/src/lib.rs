@@ -112,7 +112,7 @@ pub use stats::lockstat;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
-    pub use crate::reclaim::{s3fifo, smp_list};
+    pub use crate::reclaim::{passes, s3fifo, smp_list};
 
     /// One background write-back pass over `file`, as the flusher runs it
     /// (tests and loom models, where no flusher thread runs): every dirty

@@ -484,3 +484,86 @@ fn reclaim_asks_the_flusher_for_what_it_passed_over_only() {
     a.sync().unwrap();
     assert!(std::fs::read(&pa).unwrap().chunks(PS).all(|p| p[0] == 3));
 }
+
+/// A write-back hook that defers most pages (their LSN, the first 8
+/// bytes, is past a durable LSN that moves every 8 operations) leaves the
+/// flusher nothing it may write, while every write is throttled (20
+/// frames, background 1%, limit 2%) and reads make reclaim kick the
+/// flusher too. A throttled writer kicks the flusher and waits for its
+/// next pass; a pass that writes nothing sends it on. If it reads the pass
+/// count after its kick, a pass that ends in between (the flusher then
+/// idle, not kicked again) is missed and the writer waits out the
+/// throttle's whole bound (2 s); no write may come near it.
+#[test]
+fn throttled_writers_are_not_stalled_by_a_flusher_that_can_write_nothing() {
+    use pagecache::{WritebackDecision, WritebackHook};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let d = TempDir::new("throttle-defer");
+    let p = d.path("f");
+    make_file(&p, 96 * PS as u64);
+    let c = PageCache::new(Config {
+        capacity: 20 * PS,
+        dirty_background_percent: 1,
+        dirty_limit_percent: 2,
+        ..Config::default()
+    })
+    .unwrap();
+    let f = c.open(&p).unwrap();
+    let durable = Arc::new(AtomicU64::new(0));
+    let d2 = durable.clone();
+    f.set_writeback_hook(Some(WritebackHook::new(move |pg| {
+        let lsn = u64::from_le_bytes(pg.bytes[..8].try_into().unwrap());
+        if lsn > d2.load(Ordering::SeqCst) {
+            WritebackDecision::Defer
+        } else {
+            WritebackDecision::Write
+        }
+    })));
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut lsn = 1u64;
+    let mut model: Vec<u64> = vec![0; 96];
+    let mut buf = vec![0u8; PS];
+    for op in 0..2000u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let page = rng % 96;
+        if op % 8 == 0 {
+            durable.store(lsn - 1, Ordering::SeqCst);
+        }
+        if rng % 3 == 0 {
+            f.read_at(&mut buf, page * PS as u64).unwrap();
+            let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            if model[page as usize] != 0 {
+                assert_eq!(got, model[page as usize], "page {page}");
+            }
+        } else {
+            buf.fill(page as u8);
+            buf[..8].copy_from_slice(&lsn.to_le_bytes());
+            let t = Instant::now();
+            f.write_at(&buf, page * PS as u64).unwrap();
+            let waited = t.elapsed();
+            assert!(
+                waited < Duration::from_millis(1000),
+                "write {op} (page {page}) waited {waited:?}: a throttled writer missed the flusher's pass"
+            );
+            model[page as usize] = lsn;
+            lsn += 1;
+        }
+    }
+    durable.store(u64::MAX, Ordering::SeqCst);
+    f.sync().unwrap();
+    let disk = std::fs::read(&p).unwrap();
+    for (i, &l) in model.iter().enumerate() {
+        if l != 0 {
+            let at = i * PS;
+            assert_eq!(
+                u64::from_le_bytes(disk[at..at + 8].try_into().unwrap()),
+                l,
+                "page {i}"
+            );
+        }
+    }
+    c.validate();
+}

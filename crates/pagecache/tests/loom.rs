@@ -1168,3 +1168,48 @@ fn smp_members_put_back_vs_free_and_reuse() {
         assert_eq!(got, vec![0, 1]);
     });
 }
+
+/// The flusher's pass handshake (`reclaim/passes.rs`, T1-T5 and F1-F4): a
+/// writer throttled past the dirty limit, another kicker (reclaim) and a
+/// flusher whose passes never write anything (the hook defers every page,
+/// or the disk fails). The writer must leave on the first pass that ends
+/// after it began (no progress), whichever kick started that pass: loom's
+/// timed waits never time out, so a pass the writer misses leaves it
+/// waiting with the flusher idle, a deadlock loom reports. (With the pass
+/// count read after the writer's kick, it finds one.)
+#[test]
+fn throttled_writer_vs_flusher_passes() {
+    use pagecache::internals::passes::{Passes, Throttled};
+    model(3, || {
+        let p = Arc::new(Passes::new());
+        let flusher = {
+            let p = p.clone();
+            thread::spawn(move || {
+                // F1-F3 as `reclaim::flusher` runs them, with passes that
+                // write nothing.
+                while p.wait_kick() {
+                    if !p.end_pass(false) {
+                        break;
+                    }
+                }
+            })
+        };
+        let reclaim = {
+            let p = p.clone();
+            thread::spawn(move || {
+                p.kick(|| None);
+            })
+        };
+        let why = p.throttle(
+            || true,
+            || {
+                p.kick(|| None);
+            },
+            std::time::Duration::from_secs(2),
+        );
+        assert_eq!(why, Throttled::NoProgress);
+        reclaim.join().unwrap();
+        assert!(p.stop().is_none());
+        flusher.join().unwrap();
+    });
+}

@@ -25,8 +25,9 @@
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
 //!   waits, before taking any lock, until write-back brings the count back
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
-//!   not at the end of a pass), a pass writes nothing (a failing disk must
-//!   not hang writers), or 2 s pass. `page_mut` is throttled the same
+//!   not at the end of a pass), a pass writes nothing (a failing disk, or
+//!   a hook that defers every page, must not hang writers), or 2 s pass.
+//!   The handshake of kicks, passes and these waits is `passes.rs`. `page_mut` is throttled the same
 //!   way. Its callers may hold other latches (a `PageMut` of another page),
 //!   and so may a `write_at`'s, so the flusher never waits for a latch: it
 //!   puts such a page's dirty tag back and goes on (`write_dirty`), and a
@@ -40,41 +41,20 @@
 // Under loom there is no flusher thread (models drive write-back directly).
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+use super::passes::Passes;
 use crate::cache::Inner;
-use crate::sync::unmodelled::{AtomicBool, Condvar, Mutex, Ordering};
-use std::thread::JoinHandle;
+use crate::sync::unmodelled::{Mutex, Ordering};
 use std::time::Duration;
-#[cfg(not(loom))]
-use std::time::Instant;
 
 /// Longest a throttled writer waits for the flusher (per `write_at`):
 /// throttling slows writers down, it must never hang one.
 const THROTTLE_MAX: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Default)]
-struct State {
-    /// Work asked for since the thread last looked.
-    kicked: bool,
-    /// The cache is going away.
-    stop: bool,
-    /// Passes finished (throttled writers wait for this to move).
-    passes: u64,
-    /// Whether the last pass wrote any page.
-    progress: bool,
-    /// The thread, once started.
-    thread: Option<JoinHandle<()>>,
-}
-
 /// The background flusher of one cache.
 #[derive(Debug, Default)]
 pub(crate) struct Flusher {
-    state: Mutex<State>,
-    /// Wakes the thread.
-    work: Condvar,
-    /// Wakes throttled writers after each pass.
-    pass_done: Condvar,
-    /// (A) kicked and not yet idle again: `dirtied` kicks only when clear.
-    busy: AtomicBool,
+    /// Kicks, passes and throttled writers' waits (`passes.rs`).
+    passes: Passes,
     /// (A) writers waiting in `throttle` right now.
     throttled: crate::sync::unmodelled::AtomicUsize,
     /// The dirty pages reclaim passed over since the flusher last looked
@@ -94,7 +74,7 @@ impl Inner {
     pub(crate) fn dirtied(&self) {
         // Relaxed: a count for thresholds, not a protocol.
         let n = self.dirty.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > self.dirty_background as isize && !self.flusher.busy.load(Ordering::Relaxed) {
+        if n > self.dirty_background as isize && !self.flusher.passes.busy() {
             self.kick_flusher();
         }
     }
@@ -141,28 +121,15 @@ impl Inner {
     #[cold]
     pub(crate) fn kick_flusher(&self) {
         #[cfg(not(loom))]
-        {
-            let mut st = self.flusher.state.lock();
-            if st.stop {
-                return;
-            }
-            st.kicked = true;
-            self.flusher.busy.store(true, Ordering::Relaxed);
-            if st.thread.is_none() {
-                let Some(me) = self.me.get().cloned() else {
-                    return;
-                };
-                match std::thread::Builder::new()
-                    .name("pagecache-flush".into())
-                    .spawn(move || flusher(me))
-                {
-                    Ok(h) => st.thread = Some(h),
-                    Err(_) => return, // no thread: writers write back themselves on eviction
-                }
-            }
-            drop(st);
-            self.flusher.work.notify_one();
-        }
+        self.flusher.passes.kick(|| {
+            let me = self.me.get().cloned()?;
+            // No thread: writers write back themselves on eviction (and
+            // the next kick tries again).
+            std::thread::Builder::new()
+                .name("pagecache-flush".into())
+                .spawn(move || flusher(me))
+                .ok()
+        });
     }
 
     /// Reclaim passed over dirty pages (it evicts clean ones first): wake
@@ -258,35 +225,16 @@ impl Inner {
     fn throttle(&self) {
         #[cfg(not(loom))]
         {
-            self.kick_flusher();
-            let deadline = Instant::now() + THROTTLE_MAX;
-            // Counted before the lock: `wake_throttled` checks the count,
+            // Counted before the waits: `wake_throttled` checks the count,
             // then takes the lock to notify, so a waiter that saw the count
-            // over the limit under the lock is woken (or times out).
+            // over the limit under the lock is woken (or looks again).
             self.flusher.throttled.fetch_add(1, Ordering::SeqCst);
             let _count = Uncount(&self.flusher.throttled);
-            let mut st = self.flusher.state.lock();
-            let mut seen = st.passes;
-            while self.dirty_pages() > self.dirty_limit && !st.stop {
-                if Instant::now() >= deadline {
-                    break;
-                }
-                if st.passes != seen {
-                    seen = st.passes;
-                    if !st.progress {
-                        break; // the disk fails, or the flusher gave up: go on
-                    }
-                    if !self.flusher.busy.load(Ordering::Relaxed) {
-                        drop(st);
-                        self.kick_flusher();
-                        st = self.flusher.state.lock();
-                        continue;
-                    }
-                }
-                self.flusher
-                    .pass_done
-                    .wait_for(&mut st, Duration::from_millis(10));
-            }
+            self.flusher.passes.throttle(
+                || self.dirty_pages() > self.dirty_limit,
+                || self.kick_flusher(),
+                THROTTLE_MAX,
+            );
         }
     }
 
@@ -302,22 +250,14 @@ impl Inner {
         if self.flusher.throttled.load(Ordering::SeqCst) > 0
             && self.dirty_pages() <= self.dirty_limit
         {
-            let _st = self.flusher.state.lock();
-            self.flusher.pass_done.notify_all();
+            self.flusher.passes.wake_waiters();
         }
     }
 
     /// Stops the flusher and waits for it. Context: sleeps; not on the
     /// flusher thread.
     pub(crate) fn stop_flusher(&self) {
-        let h = {
-            let mut st = self.flusher.state.lock();
-            st.stop = true;
-            st.thread.take()
-        };
-        self.flusher.work.notify_all();
-        self.flusher.pass_done.notify_all();
-        if let Some(h) = h {
+        if let Some(h) = self.flusher.passes.stop() {
             let _ = h.join();
         }
     }
@@ -350,7 +290,7 @@ impl Inner {
     pub(crate) fn wait_flusher_idle(&self) {
         // Relaxed: a poll; the flusher's work is ordered by the locks and
         // state words it used.
-        while self.flusher.busy.load(Ordering::Relaxed) {
+        while self.flusher.passes.busy() {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -363,18 +303,11 @@ impl Inner {
 fn flusher(me: std::sync::Weak<Inner>) {
     loop {
         let Some(inner) = me.upgrade() else { return };
-        {
-            let mut st = inner.flusher.state.lock();
-            while !st.kicked && !st.stop {
-                // Holding the cache while idle is fine: `stop_flusher` runs
-                // when the last handle drops, before the cache can.
-                inner.flusher.busy.store(false, Ordering::Relaxed);
-                inner.flusher.work.wait(&mut st);
-            }
-            if st.stop {
-                return;
-            }
-            st.kicked = false;
+        // F1 (`passes.rs`). Holding the cache while idle is fine:
+        // `stop_flusher` runs when the last handle drops, before the cache
+        // can.
+        if !inner.flusher.passes.wait_kick() {
+            return;
         }
         let mut passing = false;
         loop {
@@ -385,11 +318,8 @@ fn flusher(me: std::sync::Weak<Inner>) {
             // A pass starts past the threshold and goes on to the goal.
             if dirty <= goal || (!passing && dirty <= inner.dirty_background) {
                 if reclaimed > 0 {
-                    let mut st = inner.flusher.state.lock();
-                    st.passes += 1;
-                    st.progress = true;
-                    drop(st);
-                    inner.flusher.pass_done.notify_all();
+                    // F3 for reclaim's part.
+                    inner.flusher.passes.end_pass(true);
                 }
                 // (Pages queued meanwhile kicked us: the outer loop sees it.)
                 break;
@@ -400,16 +330,9 @@ fn flusher(me: std::sync::Weak<Inner>) {
             let written = inner.counters.sum(crate::stats::Counter::Writebacks);
             inner.flush_pass(goal);
             let progress = inner.counters.sum(crate::stats::Counter::Writebacks) > written;
-            {
-                let mut st = inner.flusher.state.lock();
-                st.passes += 1;
-                st.progress = progress;
-                let stop = st.stop;
-                drop(st);
-                inner.flusher.pass_done.notify_all();
-                if stop {
-                    return;
-                }
+            // F3.
+            if !inner.flusher.passes.end_pass(progress) {
+                return;
             }
             if !progress {
                 break; // nothing written: failing writes, or nothing to take

@@ -141,6 +141,7 @@ mod imp {
 mod clock;
 mod evict;
 mod flusher;
+pub mod passes;
 pub(crate) use flusher::Flusher;
 mod smp_lru;
 mod strict_lru;
