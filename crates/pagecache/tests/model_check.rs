@@ -16,7 +16,12 @@
 //!
 //! Each seed also draws the cache's `Config` (the flusher's thresholds
 //! from 1% to off, the I/O engine, stable pages; `harness::config_for`).
-//! Among the operations: every handle discarded (or closed with failing
+//! Among the operations: optimistic views (pinned or not) held across a
+//! cut of their page, the file grown back over it, eviction and frame
+//! reuse, then validated, re-found through their frame hint and upgraded;
+//! with a write-back hook (`write_back_hook_deferrals_and_held_views`),
+//! deferrals from eviction, the flusher and sync, and syncs during
+//! another thread's evictions; every handle discarded (or closed with failing
 //! writes, then the file forgotten) while write-backs may be in flight,
 //! then the file reused; a run held while its holder cuts the file below
 //! it, writes the new pages at its indices and syncs.
@@ -53,10 +58,14 @@ fn seeds(default: &[u64]) -> Vec<u64> {
 }
 
 fn run(what: &str, default_seeds: &[u64], frames: usize, nhandles: usize) {
+    run_with(what, default_seeds, frames, nhandles, false)
+}
+
+fn run_with(what: &str, default_seeds: &[u64], frames: usize, nhandles: usize, hooked: bool) {
     let d = TempDir::new("model");
     for seed in seeds(default_seeds) {
         let mut rng = Rng::new(seed);
-        let mut h = Harness::new(&d.0, what, seed, frames, nhandles);
+        let mut h = Harness::with_hook(&d.0, what, seed, frames, nhandles, hooked);
         let dog = Watchdog::new(format!("{what}: seed {seed}{}", h.log.config));
         for _ in 0..ops_budget() {
             h.step(&mut rng);
@@ -121,6 +130,19 @@ fn one_handle() {
 #[test]
 fn two_handles_on_one_file() {
     run("two_handles", &[3], 12, 2);
+}
+
+/// The stream with a write-back hook it steers (write all, defer some,
+/// defer all; a sleep before an eviction's deferral), views held across
+/// truncate, regrowth, eviction and frame reuse (as in every stream), and
+/// syncs while another thread's misses make eviction write pages back.
+/// Every sync that returns `Ok` is checked against the disk, and every
+/// write against the throttle's bound. Its seeds draw thresholds as low as
+/// 1% (every write throttled, with a flusher the hook may leave nothing to
+/// write).
+#[test]
+fn write_back_hook_deferrals_and_held_views() {
+    run_with("hooked", &[4, 5], 12, 2, true);
 }
 
 /// Several threads, each on its own region of one file (with its own

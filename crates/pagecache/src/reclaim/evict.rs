@@ -16,7 +16,10 @@
 //!     the allocating thread may hold it);
 //!     failure keeps the pages dirty (the
 //!     error goes to the caller if no
-//!     frame can be had)
+//!     frame can be had); a page the
+//!     write-back hook defers is not
+//!     offered to it again by the same
+//!     reclaim call
 //!  4. tree lock; A. freeze {cache + ours}
 //!     -> 0 (fails if a reader pinned it, or
 //!     it was dirtied, latched, removed);
@@ -41,6 +44,16 @@ use std::io;
 
 /// Most pages eviction writes back in one write around a dirty victim.
 const CLUSTER: usize = 64;
+
+/// What one reclaim call keeps of the dirty victims it could not take.
+#[derive(Default)]
+struct Kept {
+    /// The last failed write-back: what the caller needs to hear (a full
+    /// disk, say) if no frame can be had, rather than "out of memory".
+    wb_failed: Option<io::Error>,
+    /// Frames whose write-back hook deferred them during this call.
+    deferred: Vec<FrameNo>,
+}
 
 impl Inner {
     /// A free frame (refcount 0, no identity), reclaiming if none is free.
@@ -91,10 +104,9 @@ impl Inner {
         let mut empty_rounds = 0;
         let mut waits = 0u32;
         let mut rechecks = 0;
-        // The last write-back of a dirty victim that failed: what the
-        // caller needs to hear (a full disk, say) if no frame can be had,
-        // rather than "out of memory".
-        let mut wb_failed: Option<io::Error> = None;
+        // What the dirty victims that could not be taken leave: the last
+        // failed write-back, and the pages the hook deferred.
+        let mut kept = Kept::default();
         loop {
             // A concurrent free may have refilled the pool.
             if let Some(f) = self.take_free() {
@@ -152,10 +164,22 @@ impl Inner {
                     empty_rounds = 0;
                     continue;
                 }
-                if let Some(e) = wb_failed {
+                if let Some(e) = kept.wb_failed {
                     return Err(context(
                         e,
                         "no frame free: every evictable page is dirty and writing it back failed",
+                    ));
+                }
+                if !kept.deferred.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!(
+                            "no evictable frame: {} dirty pages were deferred by their files' \
+                             write-back hooks (make the log durable, then retry), the other \
+                             frames of {} are pinned, latched or dirty with failing write-back",
+                            kept.deferred.len(),
+                            self.frames.len(),
+                        ),
                     ));
                 }
                 return Err(io::Error::new(
@@ -193,7 +217,7 @@ impl Inner {
                 if defer_dirty && self.desc(f).snapshot().is_dirty() {
                     dirty.push(f);
                 } else {
-                    self.evict_into(f, &mut got, &mut wb_failed);
+                    self.evict_into(f, &mut got, &mut kept);
                 }
             }
             if got.is_some() && !dirty.is_empty() {
@@ -203,7 +227,7 @@ impl Inner {
                 self.kick_flusher_for_reclaim(&dirty);
             } else {
                 for &f in &dirty {
-                    self.evict_into(f, &mut got, &mut wb_failed);
+                    self.evict_into(f, &mut got, &mut kept);
                 }
             }
             // Release: the leftovers freed above happen-before a waiter's
@@ -255,8 +279,8 @@ impl Inner {
     /// One candidate of a reclaim round: evicted (the round's first frame
     /// goes to `got`, the others refill the allocator) or given back to
     /// the policy. Context: as `try_evict`.
-    fn evict_into(&self, f: FrameNo, got: &mut Option<FrameNo>, wb_failed: &mut Option<io::Error>) {
-        match self.try_evict(f, wb_failed) {
+    fn evict_into(&self, f: FrameNo, got: &mut Option<FrameNo>, kept: &mut Kept) {
+        match self.try_evict(f, kept) {
             Some(f) => {
                 self.policy.removed(&self.frames, f);
                 match got {
@@ -270,10 +294,17 @@ impl Inner {
 
     /// Protocol 5.2 from the evictor's side. Returns the frame, owned by the
     /// caller, if the page could be evicted.
-    /// A failed write-back of a dirty victim is left in `wb_failed`.
+    /// A failed write-back of a dirty victim is left in `kept`, with the
+    /// frames whose hook deferred them, which this call then passes over
+    /// (asking the hook about the same pages pass after pass, round after
+    /// round, asked it thousands of times in one call: seconds, with a
+    /// hook that takes milliseconds to defer).
     /// Context: may sleep (write-back I/O, the victim file's size lock
     /// shared); takes the registry lock shared and the tree lock.
-    fn try_evict(&self, f: FrameNo, wb_failed: &mut Option<io::Error>) -> Option<FrameNo> {
+    fn try_evict(&self, f: FrameNo, kept: &mut Kept) -> Option<FrameNo> {
+        if kept.deferred.contains(&f) {
+            return None;
+        }
         let d = self.desc(f);
         let s = d.try_pin(PinKind::Evict).ok()?;
         if s.is_removed() || !s.is_uptodate() || s.is_unevictable() {
@@ -294,14 +325,20 @@ impl Inner {
             // (FreeBSD's vm_pageout_cluster), so a writer outrunning the
             // flusher is not written back a page at a time.
             let run = self.dirty_cluster(&fs, index, f);
-            let res = self.writeback_run(&fs, &size, &run, crate::api::WritebackCause::Eviction);
+            let res = self.writeback_run(
+                &fs,
+                &size,
+                &run,
+                crate::api::WritebackCause::Eviction,
+                &mut kept.deferred,
+            );
             for &(_, n) in run.iter().filter(|&&(_, n)| n != f) {
                 self.release(n);
             }
             if let Err(e) = res {
                 // For our caller if no frame can be had at all (the pages
                 // stay dirty; the next sync writes them).
-                *wb_failed = Some(e);
+                kept.wb_failed = Some(e);
                 return self.drop_evict_pin(f);
             }
         }

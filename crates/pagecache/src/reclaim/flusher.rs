@@ -199,8 +199,13 @@ impl Inner {
             if let Some(fs) = self.file_by_id(owner) {
                 let size = fs.size.read_recursive();
                 // Errors: counted by the write-back (the pages stay dirty).
-                let _ =
-                    self.writeback_run(&fs, &size, &pages, crate::api::WritebackCause::Eviction);
+                let _ = self.writeback_run(
+                    &fs,
+                    &size,
+                    &pages,
+                    crate::api::WritebackCause::Eviction,
+                    &mut Vec::new(),
+                );
             }
             for (_, f) in pages {
                 self.release(f);

@@ -371,7 +371,8 @@ impl Inner {
     /// and writes those still dirty, one write per stretch of consecutive
     /// pages that are (a page that stopped being dirty meanwhile, written
     /// back by someone else, splits the run: its neighbours' bytes must not
-    /// slide into its place). Returns the first error.
+    /// slide into its place). Returns the first error; the frames whose
+    /// hook deferred them are pushed on `deferred`.
     /// Context: may sleep (I/O); the caller holds the pins and, proved by
     /// `size`, the file's size lock shared.
     pub(crate) fn writeback_run(
@@ -380,6 +381,7 @@ impl Inner {
         size: &SizeShared<'_>,
         pages: &[(u64, FrameNo)],
         cause: crate::api::WritebackCause,
+        deferred: &mut Vec<FrameNo>,
     ) -> io::Result<()> {
         let mut res = Ok(());
         let stable = self.stable_pages(fs);
@@ -393,7 +395,10 @@ impl Inner {
             let started = self.start_one(fs, f, stable)
                 && match self.hook_verdict(fs, index, f, cause) {
                     Verdict::Write => true,
-                    Verdict::Defer | Verdict::Busy => {
+                    v @ (Verdict::Defer | Verdict::Busy) => {
+                        if v == Verdict::Defer {
+                            deferred.push(f);
+                        }
                         self.cancel_writeback(fs, index, f, cause);
                         // Release: after the re-tag, as `end_run`'s.
                         fs.writeback.fetch_sub(1, Ordering::Release);

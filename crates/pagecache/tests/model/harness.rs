@@ -8,11 +8,14 @@
 
 use pagecache::{
     os_error, Config, Faults, FaultyBackend, File, IoEngine, OpenOptions, PageCache, PosixBackend,
+    WritebackCause, WritebackDecision, WritebackHook,
 };
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub const PS: usize = 4096;
 /// Largest file the generator makes, in pages.
@@ -119,9 +122,64 @@ enum Fault {
     TruncateError,
 }
 
+/// A write-back hook the stream steers: it writes every page, defers some
+/// (by a hash of the page and a call counter) or defers all, and may sleep
+/// before deferring a page eviction offered it (so that a sync meets that
+/// write-back under way). It counts its deferrals by cause.
+#[derive(Default)]
+pub struct HookCtl {
+    /// 0: write every page; 1: defer about a third; 2: defer every page.
+    mode: AtomicU64,
+    /// Microseconds to sleep before deferring a page eviction offered.
+    delay_us: AtomicU64,
+    calls: AtomicU64,
+    /// Deferrals by cause: eviction, the flusher, sync.
+    deferred: [AtomicU64; 3],
+}
+
+impl HookCtl {
+    fn decide(&self, index: u64, cause: WritebackCause) -> WritebackDecision {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let defer = match self.mode.load(Ordering::Relaxed) {
+            0 => false,
+            1 => (index ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62 == 0,
+            _ => true,
+        };
+        if !defer {
+            return WritebackDecision::Write;
+        }
+        let k = match cause {
+            WritebackCause::Eviction => {
+                let us = self.delay_us.load(Ordering::Relaxed);
+                if us > 0 {
+                    std::thread::sleep(Duration::from_micros(us));
+                }
+                0
+            }
+            WritebackCause::Background => 1,
+            _ => 2,
+        };
+        self.deferred[k].fetch_add(1, Ordering::Relaxed);
+        WritebackDecision::Defer
+    }
+
+    fn deferrals(&self) -> [u64; 3] {
+        std::array::from_fn(|k| self.deferred[k].load(Ordering::Relaxed))
+    }
+}
+
+/// A write that waits this long was throttled past a flusher pass that
+/// ended (the throttle's bound is 2 s; a pass that writes nothing, as with
+/// a hook that defers every page, must let throttled writers go at once).
+const THROTTLE_STALL: Duration = Duration::from_millis(1500);
+
 pub struct Harness {
     path: PathBuf,
     faults: Arc<Faults>,
+    /// The write-back hook of the file, if the stream has one.
+    hook: Option<Arc<HookCtl>>,
+    /// The hook's deferrals when the current operation began.
+    deferrals: [u64; 3],
     cache: Option<PageCache>,
     handles: Vec<File>,
     model: Vec<u8>,
@@ -174,23 +232,70 @@ pub fn open(c: &PageCache, p: &Path) -> File {
 
 impl Harness {
     pub fn new(dir: &Path, what: &str, seed: u64, frames: usize, nhandles: usize) -> Harness {
+        Harness::with_hook(dir, what, seed, frames, nhandles, false)
+    }
+
+    /// With `hooked`, the file has a write-back hook the stream steers
+    /// (`HookCtl`): deferrals from eviction, the flusher and sync, sync
+    /// checked against the disk, throttled writers with a flusher that
+    /// can write nothing.
+    pub fn with_hook(
+        dir: &Path,
+        what: &str,
+        seed: u64,
+        frames: usize,
+        nhandles: usize,
+        hooked: bool,
+    ) -> Harness {
         let path = dir.join(format!("{what}-{seed}"));
         std::fs::write(&path, b"").unwrap();
         let faults = Faults::new();
         let config = config_for(frames, seed);
         let cache = new_cache(&config, &faults);
-        let handles = (0..nhandles).map(|_| open(&cache, &path)).collect();
         let mut log = Log::new(what, seed);
         log.config = describe(&config);
-        Harness {
+        let mut h = Harness {
             path,
             faults,
+            hook: hooked.then(|| Arc::new(HookCtl::default())),
+            deferrals: [0; 3],
             cache: Some(cache),
-            handles,
+            handles: Vec::new(),
             model: Vec::new(),
             fault: Fault::None,
             config,
             log,
+        };
+        h.handles = (0..nhandles).map(|_| h.open_file()).collect();
+        h
+    }
+
+    /// A handle of the file through the current cache, with the hook (a
+    /// file's hook is shared by its handles; a reopened file needs it set
+    /// again).
+    fn open_file(&self) -> File {
+        let f = open(self.cache(), &self.path);
+        if let Some(h) = &self.hook {
+            let h = h.clone();
+            f.set_writeback_hook(Some(WritebackHook::new(move |p| {
+                h.decide(p.index, p.cause)
+            })));
+        }
+        f
+    }
+
+    /// Whether the hook deferred a page for `cause` (0 eviction, 1 the
+    /// flusher, 2 sync) since the current operation began.
+    fn deferred_since(&self, cause: usize) -> bool {
+        self.hook
+            .as_ref()
+            .is_some_and(|h| h.deferrals()[cause] != self.deferrals[cause])
+    }
+
+    /// The hook writes everything from now on.
+    fn hook_off(&self) {
+        if let Some(h) = &self.hook {
+            h.mode.store(0, Ordering::Relaxed);
         }
     }
 
@@ -215,9 +320,17 @@ impl Harness {
         }
     }
 
-    /// An error is acceptable only while a fault that explains it is on.
+    /// An error is acceptable only while a fault that explains it is on,
+    /// or the hook explains it: `WouldBlock` from a sync (or close) whose
+    /// hook deferred a page, `OutOfMemory` when eviction's hook deferred
+    /// pages during the operation (every frame dirty and deferred).
     #[track_caller]
     fn allowed(&self, e: &std::io::Error, op: &str) {
+        if (e.kind() == ErrorKind::WouldBlock && self.deferred_since(2))
+            || (e.kind() == ErrorKind::OutOfMemory && self.deferred_since(0))
+        {
+            return;
+        }
         let errno = os_error(e);
         let ok = match self.fault {
             Fault::ReadError => errno == Some(libc::EIO),
@@ -283,10 +396,13 @@ impl Harness {
             self.log.op(format!("fault off: {:?}", self.fault));
             self.set_fault(Fault::None);
         }
+        if let Some(h) = &self.hook {
+            self.deferrals = h.deferrals();
+        }
         let f = self.handle(rng);
         let len = self.model.len() as u64;
         let span = (len + 2 * PS as u64).min(MAX_PAGES * PS as u64);
-        match rng.below(100) {
+        match rng.below(108) {
             0..=24 => {
                 let off = rng.below(span);
                 let n = if rng.chance(50) {
@@ -320,7 +436,10 @@ impl Harness {
                 let data = rng.bytes(n);
                 self.log
                     .op(format!("write_at({off}, {n} bytes {:#x}..)", data[0]));
-                match f.write_at(&data, off) {
+                let t = Instant::now();
+                let res = f.write_at(&data, off);
+                self.check_stall(t, "write_at");
+                match res {
                     Ok(()) => self.apply_write(off, &data),
                     Err(e) => {
                         self.allowed(&e, "write_at");
@@ -389,7 +508,10 @@ impl Harness {
                     .map(|_| (rng.below(PS as u64) as usize, rng.next() as u8))
                     .collect();
                 self.log.op(format!("page_mut({i}), {} edits", edits.len()));
-                match f.page_mut(i) {
+                let t = Instant::now();
+                let res = f.page_mut(i);
+                self.check_stall(t, "page_mut");
+                match res {
                     Ok(mut p) => {
                         for &(o, b) in &edits {
                             p[o] = b;
@@ -474,7 +596,7 @@ impl Harness {
                     }
                     Err(e) => self.allowed(&e, "close"),
                 }
-                let reopened = open(self.cache(), &self.path);
+                let reopened = self.open_file();
                 self.log
                     .check(reopened.len() == self.model.len() as u64, || {
                         format!(
@@ -488,12 +610,16 @@ impl Harness {
             96 => self.discard_and_reuse(f),
             97 => self.forget_after_failed_close(f),
             98 => self.run_held_across_truncate(f, rng),
+            105 if self.hook.is_some() => self.steer_hook(rng),
+            106..=107 if self.hook.is_some() => self.sync_while_evicting(f, rng),
+            100..=107 => self.view_held_across(f, rng),
             _ => {
                 // Drop the whole cache: only with write-back working (a
                 // dropped cache cannot keep what it failed to write).
                 self.log.op("drop the cache and reopen".into());
                 drop(f);
                 self.set_fault(Fault::None);
+                self.hook_off();
                 let n = self.handles.len();
                 for h in std::mem::take(&mut self.handles) {
                     if let Err(e) = h.close() {
@@ -503,9 +629,8 @@ impl Harness {
                 self.cache().validate();
                 self.cache = None;
                 self.check_disk("dropping the cache");
-                let c = new_cache(&self.config, &self.faults);
-                self.handles = (0..n).map(|_| open(&c, &self.path)).collect();
-                self.cache = Some(c);
+                self.cache = Some(new_cache(&self.config, &self.faults));
+                self.handles = (0..n).map(|_| self.open_file()).collect();
             }
         }
     }
@@ -554,7 +679,7 @@ impl Harness {
     /// from now on; `n` handles open on it again.
     fn reuse_from_disk(&mut self, n: usize) {
         self.model = std::fs::read(&self.path).unwrap();
-        let handles: Vec<File> = (0..n).map(|_| open(self.cache(), &self.path)).collect();
+        let handles: Vec<File> = (0..n).map(|_| self.open_file()).collect();
         self.handles = handles;
         let f = self.handles[0].clone();
         self.log.check(f.len() == self.model.len() as u64, || {
@@ -677,6 +802,229 @@ impl Harness {
         }
     }
 
+    /// A write (or `page_mut`) that took `THROTTLE_STALL` or more missed
+    /// the end of the flusher's pass it was throttled for.
+    #[track_caller]
+    fn check_stall(&self, t: Instant, op: &str) {
+        let waited = t.elapsed();
+        self.log.check(waited < THROTTLE_STALL, || {
+            let d = self.hook.as_ref().map(|h| {
+                let now = h.deferrals();
+                std::array::from_fn::<u64, 3, _>(|k| now[k] - self.deferrals[k])
+            });
+            format!(
+                "{op} waited {waited:?}: a throttled writer missed the flusher's pass (the hook's deferrals meanwhile, by eviction, the flusher and sync: {d:?}; {})",
+                self.cache().stats()
+            )
+        });
+    }
+
+    /// `write_at` of `data` at `off`, logged, timed and applied to the
+    /// model (a failed one as `after_failed_write` finds it).
+    fn write_logged(&mut self, f: &File, off: u64, data: &[u8]) {
+        self.log.op(format!(
+            "  write_at({off}, {} bytes {:#x}..)",
+            data.len(),
+            data[0]
+        ));
+        let t = Instant::now();
+        let res = f.write_at(data, off);
+        self.check_stall(t, "write_at");
+        match res {
+            Ok(()) => self.apply_write(off, data),
+            Err(e) => {
+                self.allowed(&e, "write_at");
+                self.after_failed_write(f, off, data);
+            }
+        }
+    }
+
+    /// An optimistic view of page `i` (and, half the time, a pin of it)
+    /// held across one to three events: a cut at or below the page
+    /// (`set_len`), the page written anew (growing the file back over a
+    /// cut page), reads of other pages (eviction and frame reuse), writes
+    /// of other pages (growing the file back over a cut page too). A
+    /// validation that passes, before or after, read the model's page as
+    /// it was when the view was taken, and none passes once the page was
+    /// cut off or its bytes changed; a view through the frame hint that
+    /// validates reads the page as it is now; an upgrade succeeds only on
+    /// an unchanged page.
+    fn view_held_across(&mut self, f: File, rng: &mut impl Choose) {
+        let pages = (self.model.len() as u64).div_ceil(PS as u64);
+        if pages == 0 {
+            return;
+        }
+        let i = rng.below(pages);
+        let pinned = rng.chance(50);
+        self.log.op(format!(
+            "view of page {i}{} held across:",
+            if pinned { ", pinned," } else { "" }
+        ));
+        let pin = if pinned {
+            match f.page(i) {
+                Ok(p) => Some(p),
+                Err(e) => return self.allowed(&e, "page"),
+            }
+        } else {
+            None
+        };
+        let o = match f.optimistic(i) {
+            Ok(o) => o,
+            Err(e) => return self.allowed(&e, "optimistic"),
+        };
+        let want = self.model_page(i);
+        let mut buf = vec![0u8; PS];
+        o.copy_to(0, &mut buf);
+        if o.validate() && buf != want {
+            self.log
+                .fail(format!("a validated view of page {i} read other bytes"));
+        }
+        let hint = o.frame_hint();
+        let mut cut = false;
+        for _ in 0..1 + rng.below(3) {
+            match rng.below(4) {
+                0 => {
+                    let new = rng.below(i + 1) * PS as u64;
+                    self.log.op(format!("  set_len({new})"));
+                    match f.set_len(new) {
+                        Ok(()) => {
+                            self.model.resize(new as usize, 0);
+                            cut = true;
+                        }
+                        Err(e) => self.allowed(&e, "set_len"),
+                    }
+                }
+                // A pinned page still in the file: its writer would wait
+                // for our own pin.
+                1 if pinned && !cut => {}
+                1 => {
+                    let data = rng.bytes(PS);
+                    self.write_logged(&f, i * PS as u64, &data);
+                }
+                2 => {
+                    self.log.op("  read every other page".into());
+                    let mut b = vec![0u8; PS];
+                    for j in (0..MAX_PAGES).filter(|&j| j != i) {
+                        if let Err(e) = f.read_at(&mut b, j * PS as u64) {
+                            self.allowed(&e, "read_at");
+                        }
+                    }
+                }
+                _ => {
+                    let j = rng.below(MAX_PAGES - 3);
+                    let j = if j >= i { j + 1 } else { j };
+                    let data = rng.bytes(PS);
+                    self.write_logged(&f, j * PS as u64, &data);
+                }
+            }
+        }
+        let changed = cut || self.model_page(i) != want;
+        o.copy_to(0, &mut buf);
+        if o.validate() {
+            self.log.check(!changed, || {
+                format!("a view of page {i} validated after the page was cut off (cut: {cut}) or changed")
+            });
+            self.log.check(buf == want, || {
+                format!("a validated view of page {i} read other bytes")
+            });
+        }
+        if let Some(h) = f.optimistic_hinted(i, hint) {
+            h.copy_to(0, &mut buf);
+            if h.validate() {
+                let now = (self.model.len() as u64).div_ceil(PS as u64);
+                self.log.check(i < now && buf == self.model_page(i), || {
+                    format!("a validated view of page {i} from its frame hint is not the page now")
+                });
+            }
+        }
+        drop(pin);
+        if rng.chance(40) {
+            self.log.op(format!("  upgrade the view of page {i}"));
+            match o.upgrade() {
+                Ok(mut m) => {
+                    self.log.check(!changed, || {
+                        format!("the upgrade of a view of page {i} succeeded after a change")
+                    });
+                    let (at, b) = (rng.below(PS as u64) as usize, rng.next() as u8);
+                    m[at] = b;
+                    drop(m);
+                    let pos = i as usize * PS + at;
+                    if pos < self.model.len() {
+                        self.model[pos] = b;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => self.allowed(&e, "upgrade"),
+            }
+        }
+    }
+
+    /// Sets how the hook decides: write all, defer some, defer all; and
+    /// how long it sleeps before deferring a page eviction offered it.
+    fn steer_hook(&mut self, rng: &mut impl Choose) {
+        let Some(h) = self.hook.clone() else { return };
+        let mode = rng.below(3);
+        let us = [0, 300, 3000][rng.below(3) as usize];
+        self.log.op(format!(
+            "hook: mode {mode} (0 write, 1 defer some, 2 defer all), eviction delay {us} us"
+        ));
+        h.mode.store(mode, Ordering::Relaxed);
+        h.delay_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Pages dirtied, then a sync while another thread's misses make
+    /// eviction write dirty pages back through the hook (which may defer
+    /// them, after a sleep): the sync may meet those write-backs under
+    /// way. `Ok` only with the disk equal to the model, whatever eviction
+    /// deferred meanwhile.
+    fn sync_while_evicting(&mut self, f: File, rng: &mut impl Choose) {
+        let pages = (self.model.len() as u64).div_ceil(PS as u64);
+        if pages == 0 {
+            return;
+        }
+        self.log.op("sync while another thread misses:".into());
+        for _ in 0..1 + rng.below(self.frames() as u64) {
+            let data = rng.bytes(PS);
+            self.write_logged(&f, rng.below(pages) * PS as u64, &data);
+        }
+        let pages = (self.model.len() as u64).div_ceil(PS as u64);
+        let reads: Vec<(u64, Vec<u8>)> = (0..2 * self.frames())
+            .map(|_| {
+                let j = rng.below(pages);
+                (j, self.model_page(j))
+            })
+            .collect();
+        let g = f.clone();
+        let t = std::thread::spawn(move || {
+            let mut errs = Vec::new();
+            let mut buf = vec![0u8; PS];
+            for (j, want) in reads {
+                match g.read_at(&mut buf, j * PS as u64) {
+                    Ok(n) if buf[..n] != want[..n] => {
+                        return Err(format!("another thread's read of page {j}: wrong bytes"))
+                    }
+                    Ok(_) => {}
+                    Err(e) => errs.push(e),
+                }
+            }
+            Ok(errs)
+        });
+        self.log.op("  sync".into());
+        let res = f.sync();
+        match t.join().unwrap() {
+            Ok(errs) => {
+                for e in &errs {
+                    self.allowed(e, "read_at (another thread)");
+                }
+            }
+            Err(msg) => self.log.fail(msg),
+        }
+        match res {
+            Ok(()) => self.check_disk("a sync during eviction"),
+            Err(e) => self.allowed(&e, "sync"),
+        }
+    }
+
     fn apply_write(&mut self, off: u64, data: &[u8]) {
         let end = off as usize + data.len();
         if self.model.len() < end {
@@ -690,6 +1038,12 @@ impl Harness {
     fn after_failed_write(&mut self, f: &File, off: u64, data: &[u8]) {
         let fault = self.fault;
         self.faults.clear();
+        // The reads need frames: with the hook deferring every dirty page
+        // (the write may have failed for want of a frame), let it write.
+        let mode = self
+            .hook
+            .as_ref()
+            .map(|h| h.mode.swap(0, Ordering::Relaxed));
         let old = self.model.clone();
         let mut pos = 0usize;
         let mut written = true;
@@ -716,11 +1070,15 @@ impl Harness {
             pos += n;
         }
         let _ = old;
+        if let (Some(h), Some(m)) = (&self.hook, mode) {
+            h.mode.store(m, Ordering::Relaxed);
+        }
         self.set_fault(fault);
     }
 
     pub fn finish(mut self) {
         self.set_fault(Fault::None);
+        self.hook_off();
         for h in std::mem::take(&mut self.handles) {
             if let Err(e) = h.close() {
                 self.log.fail(format!("final close: {e}"));
