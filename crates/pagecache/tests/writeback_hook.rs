@@ -384,3 +384,60 @@ fn a_miss_with_every_frame_deferred_fails_at_once_and_asks_the_hook_once_a_page(
     assert_eq!(buf[0], pattern(0));
     c.validate();
 }
+
+/// Lock rule 7 with a hook: the holder of a pin (or of a run) of a dirty
+/// page syncs while another thread's write of that page waits for the
+/// holder. The sync must not wait for that writer (it waits for the
+/// syncing thread), with a write-back hook set as without one: the hook
+/// is shown the page (the writer cannot change it before the sync's pin
+/// goes) and the sync returns.
+#[test]
+fn a_pin_or_run_holder_syncs_past_a_writer_waiting_for_it_with_a_hook_set() {
+    for by_run in [false, true] {
+        let d = TempDir::new("hook-rule7");
+        let c = cache_without_flusher(64);
+        let f = open(&c, &d, "f", 8);
+        let shown = Arc::new(AtomicU64::new(0));
+        let s2 = shown.clone();
+        f.set_writeback_hook(Some(WritebackHook::new(move |p| {
+            if p.index == 2 {
+                s2.store(p.bytes[0] as u64 + 1, Ordering::SeqCst);
+            }
+            WritebackDecision::Write
+        })));
+        f.write_at(&[7u8; PS], 2 * PS as u64).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        let holder = std::thread::spawn(move || {
+            let pin = (!by_run).then(|| f2.page(2).unwrap());
+            let run = by_run.then(|| f2.run(2, 1).unwrap());
+            let f3 = f2.clone();
+            let writer = std::thread::spawn(move || f3.write_at(&[8u8; PS], 2 * PS as u64));
+            // Let the writer reach its wait for our pin or run.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let res = f2.sync();
+            let held = pin
+                .map(|p| p[0])
+                .or_else(|| run.map(|r| r.iter().next().unwrap()[0]));
+            tx.send((res, held)).unwrap();
+            writer.join().unwrap()
+        });
+        let (res, held) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!("by run {by_run}: the holder's sync waited for the writer waiting for it")
+            });
+        res.unwrap();
+        assert_eq!(held, Some(7), "by run {by_run}: the held page changed");
+        assert_eq!(
+            shown.load(Ordering::SeqCst),
+            8,
+            "by run {by_run}: the hook saw other bytes"
+        );
+        assert_eq!(std::fs::read(d.path("f")).unwrap()[2 * PS], 7);
+        holder.join().unwrap().unwrap();
+        f.sync().unwrap();
+        assert_eq!(std::fs::read(d.path("f")).unwrap()[2 * PS], 8);
+        c.validate();
+    }
+}

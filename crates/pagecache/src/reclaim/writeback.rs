@@ -265,10 +265,24 @@ impl Inner {
     /// write-back the caller has just started: pinned, `WRITEBACK` and,
     /// since a hook is set, `STABLE`. From that start no writer can begin
     /// changing the bytes (its drain waits for our stable pin), so the
-    /// hook sees exactly what will be written; one that is latched now may
-    /// have drained before our pin and be writing: `Busy`. Context: calls
-    /// the user's hook; the caller holds the page's pin and the size lock
-    /// shared, no other lock.
+    /// hook sees exactly what will be written.
+    ///
+    /// A latch holder found now is either still draining (it waits for
+    /// our pin, or for a run that the caller itself may hold: lock rule 7)
+    /// or drained before our pin and changing the bytes (our pin passed a
+    /// non-stable write-back's pin that it counted). The second is in its
+    /// write section (version odd) or enters it while the hook runs
+    /// (version moved): `Busy`, and waiting for it is safe. The first
+    /// leaves the version alone until our pin goes, and must not be
+    /// waited for (a sync by the holder of a pin or run the writer waits
+    /// for would deadlock, as the model check found with a run): the hook
+    /// is asked, and shown a copy taken as a seqlock reader takes one,
+    /// which is what will be written. (The second kind exists only where
+    /// a non-stable write-back's pin lingered, one started before the
+    /// hook was set: such a writer may still begin after our last look,
+    /// and then what reaches the disk is what a non-stable write-back
+    /// writes, as before the hook.) Context: calls the user's hook; the caller holds the
+    /// page's pin and the size lock shared, no other lock.
     fn hook_verdict(
         &self,
         fs: &FileShared,
@@ -283,21 +297,50 @@ impl Inner {
         let Some(hook) = fs.hook.read().clone() else {
             return Verdict::Write;
         };
-        if self.desc(f).snapshot_latest().is_latched() {
-            return Verdict::Busy;
-        }
-        // SAFETY: pinned (the frame stays this page's) and under stable
-        // write-back with no latch holder: no writer changes the bytes
-        // until the write ends (see above); readers only read.
-        let bytes = unsafe { self.frames.bytes(f) };
+        let d = self.desc(f);
+        // With a latch holder, the hook sees a copy taken as a seqlock
+        // reader takes one (atomic loads, then the version re-checked): the
+        // holder may be one that drained before our pin, about to write.
+        let mut copy = Vec::new();
+        let seen = if d.snapshot_latest().is_latched() {
+            let Some(v) = d.read_begin() else {
+                return Verdict::Busy;
+            };
+            copy.resize(self.page_size, 0);
+            // SAFETY: the frame is pinned and `page_size` bytes long; atomic
+            // loads race a writer soundly, and the copy counts only if the
+            // version is unchanged afterwards.
+            unsafe { crate::cache::atomic_load_copy(d.witness(), &mut copy, self.frames.ptr(f)) };
+            if !d.read_validate(v) {
+                return Verdict::Busy;
+            }
+            Some(v)
+        } else {
+            None
+        };
+        let bytes = if seen.is_some() {
+            &copy[..]
+        } else {
+            // SAFETY: pinned (the frame stays this page's) and under stable
+            // write-back with no latch holder: no writer changes the bytes
+            // until the write ends (a latch taken from now on waits for our
+            // pin to drain); readers only read.
+            unsafe { self.frames.bytes(f) }
+        };
         let page = crate::api::WritebackPage {
             index,
             bytes,
             cause,
         };
-        match (hook.0)(&page) {
+        let verdict = match (hook.0)(&page) {
             crate::api::WritebackDecision::Write => Verdict::Write,
             crate::api::WritebackDecision::Defer => Verdict::Defer,
+        };
+        // A latch holder that began changing the bytes while the hook read
+        // them: what it saw may not be what would be written.
+        match seen {
+            Some(v) if !d.read_validate(v) => Verdict::Busy,
+            _ => verdict,
         }
     }
 

@@ -87,6 +87,9 @@ impl Log {
     }
     pub fn op(&mut self, s: String) {
         self.ops += 1;
+        if std::env::var_os("MODEL_CHECK_TRACE").is_some() {
+            eprintln!("{} {s}", self.ops);
+        }
         if self.last.len() == 24 {
             self.last.pop_front();
         }
