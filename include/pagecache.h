@@ -94,6 +94,13 @@
 // Words of private storage in a `pc_optimistic`.
 #define PC_OPTIMISTIC_PRIVATE_WORDS 8
 
+// Bytes of readable zeros mapped after a cache's last frame (anonymous
+// regions share the frames): a reader of `pc_optimistic::data` that goes
+// past the page through a torn offset, before its validation fails,
+// reads zeros there instead of faulting (any 16-bit offset plus a small
+// read past the last page lands in them).
+#define PC_ARENA_SLACK 65536
+
 // An anonymous region: pages of a cache's budget that belong to no file,
 // zero-filled on first touch, written nowhere (`pc_anon_new`).
 typedef struct pc_anon pc_anon;

@@ -258,6 +258,15 @@ pub const PC_PIN_PRIVATE_WORDS: usize = 10;
 /// Words of private storage in a `pc_optimistic`.
 pub const PC_OPTIMISTIC_PRIVATE_WORDS: usize = 8;
 
+/// Bytes of readable zeros mapped after a cache's last frame (anonymous
+/// regions share the frames): a reader of `pc_optimistic::data` that goes
+/// past the page through a torn offset, before its validation fails,
+/// reads zeros there instead of faulting (any 16-bit offset plus a small
+/// read past the last page lands in them).
+pub const PC_ARENA_SLACK: usize = 65536;
+
+const _: () = assert!(PC_ARENA_SLACK == pagecache::ARENA_SLACK);
+
 /// An optimistic view of a cached page (`pc_page_optimistic`): no pin, no
 /// shared write. Read the page's bytes through `data` (they may be
 /// changing: copy what you need, trust none of it, never follow a value

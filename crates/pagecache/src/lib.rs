@@ -105,6 +105,7 @@ mod io;
 
 pub use api::*;
 pub use error::{errno, os_error, PageError};
+pub use frame::ARENA_SLACK;
 pub use stats::lockstat;
 
 /// Internals for the project's own tests, benchmarks, loom models and lab.

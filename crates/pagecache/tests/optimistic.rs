@@ -494,3 +494,40 @@ fn a_view_of_a_pinned_page_that_truncate_removed_fails_after_the_file_regrows() 
     assert!(now.validate());
     c.validate();
 }
+
+/// `ARENA_SLACK` readable bytes follow the last frame: a reader that goes
+/// past the last frame's end through a torn offset (a C reader of
+/// `pc_optimistic::data`) reads zeros, never faults.
+#[test]
+fn readable_zeros_follow_the_last_frame() {
+    let d = TempDir::new("opt-slack");
+    let c = cache_without_flusher(16);
+    let f = open(&c, &d, "f", 16);
+    let last = (0..16)
+        .map(|i| f.optimistic(i).unwrap())
+        .find(|o| o.frame_hint() == 15)
+        .expect("16 pages in 16 frames: one is in the last frame");
+    let end = last.as_ptr() as usize + PS;
+    // The mapping that holds the slack, from /proc/self/maps: readable.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let covered = maps.lines().any(|l| {
+        let (range, rest) = l.split_once(' ').unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        a <= end && end + pagecache::ARENA_SLACK <= b && rest.starts_with('r')
+    });
+    assert!(
+        covered,
+        "no readable mapping covers the slack after the last frame"
+    );
+    let mut sum = 0u64;
+    for off in (0..pagecache::ARENA_SLACK).step_by(512) {
+        // SAFETY: inside the slack the cache maps after its last frame
+        // (checked above), which lives as long as `c`.
+        sum += unsafe { std::ptr::read_volatile((end + off) as *const u8) } as u64;
+    }
+    assert_eq!(sum, 0, "the slack reads as zeros");
+}

@@ -612,10 +612,14 @@ mod tests {
         assert!(wait_for(&t, 64 << 20));
     }
 
-    /// Bytes of `[addr, addr + len)` mapped by huge pages (the
-    /// `AnonHugePages` of the mappings inside it, `/proc/self/smaps`).
+    /// Bytes of the arena `[addr, addr + len)` mapped by huge pages (the
+    /// `AnonHugePages` of the mappings inside it and its slack,
+    /// `/proc/self/smaps`: the last mapping holds the slack too).
     fn huge_bytes(addr: *mut u8, len: usize) -> usize {
-        let (lo, hi) = (addr as usize, addr as usize + len);
+        let (lo, hi) = (
+            addr as usize,
+            addr as usize + len + crate::frame::ARENA_SLACK,
+        );
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let (mut inside, mut kb) = (false, 0);
         for line in smaps.lines() {

@@ -5,7 +5,11 @@
 //! can back it with transparent huge pages and the TLB covers more of it;
 //! on cold memory the fault-ahead helper faults stretches in with small
 //! pages and collapses them later, `ahead.rs`).
-//! Frame `f` is the bytes at `base + f * page_size`. Next to it lives an
+//! Frame `f` is the bytes at `base + f * page_size`. [`ARENA_SLACK`]
+//! bytes of readable zeros follow the last frame (an optimistic reader,
+//! C's above all, may read a little past a page through a torn offset
+//! before its validation fails; past the arena that would fault). Next to
+//! it lives an
 //! array of [`FrameDesc`](state::FrameDesc), one per frame, never freed while the cache lives
 //! (type-stable; see `state`).
 //!
@@ -22,6 +26,16 @@ pub mod alloc;
 
 /// Frame number: index into the arena and the descriptor array.
 pub type FrameNo = u32;
+
+/// Readable bytes mapped after the cache's last frame (which anonymous
+/// regions share): an optimistic reader that reads past a page through a
+/// torn offset (as C readers of `pc_optimistic::data` may, before their
+/// validation fails) reads zeros there instead of faulting. 64 KiB, so
+/// that any 16-bit offset plus a small read from the last frame's end
+/// lands in it; faulted in as the kernel's shared zero page when read,
+/// never written, never faulted ahead. Reads past a page count only if
+/// the view validates, which it never does for a torn offset.
+pub const ARENA_SLACK: usize = 64 << 10;
 
 #[cfg(not(loom))]
 pub(crate) use arena::map_huge;
@@ -161,14 +175,16 @@ mod arena {
             debug_assert!(page_size.is_power_of_two());
             let map_len = nframes
                 .checked_mul(page_size)
+                .filter(|l| l.checked_add(super::ARENA_SLACK).is_some())
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity overflows"))?;
-            let base = map_huge(map_len, "the frame arena")?;
+            // The frames, then the slack (`ARENA_SLACK`).
+            let base = map_huge(map_len + super::ARENA_SLACK, "the frame arena")?;
             let dlen = nframes * std::mem::size_of::<FrameDesc>();
             let dptr = match map_huge(dlen, "the frame descriptors") {
                 Ok(p) => p.cast::<FrameDesc>(),
                 Err(e) => {
                     // SAFETY: unmapping the arena we just mapped.
-                    unsafe { libc::munmap(base.as_ptr().cast(), map_len) };
+                    unsafe { libc::munmap(base.as_ptr().cast(), map_len + super::ARENA_SLACK) };
                     return Err(e);
                 }
             };
@@ -348,10 +364,11 @@ mod arena {
         fn drop(&mut self) {
             // The helper first: it faults pages of the arena in.
             drop(self.ahead.take());
-            // SAFETY: unmapping exactly the mapping made in `new`; no
-            // reference into it outlives the table (pins borrow the cache).
+            // SAFETY: unmapping exactly the mapping made in `new` (frames
+            // and slack); no reference into it outlives the table (pins
+            // borrow the cache).
             unsafe {
-                libc::munmap(self.base.as_ptr().cast(), self.map_len);
+                libc::munmap(self.base.as_ptr().cast(), self.map_len + super::ARENA_SLACK);
             }
         }
     }
