@@ -58,9 +58,9 @@
 //! starts and then gives up (the hook defers the page, or a writer holds
 //! it) leaves its page dirty too, and counts there the same way. A `sync`
 //! reports what is true when it returns: `Ok` once every page dirty at its
-//! call is on disk, whatever failed or was deferred before (see `flush`). Never wait for a latch while
-//! holding pins (lock rule 6): a run stops at a latched page, is written,
-//! and only then does the flush wait.
+//! call is on disk, whatever failed or was deferred before (see `flush`).
+//! Never wait for a latch while holding pins (lock rule 6): a run stops at
+//! a latched page, is written, and only then does the flush wait.
 
 use crate::cache::{FileShared, Inner, SizeShared};
 use crate::error::context;
@@ -281,8 +281,8 @@ impl Inner {
     /// a non-stable write-back's pin lingered, one started before the
     /// hook was set: such a writer may still begin after our last look,
     /// and then what reaches the disk is what a non-stable write-back
-    /// writes, as before the hook.) Context: calls the user's hook; the caller holds the
-    /// page's pin and the size lock shared, no other lock.
+    /// writes, as before the hook.) Context: calls the user's hook; the
+    /// caller holds the page's pin and the size lock shared, no other lock.
     fn hook_verdict(
         &self,
         fs: &FileShared,
