@@ -56,10 +56,10 @@
 //! `REMOVED` check is what fails such a view. O6 loads the state before
 //! the version: `REMOVED` is cleared only by the frame's reset, after the
 //! version went odd, so a state load that no longer sees it is followed by
-//! a version load that sees the reset (`FrameDesc::read_validate`). The frame's
-//! memory stays mapped and its descriptor valid whatever happens to it
-//! (frames and descriptors are type-stable), so a stale view reads only
-//! wrong bytes, which O6 rejects, never unmapped memory.
+//! a version load that sees the reset (`FrameDesc::read_validate`).
+//! The frame's memory stays mapped and its descriptor valid whatever
+//! happens to it (frames and descriptors are type-stable), so a stale view
+//! reads only wrong bytes, which O6 rejects, never unmapped memory.
 //!
 //! Upgrade: U3 and W1 are RMWs of one word. While the upgrader holds
 //! `LATCHED` no other writer can begin (W1 fails) and its pin keeps the

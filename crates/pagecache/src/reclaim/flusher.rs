@@ -27,11 +27,12 @@
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
 //!   not at the end of a pass), a pass writes nothing (a failing disk, or
 //!   a hook that defers every page, must not hang writers), or 2 s pass.
-//!   The handshake of kicks, passes and these waits is `passes.rs`. `page_mut` is throttled the same
-//!   way. Its callers may hold other latches (a `PageMut` of another page),
-//!   and so may a `write_at`'s, so the flusher never waits for a latch: it
-//!   puts such a page's dirty tag back and goes on (`write_dirty`), and a
-//!   pass that could write nothing releases the throttled writers.
+//!   The handshake of kicks, passes and these waits is `passes.rs`.
+//!   `page_mut` is throttled the same way. Its callers may hold other
+//!   latches (a `PageMut` of another page), and so may a `write_at`'s, so
+//!   the flusher never waits for a latch: it puts such a page's dirty tag
+//!   back and goes on (`write_dirty`), and a pass that could write nothing
+//!   releases the throttled writers.
 //! - A write-back error of the flusher is counted in `Stats` (and in the
 //!   file's `wb_undone`, for a `sync` running meanwhile); the
 //!   pages stay dirty.
