@@ -38,8 +38,9 @@
 // `pc_page_try_latch`, `pc_latch_release_clean`; 7:
 // `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
 // `pc_stats.streamed_pages`; 9: `pc_config_default` sets
-// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`).
-#define PC_ABI_VERSION 9
+// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
+// `pc_config.dirty_expire_ms`).
+#define PC_ABI_VERSION 10
 
 // `pc_file_open` flag: open for reading.
 #define PC_READ 1
@@ -127,7 +128,9 @@ typedef struct pc_config {
   uint32_t io_threads;
   // The largest readahead window in bytes (0: no readahead).
   uint64_t readahead_max;
-  // Percent of the capacity dirty before background write-back starts.
+  // Percent of the capacity dirty past which background write-back
+  // writes cold pages while reclaim runs, and down to which it writes
+  // past the limit.
   uint32_t dirty_background_percent;
   // Percent of the capacity dirty before writers wait.
   uint32_t dirty_limit_percent;
@@ -146,6 +149,12 @@ typedef struct pc_config {
   // `PC_STREAM_DIRECT`, `PC_STREAM_BUFFERED`, `PC_STREAM_MEASURE` (the
   // default since ABI 9); see `pagecache::StreamReads`. (Added in ABI 7.)
   uint32_t stream_reads;
+  // Milliseconds a page may stay dirty before background write-back
+  // writes it (default 30000; `UINT32_MAX`: never by age). With frames
+  // to spare and the dirty count under the limit, age is the only
+  // reason it writes a page; see `pagecache::Config::dirty_expire`.
+  // (Added in ABI 10.)
+  uint32_t dirty_expire_ms;
 } pc_config;
 
 // The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.

@@ -92,6 +92,7 @@ static void test_version_and_defaults(void) {
   EXPECT(cfg.stable_writes == 0); /* writers do not wait for write-back */
   EXPECT(cfg.populate == 0);      /* frames faulted in on first use */
   EXPECT(cfg.stream_reads == PC_STREAM_MEASURE);
+  EXPECT(cfg.dirty_expire_ms == 30000); /* the kernel's dirty_expire_centisecs */
   EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
 }
 
@@ -211,6 +212,51 @@ static void test_write_read_sync(void) {
   OK(pc_cache_free(c));
   free(data);
   free(back);
+}
+
+/* The age bound: a dirty page of a cache with frames to spare is written
+   back with no sync once it has been dirty for dirty_expire_ms (here 50 ms),
+   and not while it is younger (UINT32_MAX: never by age). */
+static void test_dirty_expire(void) {
+  pc_config cfg;
+  OK(pc_config_default(&cfg));
+  cfg.capacity = 64 * PS;
+  cfg.dirty_expire_ms = 50;
+  pc_cache *c = NULL;
+  OK(pc_cache_new(&cfg, &c));
+  pc_file *f = open_new(c, "expire");
+  unsigned char b[100];
+  memset(b, 7, sizeof b);
+  OK(pc_file_write_at(f, b, sizeof b, 0));
+  pc_stats st;
+  int waited = 0;
+  do {
+    usleep(10 * 1000);
+    OK(pc_cache_stats(c, &st));
+  } while ((st.writebacks == 0 || st.dirty_pages != 0) && ++waited < 2000);
+  EXPECT(st.writebacks == 1 && st.dirty_pages == 0);
+  size_t dlen;
+  unsigned char *disk = read_disk("expire", &dlen);
+  EXPECT(disk && dlen == sizeof b && memcmp(disk, b, sizeof b) == 0);
+  free(disk);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+  /* never by age: still dirty after 200 ms (frames to spare, under the
+     limit: nothing else writes it) */
+  OK(pc_config_default(&cfg));
+  cfg.capacity = 64 * PS;
+  cfg.dirty_expire_ms = UINT32_MAX;
+  OK(pc_cache_new(&cfg, &c));
+  f = open_new(c, "expire-never");
+  OK(pc_file_write_at(f, b, sizeof b, 0));
+  usleep(200 * 1000);
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.writebacks == 0 && st.dirty_pages == 1);
+  OK(pc_file_sync(f));
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.writebacks == 1 && st.dirty_pages == 0);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
 }
 
 /* A populated cache: its frames are resident from creation (the process's
@@ -918,6 +964,7 @@ int main(int argc, char **argv) {
   test_null_and_bad_arguments();
   test_open_errors();
   test_write_read_sync();
+  test_dirty_expire();
   test_populate();
   test_stream_reads();
   test_pins_and_latches();

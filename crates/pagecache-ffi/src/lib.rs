@@ -49,8 +49,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 /// `pc_page_try_latch`, `pc_latch_release_clean`; 7:
 /// `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
 /// `pc_stats.streamed_pages`; 9: `pc_config_default` sets
-/// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`).
-pub const PC_ABI_VERSION: u32 = 9;
+/// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
+/// `pc_config.dirty_expire_ms`).
+pub const PC_ABI_VERSION: u32 = 10;
 
 /// `pc_file_open` flag: open for reading.
 pub const PC_READ: u32 = 1;
@@ -103,7 +104,9 @@ pub struct pc_config {
     pub io_threads: u32,
     /// The largest readahead window in bytes (0: no readahead).
     pub readahead_max: u64,
-    /// Percent of the capacity dirty before background write-back starts.
+    /// Percent of the capacity dirty past which background write-back
+    /// writes cold pages while reclaim runs, and down to which it writes
+    /// past the limit.
     pub dirty_background_percent: u32,
     /// Percent of the capacity dirty before writers wait.
     pub dirty_limit_percent: u32,
@@ -122,6 +125,12 @@ pub struct pc_config {
     /// `PC_STREAM_DIRECT`, `PC_STREAM_BUFFERED`, `PC_STREAM_MEASURE` (the
     /// default since ABI 9); see `pagecache::StreamReads`. (Added in ABI 7.)
     pub stream_reads: u32,
+    /// Milliseconds a page may stay dirty before background write-back
+    /// writes it (default 30000; `UINT32_MAX`: never by age). With frames
+    /// to spare and the dirty count under the limit, age is the only
+    /// reason it writes a page; see `pagecache::Config::dirty_expire`.
+    /// (Added in ABI 10.)
+    pub dirty_expire_ms: u32,
 }
 
 /// What `PC_STREAM_MEASURE` chose for one device
@@ -501,6 +510,7 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                     StreamReads::Buffered => PC_STREAM_BUFFERED,
                     StreamReads::Measure => PC_STREAM_MEASURE,
                 },
+                dirty_expire_ms: u32::try_from(d.dirty_expire.as_millis()).unwrap_or(u32::MAX),
             })
         };
         Ok(())
@@ -529,6 +539,10 @@ fn to_config(c: &pc_config) -> io::Result<Config> {
         readahead_max: size(c.readahead_max, "readahead_max")?,
         dirty_background_percent: c.dirty_background_percent,
         dirty_limit_percent: c.dirty_limit_percent,
+        dirty_expire: match c.dirty_expire_ms {
+            u32::MAX => std::time::Duration::MAX,
+            ms => std::time::Duration::from_millis(ms.into()),
+        },
         stable_writes: c.stable_writes != 0,
         populate: c.populate != 0,
         stream_reads: match c.stream_reads {

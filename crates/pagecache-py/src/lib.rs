@@ -71,8 +71,8 @@ impl PageCache {
     #[new]
     #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
         io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
-        dirty_limit_percent = 30, stable_writes = false, populate = false,
-        stream_reads = "measure"))]
+        dirty_limit_percent = 30, dirty_expire = Some(30.0), stable_writes = false,
+        populate = false, stream_reads = "measure"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -83,10 +83,21 @@ impl PageCache {
         readahead_max: usize,
         dirty_background_percent: u32,
         dirty_limit_percent: u32,
+        dirty_expire: Option<f64>,
         stable_writes: bool,
         populate: bool,
         stream_reads: &str,
     ) -> PyResult<Self> {
+        // Seconds a page may stay dirty before background write-back writes
+        // it; None: never by age.
+        let dirty_expire = match dirty_expire {
+            None => std::time::Duration::MAX,
+            Some(s) => std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "dirty_expire must be a number of seconds >= 0 or None, not {s}"
+                ))
+            })?,
+        };
         let stream_reads = match stream_reads {
             "direct" => StreamReads::Direct,
             "buffered" => StreamReads::Buffered,
@@ -115,6 +126,7 @@ impl PageCache {
             readahead_max,
             dirty_background_percent,
             dirty_limit_percent,
+            dirty_expire,
             stable_writes,
             populate,
             stream_reads,

@@ -460,6 +460,31 @@ def test_stream_reads_buffered_and_measured_read_right(tmp_path):
         pagecache.PageCache(stream_reads="sideways")
 
 
+def test_a_page_dirty_past_dirty_expire_is_written_back_without_a_sync(tmp_path):
+    import time
+
+    c = pagecache.PageCache(capacity=64 * PS, dirty_expire=0.05)
+    with c.open(tmp_path / "e.bin", "w+") as f:
+        f.write_at(b"aged", 0)
+        deadline = time.monotonic() + 20
+        while c.stats()["writebacks"] == 0 or c.stats()["dirty_pages"] != 0:
+            assert time.monotonic() < deadline, c.stats()
+            time.sleep(0.01)
+        assert (tmp_path / "e.bin").read_bytes() == b"aged"
+    # None: never by age (frames to spare, under the limit: nothing else
+    # writes it).
+    c = pagecache.PageCache(capacity=64 * PS, dirty_expire=None)
+    with c.open(tmp_path / "n.bin", "w+") as f:
+        f.write_at(b"young", 0)
+        time.sleep(0.2)
+        assert c.stats()["writebacks"] == 0 and c.stats()["dirty_pages"] == 1
+        f.sync()
+        assert c.stats()["writebacks"] == 1
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="dirty_expire"):
+            pagecache.PageCache(dirty_expire=bad)
+
+
 def test_page_mut_is_a_writable_view_and_the_page_is_dirty_after(tmp_path):
     cache = pagecache.PageCache(
         capacity=64 * PS, dirty_background_percent=100, dirty_limit_percent=100

@@ -10,18 +10,19 @@ use std::time::{Duration, Instant};
 const ENGINES: [IoEngine; 2] = [IoEngine::Uring, IoEngine::Threads];
 
 fn faulty(engine: IoEngine, frames: usize) -> (PageCache, std::sync::Arc<Faults>) {
+    faulty_with(Config {
+        capacity: frames * PS,
+        io_engine: engine,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 30,
+        ..Config::default()
+    })
+}
+
+fn faulty_with(config: Config) -> (PageCache, std::sync::Arc<Faults>) {
     let faults = Faults::new();
-    let c = PageCache::with_backend(
-        Config {
-            capacity: frames * PS,
-            io_engine: engine,
-            dirty_background_percent: 10,
-            dirty_limit_percent: 30,
-            ..Config::default()
-        },
-        FaultyBackend::new(PosixBackend, faults.clone()),
-    )
-    .unwrap();
+    let c =
+        PageCache::with_backend(config, FaultyBackend::new(PosixBackend, faults.clone())).unwrap();
     (c, faults)
 }
 
@@ -136,29 +137,149 @@ fn a_throttled_writer_holding_a_latch_is_not_stalled_by_the_flusher() {
     }
 }
 
+/// W1 of the write-back policy: with frames to spare and the count under
+/// the hard limit, the flusher writes a page once it has been dirty longer
+/// than `dirty_expire`, with no sync and no fdatasync.
 #[test]
-fn the_flusher_writes_dirty_pages_back_without_a_sync() {
+fn the_flusher_writes_pages_dirty_longer_than_the_age_bound_without_a_sync() {
     let d = TempDir::new("bgwb");
     let p = d.path("f");
     make_file(&p, 0);
     for e in ENGINES {
-        let (c, faults) = faulty(e, 256);
+        let (c, faults) = faulty_with(Config {
+            capacity: 256 * PS,
+            io_engine: e,
+            dirty_expire: Duration::from_millis(200),
+            ..Config::default()
+        });
         let f = c.open(&p).unwrap();
-        // 64 pages dirty: past the background threshold (25 pages).
         let data: Vec<u8> = (0..64 * PS as u64).map(|i| pattern(i) ^ 0x5a).collect();
         f.write_at(&data, 0).unwrap();
         // (A page stops counting when its write-back starts, before the
         // write is issued: wait for both.)
-        wait_until("the flusher brings the count under the threshold", || {
-            c.dirty_pages() <= 25 && faults.writes() > 0
+        wait_until("the flusher writes the expired pages", || {
+            c.dirty_pages() == 0 && faults.writes() > 0
         });
+        c.validate(); // waits for the flusher to be idle
         assert_eq!(faults.syncs(), 0, "{e:?}: no fdatasync: that is sync's job");
-        // Below the threshold it stops: some pages may stay dirty; sync
-        // writes them.
-        f.sync().unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), data, "{e:?}");
+        f.sync().unwrap();
         c.validate();
     }
+}
+
+/// W5 and W1: a cache that holds its working set, more than the background
+/// threshold dirty (and under the hard limit), does not write back a page
+/// that keeps being rewritten before the page has been dirty for the age
+/// bound, and then writes it (once per bound, not at every rewrite).
+#[test]
+fn a_hot_page_rewritten_in_memory_is_not_written_back_before_its_age_bound() {
+    const BOUND: Duration = Duration::from_millis(600);
+    let d = TempDir::new("bgwb-hot");
+    let p = d.path("f");
+    make_file(&p, 0);
+    let (c, faults) = faulty_with(Config {
+        capacity: 256 * PS,
+        io_engine: IoEngine::Threads,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 30,
+        dirty_expire: BOUND,
+        ..Config::default()
+    });
+    let f = c.open(&p).unwrap();
+    faults.log_writes();
+    // 60 pages dirty: past the background threshold (25), under the
+    // limit (76), 196 frames free.
+    let t0 = Instant::now();
+    f.write_at(&vec![1u8; 60 * PS], 0).unwrap();
+    let mut first_write = None;
+    let mut round = 0u8;
+    while t0.elapsed() < 3 * BOUND {
+        round = round.wrapping_add(1);
+        for i in 0..60u64 {
+            f.write_at(&[round; 16], i * PS as u64).unwrap();
+        }
+        if first_write.is_none() && faults.writes() > 0 {
+            first_write = Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let first = first_write.expect("written once past the bound");
+    // The coarse clock's resolution (a few ms) is the only slack.
+    assert!(
+        first + Duration::from_millis(10) >= BOUND,
+        "a page was written back {first:?} after it was dirtied, before the age bound {BOUND:?}"
+    );
+    // Once per bound, not at every rewrite: at most about 3 rounds of 60.
+    let written = faults.logged_writes().len();
+    assert!(
+        c.stats().writebacks <= 4 * 60,
+        "{} pages written ({written} writes) in 3 bounds",
+        c.stats().writebacks
+    );
+    f.sync().unwrap();
+    c.validate();
+}
+
+/// W3 and W2 out of memory: hot pages rewritten all the time, a cold file
+/// read at random (every miss evicts) with a few cold pages written: the
+/// flusher writes the cold dirty pages eviction needs, not the hot set,
+/// so at most about one page is written per page evicted (before the
+/// policy, the flusher rewrote the hot set at every pass over the
+/// background threshold: many pages written per page evicted).
+#[test]
+fn out_of_memory_the_hot_set_is_not_rewritten_for_every_page_evicted() {
+    let d = TempDir::new("bgwb-ratio");
+    let (hot, cold) = (d.path("hot"), d.path("cold"));
+    make_file(&hot, 0);
+    make_file(&cold, 2048 * PS as u64);
+    let (c, _faults) = faulty_with(Config {
+        capacity: 256 * PS,
+        io_engine: IoEngine::Uring,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 30,
+        ..Config::default()
+    });
+    let (h, k) = (c.open(&hot).unwrap(), c.open(&cold).unwrap());
+    let mut rng = 0x9e3779b97f4a7c15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut buf = vec![0u8; 64];
+    for i in 0..40_000u64 {
+        // 40 hot pages: past the background threshold (25) on their own.
+        h.write_at(&i.to_le_bytes(), (i % 40) * PS as u64).unwrap();
+        let page = next() % 2048;
+        if i % 8 == 0 {
+            k.write_at(&i.to_le_bytes(), page * PS as u64).unwrap();
+        } else {
+            k.read_at(&mut buf, page * PS as u64).unwrap();
+        }
+    }
+    c.validate();
+    let s = c.stats();
+    let ratio = s.writebacks as f64 / s.evictions.max(1) as f64;
+    eprintln!(
+        "{} written back, {} evicted: {ratio:.2} per page evicted",
+        s.writebacks, s.evictions
+    );
+    assert!(s.evictions > 10_000, "{s:?}");
+    // An eighth of the cold accesses write, so about an eighth of the
+    // pages evicted are dirty and must be written once: about 0.13-0.2
+    // per page evicted (DESIGN's target for TPC-C is 1.2). Rewriting the
+    // hot set at every pass over the threshold wrote 1.26.
+    assert!(
+        ratio <= 0.5,
+        "{} pages written back for {} evicted: {ratio:.2} per page evicted",
+        s.writebacks,
+        s.evictions
+    );
+    h.sync().unwrap();
+    k.sync().unwrap();
+    c.validate();
 }
 
 #[test]
@@ -197,7 +318,15 @@ fn a_failed_background_write_loses_nothing_and_the_next_sync_succeeds() {
     let p = d.path("f");
     make_file(&p, 64 * PS as u64);
     for e in ENGINES {
-        let (c, faults) = faulty(e, 256);
+        // 64 dirty pages: past the hard limit (51), which makes the flusher
+        // write (W4).
+        let (c, faults) = faulty_with(Config {
+            capacity: 256 * PS,
+            io_engine: e,
+            dirty_background_percent: 10,
+            dirty_limit_percent: 20,
+            ..Config::default()
+        });
         let f = c.open(&p).unwrap();
         faults.fail_writes_from(1, libc::EIO);
         let data: Vec<u8> = (0..64 * PS as u64).map(|i| pattern(i) ^ 0xa5).collect();
@@ -296,11 +425,20 @@ fn a_rewrite_does_not_wait_for_the_write_of_its_page_unless_stable() {
 /// first write is A's, and it writes only what brings the count to the goal
 /// (12): 18 of A's pages, so 2 of A's and all of B's stay dirty until their
 /// syncs.
+/// Past the hard limit (W4) the flusher writes the file dirtied longest
+/// ago first, down to the background threshold.
 #[test]
 fn the_flusher_writes_the_oldest_dirtied_file_first() {
     let d = TempDir::new("bgwb-oldest");
     for e in ENGINES {
-        let (c, faults) = faulty(e, 256);
+        // Background threshold 25 pages, hard limit 28.
+        let (c, faults) = faulty_with(Config {
+            capacity: 256 * PS,
+            io_engine: e,
+            dirty_background_percent: 10,
+            dirty_limit_percent: 11,
+            ..Config::default()
+        });
         let (pa, pb) = (d.path(&format!("a-{e:?}")), d.path(&format!("b-{e:?}")));
         make_file(&pa, 0);
         make_file(&pb, 0);
@@ -313,14 +451,14 @@ fn the_flusher_writes_the_oldest_dirtied_file_first() {
             "{e:?}: under the threshold"
         );
         b.write_at(&vec![2u8; 10 * PS], 0).unwrap();
-        wait_until("the flusher writes", || c.dirty_pages() <= 12);
+        wait_until("the flusher writes", || c.dirty_pages() <= 25);
         c.validate(); // waits for the flusher to be idle
         let log = faults.logged_writes();
         assert_eq!(
             log[0].0, pa,
             "{e:?}: the oldest dirtied file first: {log:?}"
         );
-        assert_eq!(a.dirty_pages(), 2, "{e:?}: stopped at the goal: {log:?}");
+        assert_eq!(a.dirty_pages(), 15, "{e:?}: stopped at the goal: {log:?}");
         assert_eq!(b.dirty_pages(), 10, "{e:?}: stopped at the goal: {log:?}");
         a.sync().unwrap();
         b.sync().unwrap();
@@ -396,7 +534,14 @@ fn a_readers_miss_takes_a_clean_page_rather_than_writing_a_dirty_one() {
 #[test]
 fn a_background_pass_resumes_where_the_last_one_stopped() {
     let d = TempDir::new("bgwb-cursor");
-    let (c, faults) = faulty(IoEngine::Threads, 256);
+    // Background threshold 25 pages, hard limit 38 (W4).
+    let (c, faults) = faulty_with(Config {
+        capacity: 256 * PS,
+        io_engine: IoEngine::Threads,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 15,
+        ..Config::default()
+    });
     let p = d.path("a");
     make_file(&p, 0);
     let a = c.open(&p).unwrap();
@@ -404,34 +549,35 @@ fn a_background_pass_resumes_where_the_last_one_stopped() {
     for i in 0..40u64 {
         a.write_at(&[1u8; 8], i * PS as u64).unwrap();
     }
-    wait_until("the first pass", || c.dirty_pages() <= 12);
+    wait_until("the first pass", || c.dirty_pages() <= 25);
     c.validate();
     let first: Vec<u64> = faults
         .logged_writes()
         .iter()
         .map(|w| w.1 / PS as u64)
         .collect();
-    assert_eq!(a.dirty_pages(), 12, "first pass: {first:?}");
+    assert_eq!(a.dirty_pages(), 25, "first pass: {first:?}");
     assert_eq!(first.iter().min(), Some(&0), "{first:?}");
     assert!(
-        first.iter().all(|&o| o < 28),
-        "first pass wrote past page 27: {first:?}"
+        first.iter().all(|&o| o < 15),
+        "first pass wrote past page 14: {first:?}"
     );
     let n = first.len();
+    // Pages 0-14 dirty again: 40 dirty, past the limit.
     for i in 0..16u64 {
         a.write_at(&[2u8; 8], i * PS as u64).unwrap();
     }
-    wait_until("the second pass", || c.dirty_pages() <= 12);
+    wait_until("the second pass", || c.dirty_pages() <= 25);
     c.validate();
     let log = faults.logged_writes();
     let second: Vec<u64> = log[n..].iter().map(|w| w.1 / PS as u64).collect();
-    // 16 pages from the cursor: 28-39, then 0-3 (written in index order).
+    // 15 pages from the cursor: 15-29.
     assert!(
-        second.contains(&28),
+        second.contains(&15),
         "the second pass must start at the cursor: {second:?}"
     );
     assert!(
-        second.iter().all(|&s| !(4..28).contains(&s)),
+        second.iter().all(|&s| (15..30).contains(&s)),
         "the second pass rewrote pages the first had just written: {second:?}"
     );
     a.sync().unwrap();

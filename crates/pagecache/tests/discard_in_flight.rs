@@ -7,15 +7,16 @@ use common::*;
 use pagecache::{Config, PageCache};
 use std::time::{Duration, Instant};
 
-/// A 256-frame cache over the fault-injecting backend whose flusher starts
-/// past 1% dirty, on a device where every write takes `delay`.
+/// A 256-frame cache over the fault-injecting backend whose flusher writes
+/// every dirty page at its next look (an age bound of 0: every 10 ms), on a
+/// device where every write takes `delay`.
 fn slow_flushing_cache(delay: Duration) -> (PageCache, std::sync::Arc<pagecache::Faults>) {
     let faults = pagecache::Faults::new();
     faults.delay_io(delay);
     let c = PageCache::with_backend(
         Config {
             capacity: 256 * PS,
-            dirty_background_percent: 1,
+            dirty_expire: Duration::ZERO,
             ..Config::default()
         },
         pagecache::FaultyBackend::new(pagecache::PosixBackend, faults.clone()),

@@ -24,11 +24,15 @@ class PageCache:
         readahead_max: int = 2 << 20,
         dirty_background_percent: int = 10,
         dirty_limit_percent: int = 30,
+        dirty_expire: float | None = 30.0,
         stable_writes: bool = False,
         populate: bool = False,
         stream_reads: Literal["direct", "buffered", "measure"] = "measure",
     ) -> None:
-        """``populate``: fault the whole budget in now, so no read or write
+        """``dirty_expire``: seconds a page may stay dirty before background
+        write-back writes it (``None``: never by age; with frames to spare
+        and the dirty count under the limit, age is the only reason it
+        writes a page); ``populate``: fault the whole budget in now, so no read or write
         pays for a frame's first touch later; ``stream_reads``: how
         sequential streams are read: direct, through the kernel's cache
         without keeping its copy, or (the default) each device's faster of

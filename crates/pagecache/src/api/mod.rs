@@ -86,6 +86,16 @@ pub struct Config {
     /// waits for the flusher (dirty throttling; default 30). At least
     /// `dirty_background_percent`, at most 100.
     pub dirty_limit_percent: u32,
+    /// How long a page may stay dirty before background write-back writes
+    /// it, whatever else it does (the kernel's `dirty_expire_centisecs`;
+    /// default 30 s; `Duration::MAX`: never by age). With frames to spare
+    /// and the dirty count under `dirty_limit_percent`, age is the only
+    /// reason background write-back writes a page: a page rewritten again
+    /// and again is written once per this bound, not at every rewrite (see
+    /// [`PageCache::dirty_pages`] and `docs/design.md`, "Which dirty pages
+    /// background write-back writes"). `sync` writes every dirty page
+    /// whatever its age.
+    pub dirty_expire: std::time::Duration,
     /// Stable pages under write-back: a writer of a page whose write to the
     /// file is in flight waits for that write to end (default: off). Off,
     /// the writer goes ahead at once, as the kernel's writers do: the page
@@ -182,6 +192,7 @@ impl Default for Config {
             readahead_max: 2 << 20,
             dirty_background_percent: 10,
             dirty_limit_percent: 30,
+            dirty_expire: std::time::Duration::from_secs(30),
             stable_writes: false,
             populate: false,
             stream_reads: StreamReads::Measure,
@@ -446,7 +457,8 @@ impl File {
 
     /// See [`crate::internals::background_pass`].
     pub(crate) fn background_pass(&self) -> io::Result<()> {
-        self.inner().write_dirty_file(&self.shared, 0)
+        self.inner()
+            .write_dirty_file(&self.shared, crate::reclaim::Sweep::any(0))
     }
 
     fn check_writable(&self, what: &str) -> io::Result<()> {

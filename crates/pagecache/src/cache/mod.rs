@@ -137,10 +137,13 @@ pub(crate) struct Inner {
     pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
     /// (A) dirty pages (`reclaim/flusher.rs`); may dip below 0 for a moment.
     pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
-    /// (C) dirty pages past which the flusher writes back.
+    /// (C) dirty pages past which the flusher writes cold pages while
+    /// reclaim runs, and down to which it writes past the limit.
     pub(crate) dirty_background: usize,
     /// (C) dirty pages past which writers wait for the flusher.
     pub(crate) dirty_limit: usize,
+    /// (C) how long a page may stay dirty before the flusher writes it.
+    pub(crate) dirty_expire: std::time::Duration,
     /// (C) the background flusher (its own leaf mutex).
     pub(crate) flusher: crate::reclaim::Flusher,
     /// (C) the largest readahead window, in pages (0: no readahead), with
@@ -270,6 +273,7 @@ impl Inner {
             dirty: CachePadded::new(crate::sync::unmodelled::AtomicIsize::new(0)),
             dirty_background: (nframes * config.dirty_background_percent as usize / 100).max(1),
             dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
+            dirty_expire: config.dirty_expire,
             flusher: Default::default(),
             readahead_max,
             streams: Streams::new(stream_reads, readahead_max << shift),
@@ -542,6 +546,8 @@ impl Drop for FrameLatch<'_> {
             }
         };
         if let Some((fs, index)) = tag {
+            // Before the tag: the flusher that takes it reads the time.
+            d.set_dirtied(crate::reclaim::now_ms());
             fs.tree.tag_dirty(&self.cache.nodes, index);
             self.cache.dirtied();
             self.cache.file_dirtied(fs);

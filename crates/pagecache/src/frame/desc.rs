@@ -19,6 +19,11 @@ pub struct FrameDesc {
     owner: AtomicU64,
     /// (V) Page index within the owner.
     index: AtomicU64,
+    /// (A) When the page last went from clean to dirty, in milliseconds of
+    /// the coarse monotonic clock (`reclaim::flusher::now_ms`): which pages
+    /// background write-back judges old enough to write. A hint: a stale
+    /// value only moves a page's write earlier or later.
+    dirtied: crate::sync::unmodelled::AtomicU64,
     /// The frame's bytes as loom sees them (loom only; see `sync::Witness`).
     #[cfg(loom)]
     bytes: Witness,
@@ -39,6 +44,7 @@ impl FrameDesc {
             version: AtomicU64::new(1),
             owner: AtomicU64::new(NO_OWNER),
             index: AtomicU64::new(0),
+            dirtied: crate::sync::unmodelled::AtomicU64::new(0),
             #[cfg(loom)]
             bytes: Witness::default(),
         }
@@ -619,6 +625,23 @@ impl FrameDesc {
         // Release: identity and initial bytes written before are visible to
         // anyone whose pin CAS (Acquire) reads this value.
         self.state.store(s.0, Ordering::Release);
+    }
+
+    /// Records when the page went from clean to dirty (see the field).
+    /// Context: any, no sleep.
+    #[inline]
+    pub fn set_dirtied(&self, ms: u64) {
+        // Relaxed: a hint (see the field).
+        self.dirtied
+            .store(ms, crate::sync::unmodelled::Ordering::Relaxed);
+    }
+
+    /// When the page last went from clean to dirty (see the field).
+    #[inline]
+    pub fn dirtied(&self) -> u64 {
+        // Relaxed: a hint (see the field).
+        self.dirtied
+            .load(crate::sync::unmodelled::Ordering::Relaxed)
     }
 
     /// Protocol 5.4 reader step 1: the version if even.

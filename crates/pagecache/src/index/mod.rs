@@ -687,11 +687,40 @@ impl<'a> TreeLocked<'a> {
         max: usize,
         out: &mut Vec<(u64, FrameNo)>,
     ) {
+        let mut visits = usize::MAX;
+        self.take_dirty_if(arena, (start, end), max, &mut visits, &mut |_| true, out);
+    }
+
+    /// [`TreeLocked::take_dirty_range`] that takes only the tagged pages whose
+    /// frame `keep` accepts (the others keep their tags, put back as
+    /// above) and looks at no more than `visits` tagged pages. Returns the
+    /// last tagged page it looked at, if any: a caller resuming after it
+    /// looks at every tagged page once. `keep` runs under the tree lock:
+    /// it may read the frame's descriptor, nothing more.
+    pub fn take_dirty_if(
+        &self,
+        arena: &NodeArena,
+        (start, end): (u64, u64),
+        max: usize,
+        visits: &mut usize,
+        keep: &mut dyn FnMut(FrameNo) -> bool,
+        out: &mut Vec<(u64, FrameNo)>,
+    ) -> Option<u64> {
         let (root_id, height) = self.root();
-        if height == 0 || start >= end || out.len() >= max {
-            return;
+        if height == 0 || start >= end || out.len() >= max || *visits == 0 {
+            return None;
         }
-        take(arena, root_id, height - 1, 0, (start, end, max), out);
+        let mut t = Take {
+            start,
+            end,
+            max,
+            visits: *visits,
+            keep,
+            last: None,
+        };
+        take(arena, root_id, height - 1, 0, &mut t, out);
+        *visits = t.visits;
+        t.last
     }
 
     /// Checks the tree's invariants (tests): counts match occupied slots,
@@ -758,15 +787,27 @@ fn span(base: u64, level: u32, s: u64) -> (u64, u64) {
 
 /// [`TreeLocked::take_dirty_range`] below node `id`: returns whether every
 /// tag it cleared here was consumed (its parent's bit may stay clear).
+/// A bounded, filtered take's bounds and what it has looked at.
+struct Take<'k> {
+    start: u64,
+    end: u64,
+    /// Stop once `out` holds this many.
+    max: usize,
+    /// Tagged pages still to look at.
+    visits: usize,
+    keep: &'k mut dyn FnMut(FrameNo) -> bool,
+    /// The last tagged page looked at.
+    last: Option<u64>,
+}
+
 fn take(
     arena: &NodeArena,
     id: u64,
     level: u32,
     base: u64,
-    range: (u64, u64, usize),
+    t: &mut Take<'_>,
     out: &mut Vec<(u64, FrameNo)>,
 ) -> bool {
-    let (start, end, max) = range;
     let node = arena.get(id).expect("node on a locked path");
     // AcqRel: step S1, see module docs. Clear-then-scan.
     let mut bits = node.dirty.swap(0, Ordering::AcqRel);
@@ -775,7 +816,7 @@ fn take(
         let s = bits.trailing_zeros() as u64;
         bits &= bits - 1;
         let (idx, last) = span(base, level, s);
-        if last < start || idx >= end || out.len() >= max {
+        if last < t.start || idx >= t.end || out.len() >= t.max || t.visits == 0 {
             back |= 1 << s;
             continue;
         }
@@ -785,8 +826,15 @@ fn take(
             continue; // a stray tag: dropped
         }
         if level == 0 {
-            out.push((idx, (e - 1) as FrameNo));
-        } else if !take(arena, e, level - 1, idx, range, out) {
+            t.visits -= 1;
+            t.last = Some(idx);
+            let f = (e - 1) as FrameNo;
+            if (t.keep)(f) {
+                out.push((idx, f));
+            } else {
+                back |= 1 << s;
+            }
+        } else if !take(arena, e, level - 1, idx, t, out) {
             back |= 1 << s;
         }
     }

@@ -6,22 +6,41 @@
 //!   re-dirties one), -1 when it stops being dirty (write-back starts, a
 //!   truncate or discard drops it). Each transition is one RMW on the page's
 //!   state word, so each is counted once.
-//! - Past the background threshold (`Config::dirty_background_percent` of
-//!   the capacity) the flusher thread wakes and writes dirty files back
-//!   (every dirty run of a file submitted at once, as `sync` does, without
-//!   `fdatasync`; the file dirtied longest ago first, the kernel's
-//!   `dirtied_when` order), until the count is below half the threshold
-//!   (checked between files) or a pass writes nothing (judged by the
-//!   cache's write-back counter, so others' write-backs during the pass
-//!   count as progress too). At most 8 MiB and 16 writes are in flight
-//!   (`writeback.rs`). A pass writes only what brings the count to its
-//!   goal, from where the file's last pass stopped (the kernel's
-//!   `writeback_index`): hot pages are written once per round of the file,
-//!   not at every pass. Reclaim that passed over dirty pages (it evicts
-//!   clean ones first) hands the flusher exactly those pages, the oldest
-//!   of its queues, and the flusher writes them and nothing else for it,
-//!   below the threshold too (`kick_flusher_for_reclaim`): reclaim asks for
-//!   what it needs, not for every dirty page.
+//! - Which pages it writes, and when (numbered block below): by age (a
+//!   page dirty longer than `Config::dirty_expire`), by need (reclaim's
+//!   cold end), and past the hard limit; never the hot set just because
+//!   much is dirty. At most 8 MiB and 16 writes are in flight
+//!   (`writeback.rs`). A pass resumes each file where its last pass
+//!   stopped (the kernel's `writeback_index`) and goes through the files
+//!   dirtied longest ago first (the kernel's `dirtied_when` order).
+//!
+//! ```text
+//!  W1. age: every `dirty_expire`/6 (10 ms to 5 s), a pass writes every
+//!      page dirtied at or before now - `dirty_expire` (its descriptor's
+//!      clean-to-dirty time), whatever else is going on. A page rewritten
+//!      again and again is written once per bound.
+//!  W2. need: reclaim hands the flusher the dirty candidates it passed
+//!      over (the cold end of the replacement order; `kick_flusher_for_
+//!      reclaim`), written at once, in index order, batched per file.
+//!  W3. ahead of need: while reclaim runs (it raises `pressure`; the
+//!      flusher then looks every 10 ms until a look finds it down) and
+//!      more than `dirty_background_percent` is dirty, a pass writes cold
+//!      pages (accessed bit clear: not used since the policy last looked;
+//!      or past the age bound) down to half that, looking at no more than
+//!      4 tagged pages per page it wants. Hot pages keep their tags.
+//!  W4. the hard limit (`dirty_limit_percent`): a pass writes cold pages,
+//!      then any, down to `dirty_background_percent`; throttled writers
+//!      wait for it (below).
+//!  W5. with frames to spare (no reclaim) and the count under the hard
+//!      limit, nothing but W1 writes: a cache that holds its working set
+//!      writes back what `sync` asks for and what ages past the bound.
+//! ```
+//!
+//! The policy only chooses pages: each write is the write-back protocol
+//! of `writeback.rs` (the tag taken under the tree lock, pinned, the hook
+//! asked, errors counted), so sync's truth, write-back errors and the hook
+//! hold whatever the flusher picks. A `sync` writes every dirty page.
+//!
 //! - Past the hard limit (`Config::dirty_limit_percent`) a `write_at`
 //!   waits, before taking any lock, until write-back brings the count back
 //!   under it (it wakes waiting writers as soon as the pages it takes do,
@@ -63,6 +82,35 @@ pub(crate) struct Flusher {
     /// the background threshold too. Bounded (`RECLAIM_MAX`): past it,
     /// reclaim writes its dirty victims itself.
     for_reclaim: Mutex<Vec<crate::frame::FrameNo>>,
+    /// (A) Reclaim ran since the flusher last looked (W3).
+    pressure: crate::sync::unmodelled::AtomicBool,
+    /// (A) The flusher looks at `pressure` every `PRESSURE_TICK` (it saw
+    /// it raised at its last look): reclaim need not kick it.
+    polling: crate::sync::unmodelled::AtomicBool,
+    /// (A) The thread was started (the first dirty page starts it, for W1).
+    started: crate::sync::unmodelled::AtomicBool,
+    /// (A) The thread is in its timed work (W1, W3), which runs with
+    /// `passes.busy()` clear (`wait_flusher_idle`).
+    timed: crate::sync::unmodelled::AtomicBool,
+}
+
+/// How often the flusher looks at `pressure` while reclaim runs (W3).
+const PRESSURE_TICK: Duration = Duration::from_millis(10);
+
+/// Milliseconds of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`,
+/// a few nanoseconds, a few milliseconds' resolution): pages' dirty times.
+/// Context: any.
+#[inline]
+pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is valid on
+    // every Linux since 2.6.32 (on failure `ts` stays 0: every page then
+    // looks old, written at the next age pass, which is safe).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 /// Most pages reclaim hands the flusher at once.
@@ -70,13 +118,36 @@ const RECLAIM_MAX: usize = 4096;
 
 impl Inner {
     /// A page became dirty. Context: any, no sleep but the flusher's
-    /// leaf mutex when the background threshold is crossed.
+    /// leaf mutex when the hard limit is crossed (W4) or the flusher has
+    /// yet to start (W1).
     #[inline]
     pub(crate) fn dirtied(&self) {
         // Relaxed: a count for thresholds, not a protocol.
         let n = self.dirty.fetch_add(1, Ordering::Relaxed) + 1;
-        if n > self.dirty_background as isize && !self.flusher.passes.busy() {
+        // Relaxed: hints; a kick too many costs a look.
+        if (n > self.dirty_limit as isize || !self.flusher.started.load(Ordering::Relaxed))
+            && !self.flusher.passes.busy()
+        {
             self.kick_flusher();
+        }
+    }
+
+    /// Reclaim is about to evict (W3): raises `pressure`, and wakes the
+    /// flusher if it is not looking already and more than the background
+    /// threshold is dirty. Context: any, no sleep but the flusher's leaf
+    /// mutex; one load when raised already.
+    #[inline]
+    pub(crate) fn note_pressure(&self) {
+        let f = &self.flusher;
+        // Relaxed: hints (W3); a lost raise costs a tick.
+        if !f.pressure.load(Ordering::Relaxed) {
+            f.pressure.store(true, Ordering::Relaxed);
+            if !f.polling.load(Ordering::Relaxed)
+                && self.dirty_pages() > self.dirty_background
+                && !f.passes.busy()
+            {
+                self.kick_flusher();
+            }
         }
     }
 
@@ -126,10 +197,13 @@ impl Inner {
             let me = self.me.get().cloned()?;
             // No thread: writers write back themselves on eviction (and
             // the next kick tries again).
-            std::thread::Builder::new()
+            let h = std::thread::Builder::new()
                 .name("pagecache-flush".into())
                 .spawn(move || flusher(me))
-                .ok()
+                .ok()?;
+            // Relaxed: a hint for `dirtied`.
+            self.flusher.started.store(true, Ordering::Relaxed);
+            Some(h)
         });
     }
 
@@ -268,13 +342,14 @@ impl Inner {
         }
     }
 
-    /// One pass: writes back registered files' dirty pages, the file
-    /// dirtied longest ago first (files with no dirty time last: clean as
-    /// far as known, but a race may have lost a time), until the dirty
-    /// count is at most `goal`. Errors are counted by the write-back itself
-    /// (the pages stay dirty); a file with no handle whose pages are now
-    /// clean is released. Context: may sleep (I/O); no lock held.
-    fn flush_pass(&self, goal: usize) {
+    /// One pass: writes back registered files' dirty pages that `sweep`
+    /// picks, the file dirtied longest ago first (files with no dirty time
+    /// last: clean as far as known, but a race may have lost a time),
+    /// until the dirty count is at most its goal. Errors are counted by the
+    /// write-back itself (the pages stay dirty); a file with no handle
+    /// whose pages are now clean is released. Context: may sleep (I/O); no
+    /// lock held.
+    fn flush_pass(&self, sweep: crate::reclaim::Sweep) {
         let mut files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
         // Relaxed: a hint (see `file_dirtied`).
         files.sort_by_key(|fs| match fs.dirtied_when.load(Ordering::Relaxed) {
@@ -282,12 +357,112 @@ impl Inner {
             t => t,
         });
         for fs in files {
-            if self.dirty_pages() <= goal {
+            if self.dirty_pages() <= sweep.goal {
                 break;
             }
             // Relaxed: a hint, re-checked under the registry lock.
-            if self.write_dirty_file(&fs, goal).is_ok() && fs.handles.load(Ordering::Relaxed) == 0 {
+            if self.write_dirty_file(&fs, sweep).is_ok() && fs.handles.load(Ordering::Relaxed) == 0
+            {
                 self.release_idle(&fs);
+            }
+        }
+    }
+
+    /// The age bound in milliseconds (`u64::MAX`: none).
+    fn expire_ms(&self) -> u64 {
+        u64::try_from(self.dirty_expire.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How often W1 looks: a sixth of the bound, from 10 ms to 5 s (the
+    /// kernel: 30 s and 5 s); `None` without a bound.
+    fn age_tick(&self) -> Option<Duration> {
+        (self.dirty_expire != Duration::MAX).then(|| {
+            (self.dirty_expire / 6).clamp(Duration::from_millis(10), Duration::from_secs(5))
+        })
+    }
+
+    /// W1: writes every page dirtied at or before `now` - the bound.
+    /// Context: may sleep (I/O); no lock held; the flusher thread.
+    fn age_pass(&self, now: u64) {
+        let expire = self.expire_ms();
+        if expire == u64::MAX || now < expire || self.dirty_pages() == 0 {
+            return;
+        }
+        self.flush_pass(crate::reclaim::Sweep {
+            pick: crate::reclaim::Pick::Expired(now - expire),
+            goal: 0,
+            visits: usize::MAX,
+        });
+    }
+
+    /// W3: under reclaim's pressure, with more than the background
+    /// threshold dirty, writes cold pages down to half of it. Lowers
+    /// `polling` once a look finds no pressure. Context: may sleep (I/O);
+    /// no lock held; the flusher thread.
+    fn pressure_pass(&self) {
+        let f = &self.flusher;
+        // Relaxed: hints (W3).
+        if !f.pressure.swap(false, Ordering::Relaxed) {
+            f.polling.store(false, Ordering::Relaxed);
+            // A reclaimer that saw `polling` still up did not kick us.
+            if f.pressure.load(Ordering::Relaxed) {
+                f.polling.store(true, Ordering::Relaxed);
+            }
+            return;
+        }
+        f.polling.store(true, Ordering::Relaxed);
+        let dirty = self.dirty_pages();
+        if dirty <= self.dirty_background {
+            return;
+        }
+        let goal = self.dirty_background / 2;
+        self.flush_pass(crate::reclaim::Sweep {
+            pick: crate::reclaim::Pick::Cold(now_ms().saturating_sub(self.expire_ms())),
+            goal,
+            visits: 4 * (dirty - goal) + 64,
+        });
+    }
+
+    /// The kicked part of the flusher's work (F2-F4 of `passes.rs`):
+    /// reclaim's pages (W2), then, past the hard limit, passes down to the
+    /// background threshold (W4). False once the cache stops. Context: may
+    /// sleep (I/O); no lock held; the flusher thread.
+    fn kicked_passes(&self) -> bool {
+        let mut passing = false;
+        loop {
+            // Reclaim's request first: the pages it passed over.
+            let reclaimed = self.write_for_reclaim();
+            let goal = self.dirty_background;
+            let dirty = self.dirty_pages();
+            // A pass starts past the limit and goes on to the goal.
+            if dirty <= goal || (!passing && dirty <= self.dirty_limit) {
+                // F3 for reclaim's part.
+                if reclaimed > 0 && !self.flusher.passes.end_pass(true) {
+                    return false;
+                }
+                // (Pages queued meanwhile kicked us: the outer loop sees it.)
+                return true;
+            }
+            passing = true;
+            // Progress is pages written, not the count going down: writers
+            // may dirty pages faster than one pass writes them.
+            let written = self.counters.sum(crate::stats::Counter::Writebacks);
+            let cold = now_ms().saturating_sub(self.expire_ms());
+            self.flush_pass(crate::reclaim::Sweep {
+                pick: crate::reclaim::Pick::Cold(cold),
+                goal,
+                visits: usize::MAX,
+            });
+            if self.dirty_pages() > goal {
+                self.flush_pass(crate::reclaim::Sweep::any(goal));
+            }
+            let progress = self.counters.sum(crate::stats::Counter::Writebacks) > written;
+            // F3.
+            if !self.flusher.passes.end_pass(progress) {
+                return false;
+            }
+            if !progress {
+                return true; // nothing written: failing writes, or nothing to take
             }
         }
     }
@@ -296,54 +471,46 @@ impl Inner {
     pub(crate) fn wait_flusher_idle(&self) {
         // Relaxed: a poll; the flusher's work is ordered by the locks and
         // state words it used.
-        while self.flusher.passes.busy() {
+        while self.flusher.passes.busy() || self.flusher.timed.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
 }
 
-/// The flusher thread: sleeps until kicked, then writes back until the
-/// dirty count is under half the background threshold (0 for a pass
-/// reclaim asked for) or a pass makes no progress. Holds the cache only
+/// The flusher thread: sleeps until kicked (F1) or its next look (W1, and
+/// W3 while reclaim runs), then does what is due. Holds the cache only
 /// while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
+    let mut next_age = 0;
     loop {
         let Some(inner) = me.upgrade() else { return };
         // F1 (`passes.rs`). Holding the cache while idle is fine:
         // `stop_flusher` runs when the last handle drops, before the cache
         // can.
-        if !inner.flusher.passes.wait_kick() {
-            return;
+        // Relaxed: a hint (W3).
+        let timeout = if inner.flusher.polling.load(Ordering::Relaxed) {
+            Some(PRESSURE_TICK)
+        } else {
+            inner.age_tick()
+        };
+        match inner.flusher.passes.wait_kick_for(timeout) {
+            None => return,
+            Some(true) if !inner.kicked_passes() => return,
+            Some(_) => {}
         }
-        let mut passing = false;
-        loop {
-            // Reclaim's request first: the pages it passed over.
-            let reclaimed = inner.write_for_reclaim();
-            let goal = inner.dirty_background / 2;
-            let dirty = inner.dirty_pages();
-            // A pass starts past the threshold and goes on to the goal.
-            if dirty <= goal || (!passing && dirty <= inner.dirty_background) {
-                if reclaimed > 0 {
-                    // F3 for reclaim's part.
-                    inner.flusher.passes.end_pass(true);
-                }
-                // (Pages queued meanwhile kicked us: the outer loop sees it.)
-                break;
-            }
-            passing = true;
-            // Progress is pages written, not the count going down: writers
-            // may dirty pages faster than one pass writes them.
-            let written = inner.counters.sum(crate::stats::Counter::Writebacks);
-            inner.flush_pass(goal);
-            let progress = inner.counters.sum(crate::stats::Counter::Writebacks) > written;
-            // F3.
-            if !inner.flusher.passes.end_pass(progress) {
-                return;
-            }
-            if !progress {
-                break; // nothing written: failing writes, or nothing to take
-            }
+        // SeqCst: a test's `wait_flusher_idle` that reads it clear after
+        // a dirtying of its own sees any timed work that follows it.
+        inner.flusher.timed.store(true, Ordering::SeqCst);
+        inner.pressure_pass();
+        let now = now_ms();
+        if now >= next_age {
+            inner.age_pass(now);
+            next_age = now
+                + inner
+                    .age_tick()
+                    .map_or(u64::MAX / 2, |t| t.as_millis() as u64);
         }
+        inner.flusher.timed.store(false, Ordering::SeqCst);
         drop(inner);
     }
 }

@@ -137,14 +137,42 @@ impl Passes {
     /// F1: the flusher goes idle until kicked; false once the cache stops.
     /// Context: sleeps; the flusher thread only.
     pub fn wait_kick(&self) -> bool {
+        self.wait_kick_for(None) == Some(true)
+    }
+
+    /// F1 with a bound: the flusher goes idle until kicked (`Some(true)`)
+    /// or `timeout` passes (`Some(false)`: its timed work, with `busy`
+    /// clear); `None` once the cache stops. Under loom the bound is
+    /// ignored (loom's timed waits never time out). Context: sleeps; the
+    /// flusher thread only.
+    pub fn wait_kick_for(&self, timeout: Option<Duration>) -> Option<bool> {
+        #[cfg(not(loom))]
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        #[cfg(loom)]
+        let deadline: Option<()> = timeout.map(|_| ());
         let mut st = self.state.lock();
         while !st.kicked && !st.stop {
             // Relaxed: under the lock (see the field).
             self.busy.store(false, Ordering::Relaxed);
-            st = self.work.wait(st);
+            match deadline {
+                None => st = self.work.wait(st),
+                #[cfg(not(loom))]
+                Some(d) => {
+                    let now = std::time::Instant::now();
+                    if now >= d {
+                        return Some(false);
+                    }
+                    st = self.work.wait_for(st, Some(d - now));
+                }
+                #[cfg(loom)]
+                Some(()) => st = self.work.wait(st),
+            }
+        }
+        if st.stop {
+            return None;
         }
         st.kicked = false;
-        !st.stop
+        Some(true)
     }
 
     /// F3: a pass ended, having written pages or not; wakes every

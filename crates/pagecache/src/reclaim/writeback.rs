@@ -94,6 +94,11 @@ const BACKGROUND_FLIGHT: usize = 8 << 20;
 /// bound by bytes first (8 runs of 1 MiB).
 const BACKGROUND_OPS: usize = 16;
 
+/// Most tagged pages a background take looks at under one hold of the
+/// tree lock (a few microseconds of a writer's wait for it; a pass goes
+/// on to the next chunk after writing what this one took).
+const TAKE_VISITS: usize = 4096;
+
 /// A flush's runs whose writes are in flight.
 #[derive(Default)]
 struct InFlight {
@@ -129,6 +134,42 @@ enum WbPin {
     Busy,
     /// The write-back hook deferred it: dirty and tagged again, not pinned.
     Deferred,
+}
+
+/// What a background pass writes of a file (`flusher.rs` says when each
+/// runs; `docs/design.md`, "Which dirty pages background write-back
+/// writes", why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Any dirty page (the dirty count past the hard limit, after the cold
+    /// ones; `internals::background_pass`).
+    Any,
+    /// Pages the replacement policy will evict soon (accessed bit clear:
+    /// not used since the policy last looked) or dirtied at or before the
+    /// given time (milliseconds of `flusher::now_ms`).
+    Cold(u64),
+    /// Pages dirtied at or before the given time only (the age bound).
+    Expired(u64),
+}
+
+/// A background pass over one file: what it writes, the cache's dirty
+/// count it works down to, and how many tagged pages it may look at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sweep {
+    pub(crate) pick: Pick,
+    pub(crate) goal: usize,
+    pub(crate) visits: usize,
+}
+
+impl Sweep {
+    /// Every dirty page until the count is at most `goal`.
+    pub(crate) fn any(goal: usize) -> Sweep {
+        Sweep {
+            pick: Pick::Any,
+            goal,
+            visits: usize::MAX,
+        }
+    }
 }
 
 impl Inner {
@@ -518,8 +559,8 @@ impl Inner {
     /// sleep (I/O, latch waits with no pins held); the caller holds, proved
     /// by `size`, the size lock shared.
     ///
-    /// `background`: the flusher's pass, with the cache's dirty count it
-    /// works down to. Its failures are counted in `Stats` (nobody waits
+    /// `background`: the flusher's pass: which pages it writes, and the
+    /// cache's dirty count it works down to (`Sweep`). Its failures are counted in `Stats` (nobody waits
     /// for it; a `sync` writes the pages again), and it never waits for a
     /// page: one latched, or dirty with an older write still in flight,
     /// gets its dirty tag back and is left to a later pass or a sync. A
@@ -537,7 +578,7 @@ impl Inner {
         &self,
         fs: &Arc<FileShared>,
         size: &SizeShared<'_>,
-        background: Option<usize>,
+        background: Option<Sweep>,
     ) -> io::Result<()> {
         // Pages per write: up to 1 MiB (256 pages of 4 KiB; the size the
         // kernel's write-back sends down), but never more than a quarter of the
@@ -573,8 +614,12 @@ impl Inner {
         };
         let mut dirty = Vec::new();
         let mut taken = 0;
+        // Tagged pages this pass may still look at.
+        let mut visits = background.map_or(usize::MAX, |b| b.visits);
+        // Where the age pass goes on (see `take_dirty_of`).
+        let mut from = 0;
         loop {
-            self.take_dirty_of(fs, &mut dirty, background);
+            let round_done = self.take_dirty_of(fs, &mut dirty, background, &mut visits, &mut from);
             taken += dirty.len();
             let mut started = false;
             let mut i = 0;
@@ -658,8 +703,14 @@ impl Inner {
             // above) and this take started a write (pages it had to put
             // back, latched or busy, would only be taken again); the tags
             // taken so far are all started or put back.
-            let more = background.is_some_and(|goal| {
-                started && taken < self.frames.len() && self.dirty_pages() > goal
+            let more = background.is_some_and(|b| {
+                // A take that found nothing to write in its chunk goes on
+                // to the next chunk.
+                (started || dirty.is_empty())
+                    && !round_done
+                    && visits > 0
+                    && taken < self.frames.len()
+                    && self.dirty_pages() > b.goal
             });
             if !more {
                 break;
@@ -672,24 +723,32 @@ impl Inner {
     /// Takes the dirty tags of `fs` (clearing `dirty` first): the pages, in
     /// index order, count as under write-back from now on. A sync
     /// (`background` is `None`) takes every tag. The flusher, working the
-    /// cache's dirty count down to `goal`, takes only that many pages,
-    /// from the file's cursor (where its last pass stopped, the kernel's
-    /// `writeback_index`) to the end and then from the start, and moves the
-    /// cursor past the last one: a file whose hot pages stay dirty is
-    /// written a round at a time, each page once per round, not every
-    /// dirty page at every pass; and the tree lock, which writers inserting
-    /// pages need, is held for the pages taken, not for the file's whole
-    /// dirty set. Then reserves the file's blocks and length up to the
-    /// last page taken. Context: takes the tree lock; may sleep
-    /// (`fallocate`).
+    /// cache's dirty count down to its goal, takes only that many pages
+    /// (all of them for `Pick::Expired`) of those its `Pick` accepts
+    /// (the others keep their tags), looking at no more than `visits`
+    /// tagged pages (decremented), from the file's cursor (where its last
+    /// pass stopped, the kernel's `writeback_index`) to the end and then
+    /// from the start, and moves the cursor past the last page it looked
+    /// at: a file whose hot pages stay dirty is written a round at a time,
+    /// each page once per round, not every dirty page at every pass; and
+    /// the tree lock, which writers inserting pages need, is held for the
+    /// pages looked at, not for the file's whole dirty set. The age pass
+    /// goes from the start to the end once instead, `from` where its last
+    /// take stopped, and leaves the cursor alone. Returns whether
+    /// the flusher's take looked at every tagged page (a sync's: true).
+    /// Then reserves the file's blocks and length up to the last page
+    /// taken. Context: takes the tree lock; may sleep (`fallocate`).
     fn take_dirty_of(
         &self,
         fs: &FileShared,
         dirty: &mut Vec<(u64, FrameNo)>,
-        background: Option<usize>,
-    ) {
+        background: Option<Sweep>,
+        visits: &mut usize,
+        from: &mut u64,
+    ) -> bool {
         dirty.clear();
         let mut partial = false;
+        let mut round_done = true;
         {
             let g = fs.tree.lock();
             // Taken now: a page dirtied from here on gives the file a new
@@ -699,25 +758,65 @@ impl Inner {
                 .store(0, crate::sync::unmodelled::Ordering::Relaxed);
             match background {
                 None => g.take_dirty(&self.nodes, dirty),
-                Some(goal) => {
-                    let budget = self.dirty_pages().saturating_sub(goal).max(1);
+                Some(sweep) => {
+                    let budget = match sweep.pick {
+                        Pick::Expired(_) => usize::MAX,
+                        _ => self.dirty_pages().saturating_sub(sweep.goal).max(1),
+                    };
+                    // Reads the descriptor only (see `take_dirty_if`).
+                    let mut keep = |f: FrameNo| -> bool {
+                        let d = self.desc(f);
+                        match sweep.pick {
+                            Pick::Any => true,
+                            Pick::Cold(t) => !d.snapshot().is_accessed() || d.dirtied() <= t,
+                            Pick::Expired(t) => d.dirtied() <= t,
+                        }
+                    };
+                    // The age pass looks at every tag once, from the
+                    // start (`from`), and leaves the file's cursor to the
+                    // others: it writes what it finds whatever the round.
+                    let aged = matches!(sweep.pick, Pick::Expired(_));
                     // Relaxed: a hint.
-                    let cursor = fs
-                        .wb_cursor
-                        .load(crate::sync::unmodelled::Ordering::Relaxed);
-                    g.take_dirty_range(&self.nodes, cursor, u64::MAX, budget, dirty);
-                    let wrapped = dirty.len();
-                    g.take_dirty_range(&self.nodes, 0, cursor, budget, dirty);
-                    // The last taken in round order: the next pass starts
-                    // after it.
-                    if let Some(&(last, _)) = dirty.last() {
-                        // Relaxed: a hint.
+                    let cursor = if aged {
+                        *from
+                    } else {
                         fs.wb_cursor
-                            .store(last + 1, crate::sync::unmodelled::Ordering::Relaxed);
+                            .load(crate::sync::unmodelled::Ordering::Relaxed)
+                    };
+                    // Looked at under this hold of the lock.
+                    let chunk = (*visits).min(TAKE_VISITS);
+                    let mut left = chunk;
+                    let mut last = g.take_dirty_if(
+                        &self.nodes,
+                        (cursor, u64::MAX),
+                        budget,
+                        &mut left,
+                        &mut keep,
+                        dirty,
+                    );
+                    let wrapped = dirty.len();
+                    let wrap = if aged { (0, 0) } else { (0, cursor) };
+                    if let Some(l) =
+                        g.take_dirty_if(&self.nodes, wrap, budget, &mut left, &mut keep, dirty)
+                    {
+                        last = Some(l);
+                    }
+                    *visits -= chunk - left;
+                    // The last looked at in round order: the next pass
+                    // starts after it.
+                    if let (Some(last), true) = (last, aged) {
+                        *from = last.saturating_add(1);
+                    } else if let Some(last) = last {
+                        // Relaxed: a hint.
+                        fs.wb_cursor.store(
+                            last.wrapping_add(1),
+                            crate::sync::unmodelled::Ordering::Relaxed,
+                        );
                     }
                     // In index order: the wrapped part first.
                     dirty.rotate_left(wrapped);
-                    partial = dirty.len() >= budget;
+                    partial = dirty.len() >= budget || left == 0 || chunk - left > dirty.len();
+                    round_done = dirty.len() < budget && left > 0;
                 }
             }
             // The taken pages count as under write-back from now on (not
@@ -738,6 +837,7 @@ impl Inner {
             let len = fs.len.load(Ordering::Acquire);
             w.allocate_to(len.min((last + 1) << self.shift));
         }
+        round_done
     }
 
     /// The flusher took the dirty tag of page `index` (frame `f`) and will
@@ -759,16 +859,16 @@ impl Inner {
         }
     }
 
-    /// [`Inner::write_dirty`] for the flusher, working the cache's dirty
-    /// count down to `goal`: takes the size lock shared itself. Context: as
+    /// [`Inner::write_dirty`] for the flusher, one `sweep` of `fs`: takes
+    /// the size lock shared itself. Context: as
     /// `write_dirty`; no lock held. Skips (`Ok`) a file that a sync or
     /// close is flushing now.
-    pub(crate) fn write_dirty_file(&self, fs: &Arc<FileShared>, goal: usize) -> io::Result<()> {
+    pub(crate) fn write_dirty_file(&self, fs: &Arc<FileShared>, sweep: Sweep) -> io::Result<()> {
         let Some(_flushing) = fs.flushing.try_lock() else {
             return Ok(());
         };
         let size = fs.size.read_recursive();
-        self.write_dirty(fs, &size, Some(goal))
+        self.write_dirty(fs, &size, Some(sweep))
     }
 
     /// The end of a flush whose page writes succeeded: with `durable`,
