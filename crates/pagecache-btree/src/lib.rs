@@ -786,6 +786,36 @@ impl BTree {
         }
     }
 
+    /// Calls `f` on the value of `key` in place, under the leaf's latch
+    /// (one descent, no copy; the value keeps its length), and returns
+    /// true, or returns false if `key` is absent. The storage engine's
+    /// update of a fixed-size record (vmcache's `updateInPlace`). `f` runs
+    /// with the leaf latched: it must not call into this tree.
+    pub fn update(&self, key: &[u8], f: impl FnOnce(&mut [u8])) -> io::Result<bool> {
+        if self.coupling == Coupling::Pin {
+            return self.update_pinned(key, f);
+        }
+        loop {
+            let (_, leaf) = self.descend(key)?;
+            let (pos, found) = match self.checked(&leaf, node::lower_bound(&leaf, key))? {
+                Done(x) => x,
+                Restart => continue,
+            };
+            if !found {
+                return Ok(false);
+            }
+            let pid = leaf.index();
+            // Latched, the view validated: `pos` is still the key's slot.
+            let Some(mut m) = self.latch_view(leaf)? else {
+                continue;
+            };
+            let (off, klen, vlen) = node::slot(&m[..], pos)
+                .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
+            f(&mut m[off + klen..off + klen + vlen]);
+            return Ok(true);
+        }
+    }
+
     /// Removes `key`; returns whether it was present.
     pub fn remove(&self, key: &[u8]) -> io::Result<bool> {
         if self.coupling == Coupling::Pin {
@@ -1036,6 +1066,35 @@ impl BTree {
                 None => self.split_pinned(key, key.len() + value.len())?,
             }
         }
+    }
+
+    /// [`BTree::update`] by pin coupling: pins down to the leaf's parent
+    /// (which keeps the leaf from splitting), latches the leaf.
+    fn update_pinned(&self, key: &[u8], f: impl FnOnce(&mut [u8])) -> io::Result<bool> {
+        let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
+        let meta = self.file.page(META)?;
+        let mut parent = meta;
+        let mut pid = parent[..].u64(M_ROOT);
+        loop {
+            let n = self.pin(pid)?;
+            if node::is_leaf(&n[..]) {
+                drop(n);
+                break;
+            }
+            pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?.pid;
+            parent = n;
+        }
+        let mut leaf = self.file.page_mut(pid)?;
+        drop(parent);
+        if !node::is_leaf(&leaf[..]) {
+            return Err(bad(pid));
+        }
+        let (pos, found) = node::lower_bound(&leaf[..], key).map_err(|_| bad(pid))?;
+        if found {
+            let (off, klen, vlen) = node::slot(&leaf[..], pos).map_err(|_| bad(pid))?;
+            f(&mut leaf[off + klen..off + klen + vlen]);
+        }
+        Ok(found)
     }
 
     fn remove_pinned(&self, key: &[u8]) -> io::Result<bool> {

@@ -29,12 +29,18 @@ impl Drop for Dir {
     }
 }
 
-/// A cache of `frames` 4 KiB frames, the flusher off unless `flusher`.
+/// A cache of `frames` 4 KiB frames, the flusher off unless `flusher`
+/// (then it also writes pages dirty for 50 ms).
 fn cache(frames: usize, flusher: bool) -> PageCache {
     PageCache::new(Config {
         capacity: frames * 4096,
         dirty_background_percent: if flusher { 10 } else { 100 },
         dirty_limit_percent: if flusher { 20 } else { 100 },
+        dirty_expire: if flusher {
+            std::time::Duration::from_millis(50)
+        } else {
+            std::time::Duration::MAX
+        },
         ..Config::default()
     })
     .unwrap()
@@ -123,12 +129,20 @@ fn model_check(coupling: Coupling, seed: u64, ops: usize) {
                     "seed {seed} op {op}: remove"
                 );
             }
-            7 | 8 => {
+            7 => {
                 assert_eq!(
                     t.get(&k).unwrap(),
                     m.get(&k).cloned(),
                     "seed {seed} op {op}: get"
                 );
+            }
+            8 => {
+                // In place: every byte flipped, the length kept.
+                let found = t
+                    .update(&k, |v| v.iter_mut().for_each(|b| *b = !*b))
+                    .unwrap();
+                let want = m.get_mut(&k).map(|v| v.iter_mut().for_each(|b| *b = !*b));
+                assert_eq!(found, want.is_some(), "seed {seed} op {op}: update");
             }
             _ => {
                 let hi = key(n + rng.below(200), false);
