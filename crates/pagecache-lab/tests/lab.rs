@@ -475,8 +475,12 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
 #[test]
 fn btree_tables_cover_both_designs_sizes_and_thread_counts() {
     let tables = (scenarios::find("btree").unwrap().run)(&tiny()).unwrap();
-    assert_eq!(tables.len(), 4, "lookups and mix, in and out of memory");
-    for (k, t) in tables.iter().enumerate() {
+    assert_eq!(
+        tables.len(),
+        6,
+        "lookups and mix, in and out of memory, and TPC-C in and out of memory"
+    );
+    for (k, t) in tables.iter().take(4).enumerate() {
         assert_eq!(
             t.rows.len(),
             4,
@@ -502,4 +506,40 @@ fn btree_tables_cover_both_designs_sizes_and_thread_counts() {
         let w = oom_mix.cell(r, "Written per evicted").unwrap();
         assert!(w.parse::<f64>().is_ok(), "no evictions out of memory: {w}");
     }
+    tpcc_tables_are_filled(&tables[4..]);
+}
+
+/// TPC-C's tables: one row per thread count, transactions counted (each
+/// run checked every district's orders), and out of memory pages evicted
+/// and written.
+fn tpcc_tables_are_filled(t: &[pagecache_lab::runner::Table]) {
+    assert_eq!(t.len(), 2);
+    assert!(t[0].title.contains("TPC-C") && t[0].title.contains("in memory"));
+    assert!(t[1].title.contains("out of memory"));
+    for table in t {
+        assert_eq!(
+            table.rows.len(),
+            2,
+            "{}: one design x two thread counts",
+            table.title
+        );
+        for r in 0..2 {
+            assert_eq!(table.cell(r, "Design"), Some("pagecache-btree"));
+            assert_ne!(table.cell(r, "tx/s"), Some("-"));
+            assert!(table.cell(r, "Write-back CPU").unwrap().ends_with('%'));
+        }
+    }
+    for r in 0..2 {
+        let w = t[1].cell(r, "Written per evicted").unwrap();
+        assert!(
+            w.parse::<f64>().is_ok(),
+            "TPC-C out of memory evicted nothing: {w}"
+        );
+    }
+}
+
+#[test]
+fn tpcc_alone_runs_as_its_own_scenario() {
+    let tables = (scenarios::find("tpcc").unwrap().run)(&tiny()).unwrap();
+    tpcc_tables_are_filled(&tables);
 }

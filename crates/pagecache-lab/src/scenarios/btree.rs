@@ -503,6 +503,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         }
         tables.push(m);
     }
+    tables.extend(crate::scenarios::tpcc::tables(o, &dir.0)?);
     Ok(tables)
 }
 

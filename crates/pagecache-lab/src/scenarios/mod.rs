@@ -13,6 +13,7 @@ pub mod page_fault1;
 pub mod page_lock;
 pub mod same_file;
 pub mod same_page;
+pub mod tpcc;
 
 /// A scenario: its name on the command line, what it reproduces, and the
 /// function that runs it.
@@ -67,6 +68,11 @@ pub const ALL: &[Scenario] = &[
         name: "btree",
         about: "vmcache (SIGMOD 2023): a B+tree on the cache, vmcache's RNDREAD load + lookups, a Zipf update mix and scans, in and out of memory; optimistic vs pin coupling, vmcache itself with --vmcache PATH",
         run: btree::run,
+    },
+    Scenario {
+        name: "tpcc",
+        about: "vmcache (SIGMOD 2023): vmcache's TPC-C on the lab's B-tree, in and out of memory, vmcache itself with --vmcache PATH (also part of btree)",
+        run: tpcc::run,
     },
 ];
 
