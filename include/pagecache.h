@@ -102,6 +102,13 @@
 // read past the last page lands in them).
 #define PC_ARENA_SLACK 65536
 
+// `pc_optimistic::held_` while a view is stored ("pcVIEW_!").
+#define PC_OPTIMISTIC_HELD 8098411427638239009
+
+// The bit of a frame's state word that `pc_optimistic_valid` tests: set
+// while the frame holds a page that truncate or discard removed.
+#define PC_STATE_REMOVED 549755813888
+
 // An anonymous region: pages of a cache's budget that belong to no file,
 // zero-filled on first touch, written nowhere (`pc_anon_new`).
 typedef struct pc_anon pc_anon;
@@ -224,6 +231,11 @@ typedef struct pc_pin {
   size_t len;
   // The page's index in its file.
   uint64_t index;
+  // The frame the page is in: give it to `pc_page_optimistic_hinted` to
+  // find the page again without the index walk while it stays there
+  // (an index structure keeps it beside its child pointers). 0 for an
+  // anonymous page. (Added in ABI 10.)
+  uint64_t hint;
   // Private: what is held (0 when nothing is: releasing such a pin
   // again is `-EINVAL`).
   uint64_t held_;
@@ -235,10 +247,11 @@ typedef struct pc_pin {
 // shared write. Read the page's bytes through `data` (they may be
 // changing: copy what you need, trust none of it, never follow a value
 // read as a pointer or an unchecked offset), then call
-// `pc_optimistic_validate`: 1 means nothing changed the page since the
-// view was taken, so what you read is a consistent snapshot. A view holds
-// nothing: there is no release. It stays usable (validate, upgrade) until
-// its file is closed; `data` stays readable memory for the cache's life.
+// `pc_optimistic_validate` (or its inline form, `pc_optimistic_valid`): 1
+// means nothing changed the page since the view was taken, so what you
+// read is a consistent snapshot. A view holds nothing: there is no
+// release. It stays usable (validate, upgrade) until its file is closed;
+// `data` stays readable memory for the cache's life.
 typedef struct pc_optimistic {
   // The page's bytes (`len` of them), read-only, possibly changing.
   const uint8_t *data;
@@ -246,7 +259,16 @@ typedef struct pc_optimistic {
   size_t len;
   // The page's index in its file.
   uint64_t index;
-  // Private: set while the struct holds a view.
+  // The frame the page is in (see `pc_pin::hint`). (Added in ABI 10.)
+  uint64_t hint;
+  // Private, read by `pc_optimistic_valid`: the frame's state word.
+  const uint64_t *state_;
+  // Private, read by `pc_optimistic_valid`: the frame's version.
+  const uint64_t *version_word_;
+  // Private, read by `pc_optimistic_valid`: the version the view was
+  // taken at.
+  uint64_t version_;
+  // Private: `PC_OPTIMISTIC_HELD` while the struct holds a view.
   uint64_t held_;
   // Private to the library: the view itself.
   uint64_t private_[PC_OPTIMISTIC_PRIVATE_WORDS];
@@ -489,17 +511,35 @@ int pc_page_try_pin(const struct pc_file *file_, uint64_t index, struct pc_pin *
 // handles come from this library and are not yet freed or closed.
 int pc_page_try_latch(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
 
-// Latches a new page at `index`, at or past the end of file, into
-// `*pin`: zeroed, writable, dirty when released (even by
-// `pc_latch_release_clean`); the file grows to cover it at once, with no
-// read and no system call. `-EEXIST` if the page is below the end of file
-// (or another thread created it first), `-EACCES` through a read-only
-// handle.
+// Latches a new page at `index` that nobody has written into `*pin`: at
+// or past the end of file, or in a hole past every byte that may be on
+// disk and not cached (another thread's `pc_page_new` of a later page, or
+// `pc_file_set_len`, grew the file over it; since ABI 10). Zeroed,
+// writable, dirty when released (even by `pc_latch_release_clean`); the
+// file grows to cover it at once, with no read and no system call.
+// `-EEXIST` if the page is cached (another thread created it first) or
+// its bytes may be on disk (below the file's length when it was opened,
+// or written back since), `-EACCES` through a read-only handle.
 //
 // # Safety
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_page_new(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
+
+// As `pc_page_optimistic`, first trying frame `hint` (a `pc_pin::hint` or
+// `pc_optimistic::hint` of the same page from earlier): while the page is
+// still in that frame the view is taken without the index walk (two
+// dependent loads fewer); otherwise, or for a hint that is no frame, as
+// `pc_page_optimistic`. A wrong hint costs a look, never a wrong page.
+// (Added in ABI 10.)
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_page_optimistic_hinted(const struct pc_file *file_,
+                              uint64_t index,
+                              uint64_t hint,
+                              struct pc_optimistic *view);
 
 // Takes an optimistic view of page `index` into `*view` (see
 // `pc_optimistic`): on a cached page no pin and no shared write (the
@@ -638,3 +678,33 @@ int pc_anon_release_pages(const struct pc_anon *region, uint64_t start, uint64_t
 #endif  // __cplusplus
 
 #endif  /* PAGECACHE_H */
+
+#ifndef PAGECACHE_INLINE_H
+#define PAGECACHE_INLINE_H
+/*
+ * pc_optimistic_validate, inline: 1 if nothing changed the viewed page
+ * since the view was taken, 0 if something did; a struct that holds no
+ * view gets pc_optimistic_validate's answer (-EINVAL). One fence and two
+ * loads of the frame's descriptor, which the view's private fields
+ * locate, in this order (the library's FrameDesc::read_validate):
+ *   1. an acquire fence: the caller's loads of the page's bytes come
+ *      before the loads below;
+ *   2. the state word, acquire: PC_STATE_REMOVED clear (truncate or
+ *      discard did not remove the page, whose frame may keep its version
+ *      while a pin holder still reads it); acquire orders the next load
+ *      after this one;
+ *   3. the version: equal to the view's (no writer changed the page, no
+ *      other page took the frame: a change makes it odd first).
+ * Loading the version before the state would let a removal and reuse of
+ * the frame slip between the two loads.
+ */
+static inline int pc_optimistic_valid(const pc_optimistic *view) {
+  if (view == NULL || view->held_ != PC_OPTIMISTIC_HELD) {
+    return pc_optimistic_validate(view);
+  }
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t state = __atomic_load_n(view->state_, __ATOMIC_ACQUIRE);
+  return (state & PC_STATE_REMOVED) == 0 &&
+         __atomic_load_n(view->version_word_, __ATOMIC_RELAXED) == view->version_;
+}
+#endif

@@ -790,6 +790,9 @@ static void test_optimistic_views(void) {
   EXPECT(strstr(pc_last_error(), "page 0") != NULL);
   OK(pc_page_new(f, 3, &pin)); /* pages 1-2 are a hole */
   OK(pc_latch_release_clean(&pin)); /* a new page is dirty all the same */
+  OK(pc_page_new(f, 2, &pin)); /* a hole nobody wrote: new as well */
+  EXPECT(pin.data && pin.data[0] == 0 && pin.data[PS - 1] == 0);
+  OK(pc_latch_release_clean(&pin));
   OK(pc_file_len(f, &len));
   EXPECT(len == 4 * PS);
 
@@ -797,8 +800,28 @@ static void test_optimistic_views(void) {
   OK(pc_page_optimistic(f, 0, &v));
   EXPECT(v.len == PS && v.index == 0 && view_word(&v, 0) == 7);
   EXPECT(pc_optimistic_validate(&v) == 1);
+  EXPECT(pc_optimistic_valid(&v) == 1); /* the inline form agrees */
+  /* hints: out of every view and pin, into a hinted view */
+  pc_pin hinted;
+  OK(pc_page_pin(f, 0, &hinted));
+  EXPECT(hinted.hint == v.hint);
+  OK(pc_pin_release(&hinted));
+  pc_optimistic h;
+  OK(pc_page_optimistic_hinted(f, 0, v.hint, &h));
+  EXPECT(h.index == 0 && h.data == v.data && view_word(&h, 0) == 7);
+  EXPECT(pc_optimistic_valid(&h) == 1);
+  /* a wrong hint (another page's frame, or no frame) finds the page all the same */
+  pc_optimistic p3;
+  OK(pc_page_optimistic(f, 3, &p3));
+  OK(pc_page_optimistic_hinted(f, 0, p3.hint, &h));
+  EXPECT(h.index == 0 && h.data == v.data && pc_optimistic_valid(&h) == 1);
+  OK(pc_page_optimistic_hinted(f, 0, UINT64_MAX, &h));
+  EXPECT(h.index == 0 && h.data == v.data && pc_optimistic_valid(&h) == 1);
+  EXPECT(pc_page_optimistic_hinted(f, 4, v.hint, &h) == -ENXIO);
   OK(pc_file_write_at(f, "x", 1, 100)); /* a writer changes the page */
   EXPECT(pc_optimistic_validate(&v) == 0);
+  EXPECT(pc_optimistic_valid(&v) == 0);
+  EXPECT(pc_optimistic_valid(&p3) == 1); /* another page: unchanged */
   EXPECT(pc_optimistic_upgrade(&v, &pin) == -EAGAIN);
   EXPECT(strstr(pc_last_error(), "restart") != NULL);
   OK(pc_page_optimistic(f, 0, &v));
@@ -839,6 +862,8 @@ static void test_optimistic_views(void) {
   pc_optimistic zeroed;
   memset(&zeroed, 0, sizeof zeroed);
   EXPECT(pc_optimistic_validate(&zeroed) == -EINVAL);
+  EXPECT(pc_optimistic_valid(&zeroed) == -EINVAL); /* no view: the call's answer */
+  EXPECT(pc_optimistic_valid(NULL) == -EINVAL);
   EXPECT(pc_optimistic_upgrade(&zeroed, &pin) == -EINVAL);
   EXPECT(pc_page_new(f, 0, NULL) == -EINVAL);
   OK(pc_file_close(f));

@@ -206,6 +206,11 @@ pub struct pc_pin {
     pub len: usize,
     /// The page's index in its file.
     pub index: u64,
+    /// The frame the page is in: give it to `pc_page_optimistic_hinted` to
+    /// find the page again without the index walk while it stays there
+    /// (an index structure keeps it beside its child pointers). 0 for an
+    /// anonymous page. (Added in ABI 10.)
+    pub hint: u64,
     /// Private: what is held (0 when nothing is: releasing such a pin
     /// again is `-EINVAL`).
     pub held_: u64,
@@ -280,10 +285,11 @@ const _: () = assert!(PC_ARENA_SLACK == pagecache::ARENA_SLACK);
 /// shared write. Read the page's bytes through `data` (they may be
 /// changing: copy what you need, trust none of it, never follow a value
 /// read as a pointer or an unchecked offset), then call
-/// `pc_optimistic_validate`: 1 means nothing changed the page since the
-/// view was taken, so what you read is a consistent snapshot. A view holds
-/// nothing: there is no release. It stays usable (validate, upgrade) until
-/// its file is closed; `data` stays readable memory for the cache's life.
+/// `pc_optimistic_validate` (or its inline form, `pc_optimistic_valid`): 1
+/// means nothing changed the page since the view was taken, so what you
+/// read is a consistent snapshot. A view holds nothing: there is no
+/// release. It stays usable (validate, upgrade) until its file is closed;
+/// `data` stays readable memory for the cache's life.
 #[repr(C)]
 #[derive(Debug)]
 pub struct pc_optimistic {
@@ -293,7 +299,16 @@ pub struct pc_optimistic {
     pub len: usize,
     /// The page's index in its file.
     pub index: u64,
-    /// Private: set while the struct holds a view.
+    /// The frame the page is in (see `pc_pin::hint`). (Added in ABI 10.)
+    pub hint: u64,
+    /// Private, read by `pc_optimistic_valid`: the frame's state word.
+    pub state_: *const u64,
+    /// Private, read by `pc_optimistic_valid`: the frame's version.
+    pub version_word_: *const u64,
+    /// Private, read by `pc_optimistic_valid`: the version the view was
+    /// taken at.
+    pub version_: u64,
+    /// Private: `PC_OPTIMISTIC_HELD` while the struct holds a view.
     pub held_: u64,
     /// Private to the library: the view itself.
     pub private_: [u64; PC_OPTIMISTIC_PRIVATE_WORDS],
@@ -305,8 +320,15 @@ struct StoredView {
     file: *const pc_file,
 }
 
-/// `pc_optimistic::held_` while a view is stored.
-const HELD_VIEW: u64 = 0x7063_5649_4557_5f21; // "pcVIEW_!"
+/// `pc_optimistic::held_` while a view is stored ("pcVIEW_!").
+pub const PC_OPTIMISTIC_HELD: u64 = 0x7063_5649_4557_5f21;
+const HELD_VIEW: u64 = PC_OPTIMISTIC_HELD;
+
+/// The bit of a frame's state word that `pc_optimistic_valid` tests: set
+/// while the frame holds a page that truncate or discard removed.
+pub const PC_STATE_REMOVED: u64 = 0x0080_0000_0000;
+
+const _: () = assert!(PC_STATE_REMOVED == pagecache::internals::STATE_REMOVED);
 
 const _: () = assert!(
     std::mem::size_of::<StoredView>() <= PC_OPTIMISTIC_PRIVATE_WORDS * 8
@@ -1059,10 +1081,16 @@ fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
         Held::Pin(_) | Held::AnonPin(_) => HELD_PIN,
         Held::Latch(_) | Held::AnonLatch(_) => HELD_LATCH,
     };
+    let hint = match &held {
+        Held::Pin(r) => r.frame_hint().into(),
+        Held::Latch(m) => m.frame_hint().into(),
+        Held::AnonPin(_) | Held::AnonLatch(_) => 0,
+    };
     let mut pin = pc_pin {
         data,
         len,
         index,
+        hint,
         held_: tag,
         private_: [0; PC_PIN_PRIVATE_WORDS],
     };
@@ -1182,12 +1210,15 @@ pub unsafe extern "C" fn pc_page_try_latch(
     })
 }
 
-/// Latches a new page at `index`, at or past the end of file, into
-/// `*pin`: zeroed, writable, dirty when released (even by
-/// `pc_latch_release_clean`); the file grows to cover it at once, with no
-/// read and no system call. `-EEXIST` if the page is below the end of file
-/// (or another thread created it first), `-EACCES` through a read-only
-/// handle.
+/// Latches a new page at `index` that nobody has written into `*pin`: at
+/// or past the end of file, or in a hole past every byte that may be on
+/// disk and not cached (another thread's `pc_page_new` of a later page, or
+/// `pc_file_set_len`, grew the file over it; since ABI 10). Zeroed,
+/// writable, dirty when released (even by `pc_latch_release_clean`); the
+/// file grows to cover it at once, with no read and no system call.
+/// `-EEXIST` if the page is cached (another thread created it first) or
+/// its bytes may be on disk (below the file's length when it was opened,
+/// or written back since), `-EACCES` through a read-only handle.
 ///
 /// # Safety
 /// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
@@ -1198,6 +1229,68 @@ pub unsafe extern "C" fn pc_page_new(file_: *const pc_file, index: u64, pin: *mu
         hold(file_, index, pin, "pc_page_new", "file", |f| {
             Ok(Held::Latch(f.file.page_new(index)?))
         })
+    })
+}
+
+/// The `pc_optimistic` of view `o` of page `index`, taken through `r`.
+fn view_out(o: pagecache::Optimistic<'static>, index: u64, r: *const pc_file) -> pc_optimistic {
+    let (state, version_word, version) = o.validation_words();
+    let mut out = pc_optimistic {
+        data: o.as_ptr(),
+        len: o.len(),
+        index,
+        hint: o.frame_hint().into(),
+        state_: state,
+        version_word_: version_word,
+        version_: version,
+        held_: HELD_VIEW,
+        private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
+    };
+    // SAFETY: large and aligned enough (asserted at compile time). A view
+    // has no destructor, so copies and overwrites leak nothing.
+    unsafe {
+        out.private_
+            .as_mut_ptr()
+            .cast::<StoredView>()
+            .write(StoredView { view: o, file: r })
+    };
+    out
+}
+
+/// As `pc_page_optimistic`, first trying frame `hint` (a `pc_pin::hint` or
+/// `pc_optimistic::hint` of the same page from earlier): while the page is
+/// still in that frame the view is taken without the index walk (two
+/// dependent loads fewer); otherwise, or for a hint that is no frame, as
+/// `pc_page_optimistic`. A wrong hint costs a look, never a wrong page.
+/// (Added in ABI 10.)
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_optimistic_hinted(
+    file_: *const pc_file,
+    index: u64,
+    hint: u64,
+    view: *mut pc_optimistic,
+) -> c_int {
+    guard("pc_page_optimistic_hinted", || {
+        // SAFETY: the contract: null or a live handle of this library.
+        let r = unsafe { arg(file_, "pc_page_optimistic_hinted", "file") }?;
+        let v = out(view, "pc_page_optimistic_hinted", "view")?;
+        // SAFETY: as in `pc_page_optimistic`.
+        let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
+        let o = match u32::try_from(hint)
+            .ok()
+            .and_then(|h| f.file.optimistic_hinted(index, h))
+        {
+            Some(o) => o,
+            None => f.file.optimistic(index)?,
+        };
+        let out = view_out(o, index, r);
+        // SAFETY: non-null, writable (the contract).
+        unsafe { v.write(out) };
+        Ok(())
     })
 }
 
@@ -1223,22 +1316,7 @@ pub unsafe extern "C" fn pc_page_optimistic(
         // close while it uses the view (`pc_optimistic`'s contract).
         let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
         let o = f.file.optimistic(index)?;
-        let mut out = pc_optimistic {
-            data: o.as_ptr(),
-            len: o.len(),
-            index,
-            held_: HELD_VIEW,
-            private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
-        };
-        // SAFETY: large and aligned enough (asserted at compile time). A
-        // view has no destructor, so copies and overwrites leak nothing.
-        unsafe {
-            out.private_
-                .as_mut_ptr()
-                .cast::<StoredView>()
-                .write(StoredView { view: o, file: r })
-        };
-        // SAFETY: non-null, writable (the contract).
+        let out = view_out(o, index, r); // SAFETY: non-null, writable (the contract).
         unsafe { v.write(out) };
         Ok(())
     })

@@ -115,6 +115,10 @@ pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{passes, s3fifo, smp_list};
 
+    /// The state word's bit that a removed page's frame carries until it is
+    /// reset (`Optimistic::validation_words`).
+    pub const STATE_REMOVED: u64 = crate::frame::state::REMOVED;
+
     /// One background write-back pass over `file`, as the flusher runs it
     /// (tests and loom models, where no flusher thread runs): every dirty
     /// page written, except those latched or with an older write in

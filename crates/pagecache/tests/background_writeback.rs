@@ -221,6 +221,59 @@ fn a_hot_page_rewritten_in_memory_is_not_written_back_before_its_age_bound() {
     c.validate();
 }
 
+/// W4 with a hot dirty set larger than one take's look (4096 tags): every
+/// page accessed, so the cold pages the pass looks for first are none; it
+/// must look once round the file and then write any page, not go round
+/// forever (it did, with the flusher spinning and the cache's drop
+/// waiting for it).
+#[test]
+fn past_the_limit_a_hot_dirty_set_larger_than_a_take_is_written_down() {
+    let d = TempDir::new("bgwb-hot-limit");
+    let p = d.path("f");
+    make_file(&p, 0);
+    let (c, _faults) = faulty_with(Config {
+        capacity: 8192 * PS,
+        io_engine: IoEngine::Uring,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 100,
+        ..Config::default()
+    });
+    let f = c.open(&p).unwrap();
+    // 6000 dirty pages, each read again (accessed: hot), under the limit.
+    f.write_at(&vec![7u8; 6000 * PS], 0).unwrap();
+    let mut buf = [0u8; 8];
+    for i in 0..6000u64 {
+        f.read_at(&mut buf, i * PS as u64).unwrap();
+    }
+    drop(f);
+    drop(c);
+    // The same pages, a limit under them.
+    let (c, _faults) = faulty_with(Config {
+        capacity: 8192 * PS,
+        io_engine: IoEngine::Uring,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 60,
+        ..Config::default()
+    });
+    let f = c.open(&p).unwrap();
+    for i in 0..6000u64 {
+        f.read_at(&mut buf, i * PS as u64).unwrap();
+    }
+    for i in 0..6000u64 {
+        f.write_at(&[i as u8; 8], i * PS as u64).unwrap();
+    }
+    wait_until(
+        "the flusher writes down to the background threshold",
+        || c.dirty_pages() <= 819,
+    );
+    c.validate();
+    f.sync().unwrap();
+    let disk = std::fs::read(&p).unwrap();
+    for i in 0..6000usize {
+        assert_eq!(disk[i * PS], i as u8, "page {i}");
+    }
+}
+
 /// W3 and W2 out of memory: hot pages rewritten all the time, a cold file
 /// read at random (every miss evicts) with a few cold pages written: the
 /// flusher writes the cold dirty pages eviction needs, not the hot set,

@@ -278,6 +278,8 @@ fn page_new_grows_the_file_without_a_read_or_a_system_call() {
     assert_eq!(f.len(), 6 * PS as u64);
     assert_eq!(f.dirty_pages(), 2);
     assert_eq!(c.stats().reads, 0, "page_new read something");
+    // The hole between reads zeros (and is cached now).
+    assert!(f.page(3).unwrap().iter().all(|&b| b == 0));
     for i in [0, 3, 5] {
         assert_eq!(f.page_new(i).unwrap_err().kind(), ErrorKind::AlreadyExists);
     }
@@ -285,8 +287,6 @@ fn page_new_grows_the_file_without_a_read_or_a_system_call() {
         f.page_new(u64::MAX).unwrap_err().kind(),
         ErrorKind::InvalidInput
     );
-    // The hole between reads zeros.
-    assert!(f.page(3).unwrap().iter().all(|&b| b == 0));
     f.sync().unwrap();
     let disk = std::fs::read(d.path("f")).unwrap();
     assert_eq!(disk.len(), 6 * PS);
@@ -312,6 +312,55 @@ fn page_new_grows_the_file_without_a_read_or_a_system_call() {
         ro.optimistic(0).unwrap().upgrade().unwrap_err().kind(),
         ErrorKind::PermissionDenied
     );
+    c.validate();
+}
+
+/// A page past the old end that nobody created is new even after another
+/// thread created a later page (the allocator of vmcache's B-tree, run
+/// over the C ABI, got `AlreadyExists` there and had to latch the page,
+/// which read a hole from disk). A page whose bytes may be on disk (the
+/// file's length when opened, or written back since) exists.
+#[test]
+fn page_new_takes_an_untouched_page_below_a_later_new_one() {
+    let d = TempDir::new("opt-new-hole");
+    let c = cache_without_flusher(16);
+    let f = create(&c, &d, "f");
+    drop(f.page_new(10).unwrap());
+    let mut m = f.page_new(4).expect("page 4: nobody wrote it");
+    assert!(m.iter().all(|&b| b == 0));
+    m[0] = 4;
+    drop(m);
+    assert_eq!(f.page_new(4).unwrap_err().kind(), ErrorKind::AlreadyExists);
+    assert_eq!(f.len(), 11 * PS as u64);
+    assert_eq!(c.stats().reads, 0, "page_new read something");
+    // Written back: the file's bytes up to page 10's end may be on disk,
+    // so a page there is no longer known to be a hole.
+    f.sync().unwrap();
+    let e = f.page_new(7).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+    assert!(e.to_string().contains("written"), "{e}");
+    // Grown by set_len past what is on disk: new pages there.
+    f.set_len(20 * PS as u64).unwrap();
+    drop(
+        f.page_new(15)
+            .expect("page 15: a hole past the disk's data"),
+    );
+    // Cut below what was written, grown again: past the cut nothing is
+    // on disk, so the pages there are holes again.
+    f.set_len(2 * PS as u64).unwrap();
+    f.set_len(20 * PS as u64).unwrap();
+    drop(f.page_new(5).expect("page 5: past the cut"));
+    f.sync().unwrap();
+    let disk = std::fs::read(d.path("f")).unwrap();
+    assert_eq!(disk.len(), 20 * PS);
+    assert!(
+        disk.iter().all(|&b| b == 0),
+        "page 4's byte survived the cut"
+    );
+    // A file with data when opened: its pages exist.
+    let g = open(&c, &d, "g", 8);
+    assert_eq!(g.page_new(3).unwrap_err().kind(), ErrorKind::AlreadyExists);
+    drop(g.page_new(8).unwrap());
     c.validate();
 }
 

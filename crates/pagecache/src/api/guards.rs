@@ -41,6 +41,12 @@ impl PageRef<'_> {
     pub fn index(&self) -> u64 {
         self.index
     }
+
+    /// The frame the page is in, for [`File::optimistic_hinted`] later
+    /// (as [`PageMut::frame_hint`]).
+    pub fn frame_hint(&self) -> u32 {
+        self.pin.frame()
+    }
 }
 
 impl Deref for PageRef<'_> {

@@ -138,6 +138,20 @@ impl<'a> Optimistic<'a> {
         self.frame
     }
 
+    /// What [`Optimistic::validate`] compares, for a caller that validates
+    /// the view itself (the C ABI's inline `pc_optimistic_valid`): the
+    /// addresses of the frame's state word and version, and the version
+    /// the view was taken at. The view is valid while (1) after an Acquire
+    /// fence, (2) an Acquire load of the state word has
+    /// [`internals::STATE_REMOVED`](crate::internals::STATE_REMOVED)
+    /// clear and (3) a load of the version, after it, equals the third
+    /// value. Both words stay mapped for the cache's life.
+    #[doc(hidden)]
+    pub fn validation_words(&self) -> (*const u64, *const u64, u64) {
+        let (s, v) = self.desc.validation_words();
+        (s, v, self.version)
+    }
+
     /// The frame's address, for callers that read the bytes themselves
     /// (the C ABI). Reads through it race writers exactly as the view's
     /// loads do (see the module docs): use atomic or volatile reads, and
@@ -359,12 +373,16 @@ impl File {
             .map(|f| self.latched(f, index, false)))
     }
 
-    /// A new page at `index`, at or past the end of file: latched, zeroed,
-    /// and dirty when released; the file grows to cover it at once. Nothing
-    /// is read and no system call is made (the length reaches the disk at
-    /// the next `sync`). `AlreadyExists` if the page is below the end of
-    /// file (or another thread created it first), `PermissionDenied`
-    /// through a read-only handle. Not throttled at the dirty limit.
+    /// A new page at `index` that nobody has written: at or past the end of
+    /// file, or in a hole past every byte that may be on disk and not
+    /// cached (another thread's `page_new` of a later page, or `set_len`,
+    /// grew the file over it). Latched, zeroed, and dirty when released;
+    /// the file grows to cover it at once. Nothing is read and no system
+    /// call is made (the length reaches the disk at the next `sync`).
+    /// `AlreadyExists` if the page is cached (another thread created it
+    /// first) or its bytes may be on disk (below the file's length when it
+    /// was opened, or written back since), `PermissionDenied` through a
+    /// read-only handle. Not throttled at the dirty limit.
     ///
     /// ```
     /// use pagecache::{Config, OpenOptions, PageCache};
@@ -378,6 +396,8 @@ impl File {
     /// drop(node);
     /// assert_eq!(file.len(), 4 * 4096);
     /// assert_eq!(file.page_new(3).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    /// let hole = file.page_new(1)?; // nobody wrote page 1: a new page too
+    /// drop(hole);
     /// # drop(file); std::fs::remove_dir_all(&dir)?;
     /// # Ok(()) }
     /// ```

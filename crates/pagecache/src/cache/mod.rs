@@ -381,6 +381,12 @@ impl<'a> FramePin<'a> {
     pub(crate) fn new(cache: &'a Inner, frame: FrameNo) -> Self {
         FramePin { cache, frame }
     }
+
+    /// The pinned frame.
+    #[inline]
+    pub(crate) fn frame(&self) -> FrameNo {
+        self.frame
+    }
 }
 
 impl std::ops::Deref for FramePin<'_> {

@@ -303,11 +303,24 @@ impl Inner {
             io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 format!(
-                    "{}: new page {index}: the page exists (the file's length is {} bytes)",
+                    "{}: new page {index}: the page exists (cached, or its bytes may be on \
+                     disk: the file's length is {} bytes, {} of them written)",
                     fs.path.display(),
-                    fs.len.load(Ordering::Acquire)
+                    fs.len.load(Ordering::Acquire),
+                    fs.disk_end.load(Ordering::Acquire)
                 ),
             )
+        };
+        // Page `index` exists unless it starts past the file's end, or past
+        // every byte that may be on disk and is not cached (a hole nobody
+        // wrote: another thread's `page_new` of a later page grew the
+        // length over it). Acquire: pairs with write-back's AcqRel raise of
+        // `disk_end` (before the write) and the writers' `fetch_max` of
+        // `len`; the eviction that took a written page out of the index
+        // did so after its write-back raised `disk_end`, and before our
+        // insert (both under the tree lock).
+        let written = |start: u64| {
+            fs.len.load(Ordering::Acquire) > start && fs.disk_end.load(Ordering::Acquire) > start
         };
         let start = index
             .checked_shl(self.shift)
@@ -327,8 +340,7 @@ impl Inner {
         // Shared: `set_len` (exclusive) cannot cut the file between our
         // check and the growth.
         let size = fs.size.read_recursive();
-        // Acquire: see `fill`.
-        if fs.len.load(Ordering::Acquire) > start {
+        if written(start) {
             return Err(exists());
         }
         let f = match self.insert_latched(fs, index)? {
@@ -340,9 +352,10 @@ impl Inner {
                 return Err(exists());
             }
         };
-        // Re-check with the page latched in its slot: a page created and
-        // evicted between our check and our insert is below the end now.
-        if fs.len.load(Ordering::Acquire) > start {
+        // Re-check with the page latched in its slot: a page created,
+        // written back and evicted between our check and our insert is
+        // below `disk_end` now.
+        if written(start) {
             self.abandon(fs, index, f);
             return Err(exists());
         }

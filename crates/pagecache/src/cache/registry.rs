@@ -37,6 +37,14 @@ pub(crate) struct FileShared {
     pub(crate) len: AtomicU64,
     /// (C) the largest length the file may have (the filesystem's limit).
     pub(crate) max_len: u64,
+    /// (A) bytes of the file that may hold data on disk: its length when
+    /// opened, raised (`fetch_max`, before the write is issued) to the end
+    /// of every write-back, lowered by a truncate (under the size lock
+    /// held exclusively). Past it the file is zeros on disk (a hole, or an
+    /// extension by `set_len`, `fallocate` or a persisted length), so a
+    /// page there that is not cached was never written by anyone:
+    /// `page_new` may create it without reading.
+    pub(crate) disk_end: AtomicU64,
     /// The size lock (S): shared by `write_at`, write-back and `sync`
     /// (recursively: a nested shared hold never waits for a `set_len`, an
     /// outermost one at most 5 ms, `ShardedRwLock`); exclusive
@@ -144,6 +152,7 @@ impl Inner {
             tree: Tree::new(id),
             len: AtomicU64::new(len),
             max_len: fd.max_len(),
+            disk_end: AtomicU64::new(len),
             size: ShardedRwLock::with_classes(
                 ShardedRwLock::default_shards(),
                 LockClass::SizeLock,

@@ -148,6 +148,9 @@ impl Inner {
             w.set_len(new_len).map_err(|e| {
                 context(e, format!("{}: truncating to {new_len}", fs.path.display()))
             })?;
+            // Nothing past the cut is on disk now (no write-back runs: they
+            // hold the size lock shared). Release: as `len`'s store below.
+            fs.disk_end.fetch_min(new_len, Ordering::AcqRel);
             let last = new_len / ps;
             {
                 // 2-3 under the tree lock: a miss that inserts the new last

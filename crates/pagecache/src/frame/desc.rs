@@ -688,6 +688,18 @@ impl FrameDesc {
         s & REMOVED == 0 && self.version.load(Ordering::Relaxed) == v
     }
 
+    /// The addresses of the state word and the version, for a reader that
+    /// validates a view itself (the C ABI's inline
+    /// `pc_optimistic_valid`): it must load them as
+    /// [`FrameDesc::read_validate`] does, in that order.
+    #[cfg(not(loom))]
+    pub fn validation_words(&self) -> (*const u64, *const u64) {
+        (
+            self.state.as_ptr().cast_const(),
+            self.version.as_ptr().cast_const(),
+        )
+    }
+
     /// Frees-path reset: clears identity and state. Caller owns the frame
     /// (refcount 0 after `freeze` or `Released::Last`). Leaves the version odd
     /// until the next owner's `end_change`.

@@ -83,7 +83,7 @@ pub(super) const UPTODATE: u64 = 1 << 35;
 pub(super) const DIRTY: u64 = 1 << 36;
 pub(super) const WRITEBACK: u64 = 1 << 37;
 pub(super) const ACCESSED: u64 = 1 << 38;
-pub(super) const REMOVED: u64 = 1 << 39;
+pub(crate) const REMOVED: u64 = 1 << 39;
 pub(super) const UNEVICTABLE: u64 = 1 << 40;
 pub(super) const STABLE: u64 = 1 << 41;
 

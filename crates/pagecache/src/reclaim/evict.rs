@@ -99,8 +99,6 @@ impl Inner {
     /// waits). Context: as `alloc_frame_as`.
     fn reclaim(&self, patient: bool) -> io::Result<FrameNo> {
         const WANT: usize = 16; // evicted per round: a batch per policy lock
-                                // The flusher writes cold pages ahead of us (W3, `flusher.rs`).
-        self.note_pressure();
         let mut cands = Vec::with_capacity(WANT);
         let mut scanned = 0;
         let mut empty_rounds = 0;

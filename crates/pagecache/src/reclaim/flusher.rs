@@ -19,22 +19,27 @@
 //!      page dirtied at or before now - `dirty_expire` (its descriptor's
 //!      clean-to-dirty time), whatever else is going on. A page rewritten
 //!      again and again is written once per bound.
-//!  W2. need: reclaim hands the flusher the dirty candidates it passed
-//!      over (the cold end of the replacement order; `kick_flusher_for_
-//!      reclaim`), written at once, in index order, batched per file.
-//!  W3. ahead of need: while reclaim runs (it raises `pressure`; the
-//!      flusher then looks every 10 ms until a look finds it down) and
-//!      more than `dirty_background_percent` is dirty, a pass writes cold
-//!      pages (accessed bit clear: not used since the policy last looked;
-//!      or past the age bound) down to half that, looking at no more than
-//!      4 tagged pages per page it wants. Hot pages keep their tags.
-//!  W4. the hard limit (`dirty_limit_percent`): a pass writes cold pages,
-//!      then any, down to `dirty_background_percent`; throttled writers
-//!      wait for it (below).
-//!  W5. with frames to spare (no reclaim) and the count under the hard
-//!      limit, nothing but W1 writes: a cache that holds its working set
-//!      writes back what `sync` asks for and what ages past the bound.
+//!  W2. need: reclaim evicts clean candidates first and hands the flusher
+//!      the dirty ones it passed over (the cold end of the replacement
+//!      order, a batch per reclaim round; `kick_flusher_for_reclaim`),
+//!      written at once, in index order, batched per file; a reclaimer
+//!      whose round found only dirty candidates writes its victim with
+//!      its cold dirty neighbours itself (`evict.rs`).
+//!  W3. the hard limit (`dirty_limit_percent`): a pass writes cold pages
+//!      (accessed bit clear: not used since the policy last looked; or
+//!      past the age bound), then any, down to `dirty_background_percent`;
+//!      throttled writers wait for it (below).
+//!  W4. nothing else: with the count under the hard limit, a page is
+//!      written by age, for eviction, or by `sync`. A cache that holds its
+//!      working set writes what `sync` asks for and what ages past the
+//!      bound; out of memory, a page is written about once per eviction.
 //! ```
+//!
+//! Writing ahead of need was tried and dropped: a pass that wrote cold
+//! pages (accessed bit clear) whenever reclaim ran and more than the
+//! background threshold was dirty wrote TPC-C's stock pages, which the
+//! next transactions dirtied again before their eviction: 3.2-4.9 pages
+//! written per page evicted, 1.18 without it.
 //!
 //! The policy only chooses pages: each write is the write-back protocol
 //! of `writeback.rs` (the tag taken under the tree lock, pinned, the hook
@@ -82,20 +87,12 @@ pub(crate) struct Flusher {
     /// the background threshold too. Bounded (`RECLAIM_MAX`): past it,
     /// reclaim writes its dirty victims itself.
     for_reclaim: Mutex<Vec<crate::frame::FrameNo>>,
-    /// (A) Reclaim ran since the flusher last looked (W3).
-    pressure: crate::sync::unmodelled::AtomicBool,
-    /// (A) The flusher looks at `pressure` every `PRESSURE_TICK` (it saw
-    /// it raised at its last look): reclaim need not kick it.
-    polling: crate::sync::unmodelled::AtomicBool,
     /// (A) The thread was started (the first dirty page starts it, for W1).
     started: crate::sync::unmodelled::AtomicBool,
-    /// (A) The thread is in its timed work (W1, W3), which runs with
+    /// (A) The thread is in its timed work (W1), which runs with
     /// `passes.busy()` clear (`wait_flusher_idle`).
     timed: crate::sync::unmodelled::AtomicBool,
 }
-
-/// How often the flusher looks at `pressure` while reclaim runs (W3).
-const PRESSURE_TICK: Duration = Duration::from_millis(10);
 
 /// Milliseconds of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`,
 /// a few nanoseconds, a few milliseconds' resolution): pages' dirty times.
@@ -118,7 +115,7 @@ const RECLAIM_MAX: usize = 4096;
 
 impl Inner {
     /// A page became dirty. Context: any, no sleep but the flusher's
-    /// leaf mutex when the hard limit is crossed (W4) or the flusher has
+    /// leaf mutex when the hard limit is crossed (W3) or the flusher has
     /// yet to start (W1).
     #[inline]
     pub(crate) fn dirtied(&self) {
@@ -129,25 +126,6 @@ impl Inner {
             && !self.flusher.passes.busy()
         {
             self.kick_flusher();
-        }
-    }
-
-    /// Reclaim is about to evict (W3): raises `pressure`, and wakes the
-    /// flusher if it is not looking already and more than the background
-    /// threshold is dirty. Context: any, no sleep but the flusher's leaf
-    /// mutex; one load when raised already.
-    #[inline]
-    pub(crate) fn note_pressure(&self) {
-        let f = &self.flusher;
-        // Relaxed: hints (W3); a lost raise costs a tick.
-        if !f.pressure.load(Ordering::Relaxed) {
-            f.pressure.store(true, Ordering::Relaxed);
-            if !f.polling.load(Ordering::Relaxed)
-                && self.dirty_pages() > self.dirty_background
-                && !f.passes.busy()
-            {
-                self.kick_flusher();
-            }
         }
     }
 
@@ -395,37 +373,9 @@ impl Inner {
         });
     }
 
-    /// W3: under reclaim's pressure, with more than the background
-    /// threshold dirty, writes cold pages down to half of it. Lowers
-    /// `polling` once a look finds no pressure. Context: may sleep (I/O);
-    /// no lock held; the flusher thread.
-    fn pressure_pass(&self) {
-        let f = &self.flusher;
-        // Relaxed: hints (W3).
-        if !f.pressure.swap(false, Ordering::Relaxed) {
-            f.polling.store(false, Ordering::Relaxed);
-            // A reclaimer that saw `polling` still up did not kick us.
-            if f.pressure.load(Ordering::Relaxed) {
-                f.polling.store(true, Ordering::Relaxed);
-            }
-            return;
-        }
-        f.polling.store(true, Ordering::Relaxed);
-        let dirty = self.dirty_pages();
-        if dirty <= self.dirty_background {
-            return;
-        }
-        let goal = self.dirty_background / 2;
-        self.flush_pass(crate::reclaim::Sweep {
-            pick: crate::reclaim::Pick::Cold(now_ms().saturating_sub(self.expire_ms())),
-            goal,
-            visits: 4 * (dirty - goal) + 64,
-        });
-    }
-
     /// The kicked part of the flusher's work (F2-F4 of `passes.rs`):
     /// reclaim's pages (W2), then, past the hard limit, passes down to the
-    /// background threshold (W4). False once the cache stops. Context: may
+    /// background threshold (W3). False once the cache stops. Context: may
     /// sleep (I/O); no lock held; the flusher thread.
     fn kicked_passes(&self) -> bool {
         let mut passing = false;
@@ -477,9 +427,8 @@ impl Inner {
     }
 }
 
-/// The flusher thread: sleeps until kicked (F1) or its next look (W1, and
-/// W3 while reclaim runs), then does what is due. Holds the cache only
-/// while it works.
+/// The flusher thread: sleeps until kicked (F1) or its next look (W1),
+/// then does what is due. Holds the cache only while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
     let mut next_age = 0;
     loop {
@@ -487,13 +436,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
         // F1 (`passes.rs`). Holding the cache while idle is fine:
         // `stop_flusher` runs when the last handle drops, before the cache
         // can.
-        // Relaxed: a hint (W3).
-        let timeout = if inner.flusher.polling.load(Ordering::Relaxed) {
-            Some(PRESSURE_TICK)
-        } else {
-            inner.age_tick()
-        };
-        match inner.flusher.passes.wait_kick_for(timeout) {
+        match inner.flusher.passes.wait_kick_for(inner.age_tick()) {
             None => return,
             Some(true) if !inner.kicked_passes() => return,
             Some(_) => {}
@@ -501,7 +444,6 @@ fn flusher(me: std::sync::Weak<Inner>) {
         // SeqCst: a test's `wait_flusher_idle` that reads it clear after
         // a dirtying of its own sees any timed work that follows it.
         inner.flusher.timed.store(true, Ordering::SeqCst);
-        inner.pressure_pass();
         let now = now_ms();
         if now >= next_age {
             inner.age_pass(now);

@@ -228,6 +228,11 @@ impl Inner {
         if iov.is_empty() {
             return Ok(None);
         }
+        // Before the write is issued (and so before any of these pages can
+        // be evicted): a `page_new` that finds one of them gone sees that
+        // its bytes may be on disk. AcqRel: pairs with `page_new`'s Acquire.
+        let end = (first << self.shift) + iov.iter().map(|v| v.iov_len as u64).sum::<u64>();
+        fs.disk_end.fetch_max(end, Ordering::AcqRel);
         let w = fs.write_fd.get().cloned().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -614,8 +619,12 @@ impl Inner {
         };
         let mut dirty = Vec::new();
         let mut taken = 0;
-        // Tagged pages this pass may still look at.
-        let mut visits = background.map_or(usize::MAX, |b| b.visits);
+        // Tagged pages this pass may still look at: at most one round of
+        // the file's tags (a take resumes where the last stopped, so a
+        // filter that keeps refusing every page would otherwise go round
+        // and round).
+        let round = self.dirty_pages() + TAKE_VISITS;
+        let mut visits = background.map_or(usize::MAX, |b| b.visits.min(round));
         // Where the age pass goes on (see `take_dirty_of`).
         let mut from = 0;
         loop {
