@@ -109,6 +109,25 @@
 // while the frame holds a page that truncate or discard removed.
 #define PC_STATE_REMOVED 549755813888
 
+// `pc_writeback_fn` cause: eviction needs the page's frame (or the
+// flusher writes pages reclaim passed over).
+#define PC_WB_EVICTION 0
+
+// `pc_writeback_fn` cause: the background flusher (the page's age, or
+// the dirty count past its limit).
+#define PC_WB_BACKGROUND 1
+
+// `pc_writeback_fn` cause: `pc_file_sync` or `pc_file_close`.
+#define PC_WB_SYNC 2
+
+// `pc_writeback_fn` answer: write the page.
+#define PC_WB_WRITE 0
+
+// `pc_writeback_fn` answer: not now (the page stays dirty: eviction takes
+// another page, the flusher tries it later, a sync fails with `-EAGAIN`
+// naming it).
+#define PC_WB_DEFER 1
+
 // An anonymous region: pages of a cache's budget that belong to no file,
 // zero-filled on first touch, written nowhere (`pc_anon_new`).
 typedef struct pc_anon pc_anon;
@@ -216,6 +235,22 @@ typedef struct pc_stream_choice {
   // See `direct_rate`.
   double buffered_rate;
 } pc_stream_choice;
+
+// A write-back hook (`pc_file_set_writeback_hook`): called with the
+// registered `ctx` before every write-back of a page of the file, by
+// eviction, the flusher and sync alike, on the thread doing it, with
+// page `index`'s `len` bytes (unchanging until the write ends) and why
+// (`PC_WB_EVICTION`, `PC_WB_BACKGROUND`, `PC_WB_SYNC`). Returns
+// `PC_WB_WRITE` or `PC_WB_DEFER`; any other value defers. It must not
+// wait for a page of the same cache (a latch, or a pin of a page being
+// written) and must not call into the cache: it may run on a thread that
+// evicts for a write. Typically it reads the page's LSN from its bytes
+// and makes the log durable up to it.
+typedef int (*pc_writeback_fn)(void *ctx,
+                               uint64_t index,
+                               const uint8_t *bytes,
+                               size_t len,
+                               uint32_t cause);
 
 // A page held by the caller: pinned (`pc_page_pin`: read-only, the page
 // stays cached and unchanged) or latched (`pc_page_latch`: writable by
@@ -439,6 +474,19 @@ int pc_file_set_len(const struct pc_file *file_, uint64_t len);
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_file_sync(const struct pc_file *file_);
+
+// Registers `hook` with `ctx` as the file's write-back hook (for every
+// handle of the file), or removes it (`hook` NULL). While one is set,
+// write-back keeps the file's pages stable (a writer of a page waits for
+// its write in flight), so the bytes the hook approved are the bytes
+// written. (Added in ABI 10.)
+//
+// # Safety
+// `file_` is NULL (`-EINVAL`) or a live handle of this library. `hook`,
+// if not NULL, may be called from any thread with `ctx` until it is
+// removed or replaced and, if the file then has dirty pages, until they
+// are written (or the cache is freed): `ctx` must stay valid that long.
+int pc_file_set_writeback_hook(const struct pc_file *file_, pc_writeback_fn hook, void *ctx);
 
 // Starts reading the missing pages of `len` bytes at `offset` and returns
 // without waiting (errors surface when the pages are read).

@@ -259,6 +259,74 @@ static void test_dirty_expire(void) {
   OK(pc_cache_free(c));
 }
 
+/* The write-back hook in C: called with its context before each page's
+   write-back, with the page's bytes and the cause; a deferred page stays
+   dirty and fails the sync (-EAGAIN, naming it); written once the hook
+   says so; removed with NULL. */
+struct hook_log {
+  int calls, deferred, bad_cause;
+  uint64_t last_index;
+  unsigned char first;
+};
+
+static int defer_marked(void *ctx, uint64_t index, const uint8_t *bytes, size_t len, uint32_t cause) {
+  struct hook_log *l = ctx;
+  l->calls++;
+  l->last_index = index;
+  l->first = len ? bytes[0] : 0;
+  if (cause != PC_WB_SYNC) l->bad_cause++;
+  if (len == PS && bytes[0] == 'D') {
+    l->deferred++;
+    return PC_WB_DEFER;
+  }
+  return PC_WB_WRITE;
+}
+
+static int write_all(void *ctx, uint64_t index, const uint8_t *bytes, size_t len, uint32_t cause) {
+  (void)index, (void)bytes, (void)len, (void)cause;
+  ((struct hook_log *)ctx)->calls++;
+  return 7; /* not PC_WB_WRITE: defers */
+}
+
+static void test_writeback_hook(void) {
+  pc_config cfg;
+  OK(pc_config_default(&cfg));
+  cfg.capacity = 64 * PS;
+  cfg.dirty_expire_ms = UINT32_MAX; /* only sync writes */
+  pc_cache *c = NULL;
+  OK(pc_cache_new(&cfg, &c));
+  pc_file *f = open_new(c, "hooked");
+  struct hook_log log;
+  memset(&log, 0, sizeof log);
+  OK(pc_file_set_writeback_hook(f, defer_marked, &log));
+  OK(pc_file_write_at(f, "Dpage", 5, 0));
+  OK(pc_file_write_at(f, "write", 5, 2 * PS));
+  EXPECT(pc_file_sync(f) == -EAGAIN);
+  EXPECT(strstr(pc_last_error(), "page 0") != NULL);
+  EXPECT(log.calls >= 2 && log.deferred >= 1 && log.bad_cause == 0);
+  pc_stats st;
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages == 1); /* page 0 kept, page 2 written */
+  /* any answer but PC_WB_WRITE defers */
+  memset(&log, 0, sizeof log);
+  OK(pc_file_set_writeback_hook(f, write_all, &log));
+  EXPECT(pc_file_sync(f) == -EAGAIN);
+  EXPECT(log.calls >= 1);
+  /* removed: the page is written */
+  OK(pc_file_set_writeback_hook(f, NULL, NULL));
+  OK(pc_file_sync(f));
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.dirty_pages == 0);
+  size_t dlen;
+  unsigned char *disk = read_disk("hooked", &dlen);
+  EXPECT(disk && dlen == 2 * PS + 5 && memcmp(disk, "Dpage", 5) == 0 &&
+         memcmp(disk + 2 * PS, "write", 5) == 0);
+  free(disk);
+  EXPECT(pc_file_set_writeback_hook(NULL, defer_marked, &log) == -EINVAL);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+}
+
 /* A populated cache: its frames are resident from creation (the process's
    resident set grows by at least the capacity), and it works as any other. */
 static void test_populate(void) {
@@ -990,6 +1058,7 @@ int main(int argc, char **argv) {
   test_open_errors();
   test_write_read_sync();
   test_dirty_expire();
+  test_writeback_hook();
   test_populate();
   test_stream_reads();
   test_pins_and_latches();

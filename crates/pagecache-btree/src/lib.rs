@@ -167,6 +167,9 @@ struct Stripe {
     /// continued a run in key order, as a stored [`node::Ptr`] (0: none;
     /// page 0 is never a leaf).
     leaf: AtomicU64,
+    /// Optimistic operations restarted (a view that failed validation, an
+    /// upgrade refused) since open.
+    restarts: AtomicU64,
 }
 
 /// How a tree's operations hold the pages they visit.
@@ -435,6 +438,24 @@ impl BTree {
         self.stripe().delta.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// A restart: counted on this thread's stripe (see `restart_point`).
+    #[cold]
+    fn restarted(&self) {
+        self.stripe().restarts.fetch_add(1, Ordering::Relaxed);
+        restart_point();
+    }
+
+    /// Optimistic operations restarted since the tree was opened: a view
+    /// that failed its validation (a writer changed the page, or its frame
+    /// was evicted and reused) or an upgrade refused. A descent restarts
+    /// from the root. Relaxed sums of per-thread stripes: a snapshot.
+    pub fn restarts(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|c| c.restarts.load(Ordering::Relaxed))
+            .sum()
+    }
+
     fn check_key(&self, key: &[u8], value_len: usize) -> io::Result<()> {
         if key.len() > self.max_key_len() || key.len() + value_len > self.max_entry_len() {
             return Err(io::Error::new(
@@ -522,14 +543,14 @@ impl BTree {
             Some(o) => o,
             None => {
                 if !node.validate() {
-                    restart_point();
+                    self.restarted();
                     return Ok(Restart);
                 }
                 self.view_unhinted(pid)?
             }
         };
         if !node.validate() {
-            restart_point();
+            self.restarted();
             return Ok(Restart);
         }
         Ok(Done(child))
@@ -542,7 +563,7 @@ impl BTree {
         match o.upgrade() {
             Ok(m) => Ok(Some(m)),
             Err(e) if e.kind() == ErrorKind::Interrupted => {
-                restart_point();
+                self.restarted();
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -553,7 +574,7 @@ impl BTree {
     /// `Restart` if it does not, an error if an unchanged page is corrupt.
     fn checked<T>(&self, o: &Optimistic<'_>, r: Result<T, Corrupt>) -> io::Result<Step<T>> {
         if !o.validate() {
-            restart_point();
+            self.restarted();
             return Ok(Restart);
         }
         r.map(Done)
@@ -569,12 +590,12 @@ impl BTree {
         let meta = self.view(META)?;
         let root = meta.u64(M_ROOT);
         if !meta.validate() {
-            restart_point();
+            self.restarted();
             return Ok(Restart);
         }
         let node = self.view(root)?;
         if !meta.validate() {
-            restart_point();
+            self.restarted();
             return Ok(Restart);
         }
         Ok(Done((meta, node)))
@@ -638,23 +659,35 @@ impl BTree {
         }
         let mut from = from.to_vec();
         let mut inclusive = true;
-        let mut buf: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // Entries are copied out of a leaf a batch at a time (a scan that
+        // wants one entry copies a few, not the leaf), into one buffer
+        // reused for the whole scan (no allocation per entry), and handed
+        // to `f` once the leaf's view validates.
+        let mut batch = Batch::default();
+        let mut want = 4;
         'restart: loop {
             let (_, mut leaf) = self.descend(&from)?;
             loop {
-                let r = collect(&leaf, &from, inclusive, &mut buf);
-                let next = match self.checked(&leaf, r)? {
+                let r = batch.collect(&leaf, &from, inclusive, want);
+                let (next, rest) = match self.checked(&leaf, r)? {
                     Done(n) => n,
                     Restart => continue 'restart,
                 };
-                for (k, v) in &buf {
+                for (k, v) in batch.entries() {
                     if !f(k, v) {
                         return Ok(());
                     }
                 }
-                if let Some((k, _)) = buf.last() {
-                    from.clone_from(k);
+                if let Some((k, _)) = batch.entries().last() {
+                    from.clear();
+                    from.extend_from_slice(k);
                     inclusive = false;
+                }
+                want = (want * 4).min(1024);
+                if rest {
+                    // More of this leaf: the same view again (a change
+                    // since fails its validation: restart after `from`).
+                    continue;
                 }
                 if next.pid == 0 {
                     return Ok(());
@@ -1245,22 +1278,47 @@ impl BTree {
 
 /// Copies the entries of `leaf` with keys `>= from` (`> from` unless
 /// `inclusive`) into `buf`; returns the next leaf.
-fn collect<B: Bytes + ?Sized>(
-    leaf: &B,
-    from: &[u8],
-    inclusive: bool,
-    buf: &mut Vec<(Vec<u8>, Vec<u8>)>,
-) -> Result<node::Ptr, Corrupt> {
-    let (mut pos, found) = node::lower_bound(leaf, from)?;
-    if found && !inclusive {
-        pos += 1;
+/// Entries copied out of a leaf by a scan: keys and values in one buffer.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Each entry's offset in `bytes`, key length and value length.
+    ents: Vec<(usize, usize, usize)>,
+}
+
+impl Batch {
+    /// Copies up to `max` entries of `leaf` from `from` (the key itself
+    /// only if `inclusive`), replacing the batch. Returns the leaf's next
+    /// pointer and whether entries of the leaf are left after the batch.
+    fn collect<B: Bytes + ?Sized>(
+        &mut self,
+        leaf: &B,
+        from: &[u8],
+        inclusive: bool,
+        max: usize,
+    ) -> Result<(node::Ptr, bool), Corrupt> {
+        self.bytes.clear();
+        self.ents.clear();
+        let (mut pos, found) = node::lower_bound(leaf, from)?;
+        if found && !inclusive {
+            pos += 1;
+        }
+        let n = node::count(leaf)?;
+        let end = n.min(pos.saturating_add(max));
+        for i in pos..end {
+            // A key and its value are adjacent in the node.
+            let (off, klen, vlen) = node::slot(leaf, i)?;
+            let at = self.bytes.len();
+            self.bytes.resize(at + klen + vlen, 0);
+            leaf.copy(off, &mut self.bytes[at..]);
+            self.ents.push((at, klen, vlen));
+        }
+        Ok((node::next_leaf(leaf), end < n))
     }
-    let n = node::count(leaf)?;
-    buf.truncate(n.saturating_sub(pos));
-    buf.resize_with(n.saturating_sub(pos), Default::default);
-    for (i, (k, v)) in (pos..n).zip(buf.iter_mut()) {
-        node::key_at(leaf, i, k)?;
-        node::value_at(leaf, i, v)?;
+
+    fn entries(&self) -> impl DoubleEndedIterator<Item = (&[u8], &[u8])> + '_ {
+        self.ents
+            .iter()
+            .map(|&(at, k, v)| (&self.bytes[at..at + k], &self.bytes[at + k..at + k + v]))
     }
-    Ok(node::next_leaf(leaf))
 }

@@ -108,6 +108,10 @@ struct Run {
     wb_per_evict: f64,
     /// Pages written back per second during the mix.
     written: f64,
+    /// Optimistic restarts per lookup (`BTree::restarts`): views that
+    /// failed validation, out of memory views of frames evicted and
+    /// reused before their validation.
+    restarts: f64,
 }
 
 const VALUE: usize = 120;
@@ -241,6 +245,7 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
             tree.len()
         )));
     }
+    let restarts0 = tree.restarts();
     let lookups = timed(threads, secs, |_, rng| {
         let k = rng.next() % n;
         BUF.with_borrow_mut(|v| {
@@ -248,6 +253,7 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
             check(found, v, k)
         })
     })?;
+    let restarts = (tree.restarts() - restarts0) as f64 / (lookups * secs).max(1.0);
     let zipf = Zipf::new(n, 0.99);
     let before = cache.stats();
     let mix = timed(threads, secs, |_, rng| {
@@ -297,6 +303,7 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
             f64::NAN
         },
         written: written as f64 / secs,
+        restarts,
     })
 }
 
@@ -359,6 +366,7 @@ fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io:
         scan: f64::NAN,
         wb_per_evict: f64::NAN,
         written: f64::NAN,
+        restarts: f64::NAN,
     })
 }
 
@@ -442,7 +450,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 case.physgb,
                 sz.runs
             ),
-            &["Design", "Threads", "Load/s", "Load vs vmcache", "Lookups/s", "Lookups vs vmcache", "vs pin coupling"],
+            &["Design", "Threads", "Load/s", "Load vs vmcache", "Lookups/s", "Lookups vs vmcache", "vs pin coupling", "Restarts per lookup"],
         );
         for (di, &d) in designs.iter().enumerate() {
             for (ti, &th) in threads.iter().enumerate() {
@@ -463,6 +471,14 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                     fmt_rate(look),
                     fmt_ratio(look, vk),
                     fmt_ratio(look, pin),
+                    {
+                        let r = med(runs, |r| r.restarts);
+                        if r.is_nan() || d != Design::Optimistic {
+                            "-".into()
+                        } else {
+                            format!("{r:.4}")
+                        }
+                    },
                 ]);
                 t.series.push(Series::new(
                     &format!("{} ({})", d.name(), case.name),

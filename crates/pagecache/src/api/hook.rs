@@ -10,7 +10,8 @@ pub enum WritebackCause {
     /// Eviction needs its frame (or the flusher writes pages reclaim
     /// passed over).
     Eviction,
-    /// The background flusher (the dirty count is over its threshold).
+    /// The background flusher (the page is older than
+    /// `Config::dirty_expire`, or the dirty count is past its limit).
     Background,
     /// `sync` or `close`.
     Sync,

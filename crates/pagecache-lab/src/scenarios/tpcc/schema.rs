@@ -5,15 +5,37 @@
 //! (`tpcc/Types.hpp`'s `fold`: a signed integer big-endian with its sign
 //! bit flipped, a string's bytes and a zero).
 
-/// `Integer` (i32), folded.
-pub fn int(k: &mut Vec<u8>, x: i32) {
-    k.extend_from_slice(&((x as u32) ^ 0x8000_0000).to_be_bytes());
+/// A folded key, on the stack (vmcache folds into a stack array too): the
+/// longest, `customer_wdl`'s, is 42 bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    b: [u8; 48],
+    n: usize,
 }
 
-/// `Varchar`, folded.
-pub fn text(k: &mut Vec<u8>, s: &[u8]) {
-    k.extend_from_slice(s);
-    k.push(0);
+impl std::ops::Deref for Key {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+}
+
+impl Key {
+    fn push(&mut self, s: &[u8]) {
+        self.b[self.n..self.n + s.len()].copy_from_slice(s);
+        self.n += s.len();
+    }
+}
+
+/// `Integer` (i32), folded.
+pub fn int(k: &mut Key, x: i32) {
+    k.push(&((x as u32) ^ 0x8000_0000).to_be_bytes());
+}
+
+/// `Varchar`, folded (at most 16 bytes: the schema's longest key text).
+pub fn text(k: &mut Key, s: &[u8]) {
+    k.push(&s[..s.len().min(16)]);
+    k.push(&[0]);
 }
 
 /// The `Integer` at `off` of a folded key.
@@ -22,9 +44,9 @@ pub fn key_int(k: &[u8], off: usize) -> i32 {
     (u32::from_be_bytes(b) ^ 0x8000_0000) as i32
 }
 
-/// A key of `Integer` fields.
-pub fn ints(fields: &[i32]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(4 * fields.len());
+/// A key of `Integer` fields (at most 4).
+pub fn ints(fields: &[i32]) -> Key {
+    let mut k = Key { b: [0; 48], n: 0 };
     for &f in fields {
         int(&mut k, f);
     }

@@ -472,7 +472,7 @@ impl Worker {
             let okey = s::ints(&[w, d, o_id]);
             let mut found = None;
             db.order.scan(&okey, |k, v| {
-                if k == okey.as_slice() {
+                if k == &okey[..] {
                     found = Some((v.f64_at(s::order::OL_CNT) as i32, v.i32_at(s::order::C_ID)));
                 }
                 false
@@ -486,7 +486,7 @@ impl Worker {
             let lkey = s::ints(&[w, d, o_id, ol_cnt]);
             let mut complete = false;
             db.orderline.scan(&lkey, |k, _| {
-                complete = k == lkey.as_slice();
+                complete = k == &lkey[..];
                 false
             })?;
             if !complete {
@@ -583,7 +583,7 @@ impl Worker {
     fn by_name(&mut self, db: &Db, w: i32, d: i32, last: &[u8]) -> io::Result<Option<i32>> {
         let mut prefix = s::ints(&[w, d]);
         s::text(&mut prefix, last);
-        let mut from = prefix.clone();
+        let mut from = prefix;
         s::text(&mut from, b"");
         let mut ids = Vec::new();
         db.customer_wdl.scan(&from, |k, v| {
