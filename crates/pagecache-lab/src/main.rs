@@ -142,7 +142,19 @@ fn bench(args: &[String]) -> ExitCode {
             return fail(format!("cannot write to --out {}: {e}", d.display()), 1);
         }
     }
-    let command = format!("pagecache bench {}", args.join(" "));
+    // As the user typed it, but vmcache's binary by its name only (where it
+    // lies on this machine says nothing to a reader of the report).
+    let shown: Vec<String> = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| match i.checked_sub(1).map(|p| args[p].as_str()) {
+            Some("--vmcache") => std::path::Path::new(a)
+                .file_name()
+                .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned()),
+            _ => a.clone(),
+        })
+        .collect();
+    let command = format!("pagecache bench {}", shown.join(" "));
     let mut all: Vec<(String, Vec<Table>)> = Vec::new();
     for name in &names {
         let s = scenarios::find(name).expect("checked above");
