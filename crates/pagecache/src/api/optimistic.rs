@@ -147,6 +147,7 @@ impl<'a> Optimistic<'a> {
     /// clear and (3) a load of the version, after it, equals the third
     /// value. Both words stay mapped for the cache's life.
     #[doc(hidden)]
+    #[cfg(not(loom))]
     pub fn validation_words(&self) -> (*const u64, *const u64, u64) {
         let (s, v) = self.desc.validation_words();
         (s, v, self.version)
