@@ -1,8 +1,11 @@
 /* The C side of the boundary benchmark (scripts/bench-boundary.sh): a 64 B
  * pc_file_read_at of a cached page and a pc_page_pin + pc_pin_release,
  * next to pread(2) of the same bytes, one thread; and a sequential scan,
- * per page: a pin + release each, or runs of 16 (pc_file_run). Prints
- * `c <op> <ns per op>` lines, the median of RUNS runs. */
+ * per page: a pin + release each, or runs of 16 (pc_file_run); an
+ * optimistic view + validation (by the index walk with the call, and
+ * through the frame hint with the inline pc_optimistic_valid), and a latch
+ * + clean release. Prints `c <op> <ns per op>` lines, the median of RUNS
+ * runs. */
 #include <fcntl.h>
 #include <pagecache.h>
 #include <stdio.h>
@@ -24,7 +27,9 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-enum { READ, PIN, PREAD };
+enum { READ, PIN, PREAD, OPT, OPT_HINTED, LATCH };
+
+static uint64_t *hints; /* each page's frame, from a view */
 
 /* pages 1: one page over and over ("hot"). */
 static double run(int what, pc_file *f, int fd, uint64_t pages) {
@@ -39,7 +44,18 @@ static double run(int what, pc_file *f, int fd, uint64_t pages) {
       uint64_t v = x >> 33, at = (v % pages) * 4096 + (v % 4032);
       size_t n;
       pc_pin pin;
-      if (what == READ) {
+      pc_optimistic o;
+      if (what == OPT) {
+        if (pc_page_optimistic(f, v % pages, &o) != 0) abort();
+        sink = (unsigned char)pc_optimistic_validate(&o);
+      } else if (what == OPT_HINTED) {
+        if (pc_page_optimistic_hinted(f, v % pages, hints[v % pages], &o) != 0) abort();
+        sink = (unsigned char)pc_optimistic_valid(&o);
+      } else if (what == LATCH) {
+        if (pc_page_try_latch(f, v % pages, &pin) != 0) abort();
+        sink = pin.data[7];
+        pc_latch_release_clean(&pin);
+      } else if (what == READ) {
         if (pc_file_read_at(f, buf, 64, at, &n) != 0) abort();
       } else if (what == PIN) {
         if (pc_page_pin(f, v % pages, &pin) != 0) abort();
@@ -98,7 +114,7 @@ int main(int argc, char **argv) {
   pc_file *f;
   pc_config_default(&cfg);
   cfg.capacity = 128 << 20;
-  if (pc_cache_new(&cfg, &c) || pc_file_open(c, argv[1], PC_READ, &f)) {
+  if (pc_cache_new(&cfg, &c) || pc_file_open(c, argv[1], PC_READ | PC_WRITE, &f)) {
     fprintf(stderr, "%s\n", pc_last_error());
     return 1;
   }
@@ -109,6 +125,16 @@ int main(int argc, char **argv) {
   size_t n;
   for (uint64_t p = 0; p < pages; p++) pc_file_read_at(f, buf, 64, p * 4096, &n);
   int fd = open(argv[1], O_RDONLY);
+  hints = malloc(pages * sizeof *hints);
+  for (uint64_t p = 0; p < pages; p++) {
+    pc_optimistic o;
+    if (pc_page_optimistic(f, p, &o) != 0) abort();
+    hints[p] = o.hint;
+  }
+  printf("c optimistic_validate %.1f\n", run(OPT, f, fd, pages));
+  printf("c optimistic_hinted_valid %.1f\n", run(OPT_HINTED, f, fd, pages));
+  printf("c latch_release_clean %.1f\n", run(LATCH, f, fd, pages));
+  printf("c hot_latch_release_clean %.1f\n", run(LATCH, f, fd, 1));
   printf("c read_at_64 %.1f\n", run(READ, f, fd, pages));
   printf("c pin_release %.1f\n", run(PIN, f, fd, pages));
   printf("c pread_64 %.1f\n", run(PREAD, f, fd, pages));
@@ -118,6 +144,7 @@ int main(int argc, char **argv) {
   printf("c scan_pin_per_page %.1f\n", scan(SCAN_PIN, f, pages));
   printf("c scan_run16_per_page %.1f\n", scan(SCAN_RUN, f, pages));
   close(fd);
+  free(hints);
   pc_file_close(f);
   pc_cache_free(c);
   return 0;

@@ -1,7 +1,10 @@
 //! The Rust side of the boundary benchmark (scripts/bench-boundary.sh):
 //! a 64 B `read_at` of a cached page and a page pin + release, next to the
 //! kernel's `pread` of the same bytes (from its page cache), one thread;
-//! random pages of a 64 MiB file, and one page over and over ("hot").
+//! random pages of a 64 MiB file, and one page over and over ("hot");
+//! an optimistic view + validation (by the index walk, and through the
+//! frame hint an index keeps), and a latch + clean release of a cached
+//! page, for DESIGN's C ABI rows.
 //! Prints `rust <op> <ns per op>` lines, the median of `RUNS` runs.
 //!
 //! `cargo run --release --example boundary -- FILE`
@@ -40,7 +43,10 @@ fn main() -> std::io::Result<()> {
         capacity: 128 << 20,
         ..Config::default()
     })?;
-    let file = cache.open(&path)?;
+    let file = cache.open_with(
+        &path,
+        pagecache::OpenOptions::new().read(true).write(true),
+    )?;
     let pages = file.len() / 4096;
     let mut buf = [0u8; 64];
     for p in 0..pages {
@@ -70,6 +76,31 @@ fn main() -> std::io::Result<()> {
     let hot_pread = time(|x| {
         kernel.read_at(&mut buf, x % 4032).unwrap();
     });
+    let hints: Vec<u32> = (0..pages)
+        .map(|p| file.optimistic(p).unwrap().frame_hint())
+        .collect();
+    let opt = time(|x| {
+        let v = file.optimistic(x % pages).unwrap();
+        std::hint::black_box(v.validate());
+    });
+    let opt_hinted = time(|x| {
+        let p = x % pages;
+        let v = file.optimistic_hinted(p, hints[p as usize]).unwrap();
+        std::hint::black_box(v.validate());
+    });
+    let latch = time(|x| {
+        // Read only: the drop releases it clean.
+        let m = file.try_latch(x % pages).unwrap().unwrap();
+        std::hint::black_box(m[7]);
+    });
+    let hot_latch = time(|_| {
+        let m = file.try_latch(0).unwrap().unwrap();
+        std::hint::black_box(m[7]);
+    });
+    println!("rust optimistic_validate {opt:.1}");
+    println!("rust optimistic_hinted_validate {opt_hinted:.1}");
+    println!("rust latch_release_clean {latch:.1}");
+    println!("rust hot_latch_release_clean {hot_latch:.1}");
     println!("rust read_at_64 {read:.1}");
     println!("rust hot_read_at_64 {hot_read:.1}");
     println!("rust hot_pin_release {hot_pin:.1}");
