@@ -43,10 +43,7 @@ fn main() -> std::io::Result<()> {
         capacity: 128 << 20,
         ..Config::default()
     })?;
-    let file = cache.open_with(
-        &path,
-        pagecache::OpenOptions::new().read(true).write(true),
-    )?;
+    let file = cache.open_with(&path, pagecache::OpenOptions::new().read(true).write(true))?;
     let pages = file.len() / 4096;
     let mut buf = [0u8; 64];
     for p in 0..pages {
