@@ -1105,19 +1105,7 @@ impl BTree {
     /// (which keeps the leaf from splitting), latches the leaf.
     fn update_pinned(&self, key: &[u8], f: impl FnOnce(&mut [u8])) -> io::Result<bool> {
         let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
-        let meta = self.file.page(META)?;
-        let mut parent = meta;
-        let mut pid = parent[..].u64(M_ROOT);
-        loop {
-            let n = self.pin(pid)?;
-            if node::is_leaf(&n[..]) {
-                drop(n);
-                break;
-            }
-            pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?.pid;
-            parent = n;
-        }
-        let mut leaf = self.file.page_mut(pid)?;
+        let (parent, pid, mut leaf) = self.latch_leaf_pinned(key)?;
         drop(parent);
         if !node::is_leaf(&leaf[..]) {
             return Err(bad(pid));
@@ -1130,18 +1118,15 @@ impl BTree {
         Ok(found)
     }
 
-    fn remove_pinned(&self, key: &[u8]) -> io::Result<bool> {
-        Ok(self.change_pinned(key, None)?.unwrap_or(false))
-    }
-
-    /// Pin-couples down to the leaf's parent, latches the leaf, and inserts
-    /// (`Some(value)`) or removes (`None`). `None` if the entry does not
-    /// fit. The parent's pin keeps the leaf from splitting meanwhile
-    /// (a split latches the parent).
-    fn change_pinned(&self, key: &[u8], value: Option<&[u8]>) -> io::Result<Option<bool>> {
+    /// Pin-couples down to the parent of `key`'s leaf and latches the leaf
+    /// (not checked to be a leaf): the parent's pin, returned, keeps the
+    /// leaf from splitting meanwhile (a split latches the parent).
+    fn latch_leaf_pinned(
+        &self,
+        key: &[u8],
+    ) -> io::Result<(pagecache::PageRef<'_>, u64, PageMut<'_>)> {
         let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
-        let meta = self.file.page(META)?;
-        let mut parent = meta;
+        let mut parent = self.file.page(META)?;
         let mut pid = parent[..].u64(M_ROOT);
         loop {
             let n = self.pin(pid)?;
@@ -1152,7 +1137,21 @@ impl BTree {
             pid = node::child_for(&n[..], key).map_err(|_| bad(pid))?.pid;
             parent = n;
         }
-        let mut leaf = self.file.page_mut(pid)?;
+        let leaf = self.file.page_mut(pid)?;
+        Ok((parent, pid, leaf))
+    }
+
+    fn remove_pinned(&self, key: &[u8]) -> io::Result<bool> {
+        Ok(self.change_pinned(key, None)?.unwrap_or(false))
+    }
+
+    /// Pin-couples down to the leaf's parent, latches the leaf, and inserts
+    /// (`Some(value)`) or removes (`None`). `None` if the entry does not
+    /// fit. The parent's pin keeps the leaf from splitting meanwhile
+    /// (a split latches the parent).
+    fn change_pinned(&self, key: &[u8], value: Option<&[u8]>) -> io::Result<Option<bool>> {
+        let bad = |pid| corrupt(&self.file, pid, "inconsistent node");
+        let (parent, pid, mut leaf) = self.latch_leaf_pinned(key)?;
         if !node::is_leaf(&leaf[..]) {
             return Err(bad(pid));
         }
