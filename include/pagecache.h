@@ -39,7 +39,9 @@
 // `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
 // `pc_stats.streamed_pages`; 9: `pc_config_default` sets
 // `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
-// `pc_config.dirty_expire_ms`).
+// `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
+// (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
+// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole).
 #define PC_ABI_VERSION 10
 
 // `pc_file_open` flag: open for reading.
@@ -154,9 +156,8 @@ typedef struct pc_config {
   uint32_t io_threads;
   // The largest readahead window in bytes (0: no readahead).
   uint64_t readahead_max;
-  // Percent of the capacity dirty past which background write-back
-  // writes cold pages while reclaim runs, and down to which it writes
-  // past the limit.
+  // Percent of the capacity dirty down to which background write-back
+  // writes once the count is past `dirty_limit_percent`.
   uint32_t dirty_background_percent;
   // Percent of the capacity dirty before writers wait.
   uint32_t dirty_limit_percent;

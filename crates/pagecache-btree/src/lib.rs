@@ -1275,8 +1275,6 @@ impl BTree {
     }
 }
 
-/// Copies the entries of `leaf` with keys `>= from` (`> from` unless
-/// `inclusive`) into `buf`; returns the next leaf.
 /// Entries copied out of a leaf by a scan: keys and values in one buffer.
 #[derive(Default)]
 struct Batch {

@@ -50,7 +50,9 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 /// `pc_config.stream_reads`, `pc_cache_stream_choices`; 8:
 /// `pc_stats.streamed_pages`; 9: `pc_config_default` sets
 /// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
-/// `pc_config.dirty_expire_ms`).
+/// `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
+/// (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
+/// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole).
 pub const PC_ABI_VERSION: u32 = 10;
 
 /// `pc_file_open` flag: open for reading.
@@ -104,9 +106,8 @@ pub struct pc_config {
     pub io_threads: u32,
     /// The largest readahead window in bytes (0: no readahead).
     pub readahead_max: u64,
-    /// Percent of the capacity dirty past which background write-back
-    /// writes cold pages while reclaim runs, and down to which it writes
-    /// past the limit.
+    /// Percent of the capacity dirty down to which background write-back
+    /// writes once the count is past `dirty_limit_percent`.
     pub dirty_background_percent: u32,
     /// Percent of the capacity dirty before writers wait.
     pub dirty_limit_percent: u32,
@@ -322,7 +323,6 @@ struct StoredView {
 
 /// `pc_optimistic::held_` while a view is stored ("pcVIEW_!").
 pub const PC_OPTIMISTIC_HELD: u64 = 0x7063_5649_4557_5f21;
-const HELD_VIEW: u64 = PC_OPTIMISTIC_HELD;
 
 /// The bit of a frame's state word that `pc_optimistic_valid` tests: set
 /// while the frame holds a page that truncate or discard removed.
@@ -1338,7 +1338,7 @@ fn view_out(o: pagecache::Optimistic<'static>, index: u64, r: *const pc_file) ->
         state_: state,
         version_word_: version_word,
         version_: version,
-        held_: HELD_VIEW,
+        held_: PC_OPTIMISTIC_HELD,
         private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
     };
     // SAFETY: large and aligned enough (asserted at compile time). A view
@@ -1370,23 +1370,40 @@ pub unsafe extern "C" fn pc_page_optimistic_hinted(
     view: *mut pc_optimistic,
 ) -> c_int {
     guard("pc_page_optimistic_hinted", || {
-        // SAFETY: the contract: null or a live handle of this library.
-        let r = unsafe { arg(file_, "pc_page_optimistic_hinted", "file") }?;
-        let v = out(view, "pc_page_optimistic_hinted", "view")?;
-        // SAFETY: as in `pc_page_optimistic`.
-        let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
-        let o = match u32::try_from(hint)
-            .ok()
-            .and_then(|h| f.file.optimistic_hinted(index, h))
-        {
-            Some(o) => o,
-            None => f.file.optimistic(index)?,
-        };
-        let out = view_out(o, index, r);
-        // SAFETY: non-null, writable (the contract).
-        unsafe { v.write(out) };
-        Ok(())
+        // SAFETY: the contract.
+        unsafe { take_view(file_, index, Some(hint), view, "pc_page_optimistic_hinted") }
     })
+}
+
+/// `pc_page_optimistic` and `pc_page_optimistic_hinted`: a view of page
+/// `index` into `*view`, first through frame `hint` if given.
+///
+/// # Safety
+/// As theirs.
+unsafe fn take_view(
+    file_: *const pc_file,
+    index: u64,
+    hint: Option<u64>,
+    view: *mut pc_optimistic,
+    what: &str,
+) -> io::Result<()> {
+    // SAFETY: the contract: null or a live handle of this library.
+    let r = unsafe { arg(file_, what, "file") }?;
+    let v = out(view, what, "view")?;
+    // SAFETY: the view borrows the handle, which the caller must not close
+    // while it uses the view (`pc_optimistic`'s contract).
+    let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
+    let hinted = hint
+        .and_then(|h| u32::try_from(h).ok())
+        .and_then(|h| f.file.optimistic_hinted(index, h));
+    let o = match hinted {
+        Some(o) => o,
+        None => f.file.optimistic(index)?,
+    };
+    let out = view_out(o, index, r);
+    // SAFETY: non-null, writable (the contract).
+    unsafe { v.write(out) };
+    Ok(())
 }
 
 /// Takes an optimistic view of page `index` into `*view` (see
@@ -1404,16 +1421,8 @@ pub unsafe extern "C" fn pc_page_optimistic(
     view: *mut pc_optimistic,
 ) -> c_int {
     guard("pc_page_optimistic", || {
-        // SAFETY: the contract: null or a live handle of this library.
-        let r = unsafe { arg(file_, "pc_page_optimistic", "file") }?;
-        let v = out(view, "pc_page_optimistic", "view")?;
-        // SAFETY: the view borrows the handle, which the caller must not
-        // close while it uses the view (`pc_optimistic`'s contract).
-        let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
-        let o = f.file.optimistic(index)?;
-        let out = view_out(o, index, r); // SAFETY: non-null, writable (the contract).
-        unsafe { v.write(out) };
-        Ok(())
+        // SAFETY: the contract.
+        unsafe { take_view(file_, index, None, view, "pc_page_optimistic") }
     })
 }
 
@@ -1424,7 +1433,7 @@ pub unsafe extern "C" fn pc_page_optimistic(
 unsafe fn stored_view<'a>(view: *const pc_optimistic, what: &str) -> io::Result<&'a StoredView> {
     // SAFETY: the caller's contract.
     let v = unsafe { arg(view, what, "view") }?;
-    if v.held_ != HELD_VIEW {
+    if v.held_ != PC_OPTIMISTIC_HELD {
         return Err(invalid(format!(
             "{what}: not a view taken by pc_page_optimistic"
         )));

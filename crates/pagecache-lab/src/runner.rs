@@ -174,6 +174,13 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The median of `f` over `runs`, runs where it is NaN (not measured)
+/// left out; NaN if none is left.
+pub fn median_of<T>(runs: &[T], f: impl Fn(&T) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).filter(|x| !x.is_nan()).collect();
+    median(&mut v)
+}
+
 /// The sample whose wall time is the median of the set: the run that stands
 /// for a configuration in tables with per-run columns (user, system, wall).
 pub fn median_run(samples: &[Sample]) -> Sample {

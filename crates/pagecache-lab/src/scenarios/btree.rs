@@ -430,14 +430,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             }
         }
     }
-    let med = |runs: &[Run], f: fn(&Run) -> f64| -> f64 {
-        let mut v: Vec<f64> = runs.iter().map(f).filter(|x| !x.is_nan()).collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            median(&mut v)
-        }
-    };
+    let med = |runs: &[Run], f: fn(&Run) -> f64| crate::runner::median_of(runs, f);
     let vm = designs.iter().position(|&d| d == Design::Vmcache);
     let mut tables = Vec::new();
     for (ci, case) in sz.cases.iter().enumerate() {

@@ -457,8 +457,13 @@ impl File {
 
     /// See [`crate::internals::background_pass`].
     pub(crate) fn background_pass(&self) -> io::Result<()> {
-        self.inner()
-            .write_dirty_file(&self.shared, crate::reclaim::Sweep::any(0))
+        self.inner().write_dirty_file(
+            &self.shared,
+            crate::reclaim::Sweep {
+                pick: crate::reclaim::Pick::Any,
+                goal: 0,
+            },
+        )
     }
 
     fn check_writable(&self, what: &str) -> io::Result<()> {

@@ -137,8 +137,8 @@ pub(crate) struct Inner {
     pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
     /// (A) dirty pages (`reclaim/flusher.rs`); may dip below 0 for a moment.
     pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
-    /// (C) dirty pages past which the flusher writes cold pages while
-    /// reclaim runs, and down to which it writes past the limit.
+    /// (C) dirty pages down to which the flusher writes once the count is
+    /// past the limit (W3, `reclaim/flusher.rs`).
     pub(crate) dirty_background: usize,
     /// (C) dirty pages past which writers wait for the flusher.
     pub(crate) dirty_limit: usize,

@@ -9,9 +9,8 @@
 //! bytes of readable zeros follow the last frame (an optimistic reader,
 //! C's above all, may read a little past a page through a torn offset
 //! before its validation fails; past the arena that would fault). Next to
-//! it lives an
-//! array of [`FrameDesc`](state::FrameDesc), one per frame, never freed while the cache lives
-//! (type-stable; see `state`).
+//! it lives an array of [`FrameDesc`](state::FrameDesc), one per frame,
+//! never freed while the cache lives (type-stable; see `state`).
 //!
 //! Memory overhead per frame: 64 bytes of descriptor (one cache line, so
 //! pins of different frames never share a line) plus the index's share

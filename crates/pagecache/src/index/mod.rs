@@ -785,8 +785,6 @@ fn span(base: u64, level: u32, s: u64) -> (u64, u64) {
     (idx, last)
 }
 
-/// [`TreeLocked::take_dirty_range`] below node `id`: returns whether every
-/// tag it cleared here was consumed (its parent's bit may stay clear).
 /// A bounded, filtered take's bounds and what it has looked at.
 struct Take<'k> {
     start: u64,
@@ -800,6 +798,8 @@ struct Take<'k> {
     last: Option<u64>,
 }
 
+/// [`TreeLocked::take_dirty_if`] below node `id`: returns whether every
+/// tag it cleared here was consumed (its parent's bit may stay clear).
 fn take(
     arena: &NodeArena,
     id: u64,

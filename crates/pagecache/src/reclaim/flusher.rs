@@ -89,9 +89,6 @@ pub(crate) struct Flusher {
     for_reclaim: Mutex<Vec<crate::frame::FrameNo>>,
     /// (A) The thread was started (the first dirty page starts it, for W1).
     started: crate::sync::unmodelled::AtomicBool,
-    /// (A) The thread is in its timed work (W1), which runs with
-    /// `passes.busy()` clear (`wait_flusher_idle`).
-    timed: crate::sync::unmodelled::AtomicBool,
 }
 
 /// Milliseconds of the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`,
@@ -369,7 +366,6 @@ impl Inner {
         self.flush_pass(crate::reclaim::Sweep {
             pick: crate::reclaim::Pick::Expired(now - expire),
             goal: 0,
-            visits: usize::MAX,
         });
     }
 
@@ -398,13 +394,10 @@ impl Inner {
             // may dirty pages faster than one pass writes them.
             let written = self.counters.sum(crate::stats::Counter::Writebacks);
             let cold = now_ms().saturating_sub(self.expire_ms());
-            self.flush_pass(crate::reclaim::Sweep {
-                pick: crate::reclaim::Pick::Cold(cold),
-                goal,
-                visits: usize::MAX,
-            });
-            if self.dirty_pages() > goal {
-                self.flush_pass(crate::reclaim::Sweep::any(goal));
+            for pick in [crate::reclaim::Pick::Cold(cold), crate::reclaim::Pick::Any] {
+                if self.dirty_pages() > goal {
+                    self.flush_pass(crate::reclaim::Sweep { pick, goal });
+                }
             }
             let progress = self.counters.sum(crate::stats::Counter::Writebacks) > written;
             // F3.
@@ -421,7 +414,7 @@ impl Inner {
     pub(crate) fn wait_flusher_idle(&self) {
         // Relaxed: a poll; the flusher's work is ordered by the locks and
         // state words it used.
-        while self.flusher.passes.busy() || self.flusher.timed.load(Ordering::SeqCst) {
+        while self.flusher.passes.busy() {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -441,9 +434,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
             Some(true) if !inner.kicked_passes() => return,
             Some(_) => {}
         }
-        // SeqCst: a test's `wait_flusher_idle` that reads it clear after
-        // a dirtying of its own sees any timed work that follows it.
-        inner.flusher.timed.store(true, Ordering::SeqCst);
+        // (Timed work runs busy, as a kicked pass: see `wait_kick_for`.)
         let now = now_ms();
         if now >= next_age {
             inner.age_pass(now);
@@ -452,7 +443,6 @@ fn flusher(me: std::sync::Weak<Inner>) {
                     .age_tick()
                     .map_or(u64::MAX / 2, |t| t.as_millis() as u64);
         }
-        inner.flusher.timed.store(false, Ordering::SeqCst);
         drop(inner);
     }
 }

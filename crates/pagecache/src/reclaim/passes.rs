@@ -70,8 +70,8 @@ pub struct Passes {
     work: Condvar,
     /// Wakes throttled writers (F3; write-back taking pages).
     pass_done: Condvar,
-    /// (A) kicked and not yet idle again: `Inner::dirtied` kicks only when
-    /// clear. Written under `state`'s lock; read there by T3, and without
+    /// (A) kicked (or woken for timed work) and not yet idle again:
+    /// `Inner::dirtied` kicks only when clear. Written under `state`'s lock; read there by T3, and without
     /// it as a hint.
     busy: AtomicBool,
 }
@@ -141,8 +141,10 @@ impl Passes {
     }
 
     /// F1 with a bound: the flusher goes idle until kicked (`Some(true)`)
-    /// or `timeout` passes (`Some(false)`: its timed work, with `busy`
-    /// clear); `None` once the cache stops. Under loom the bound is
+    /// or `timeout` passes (`Some(false)`: its timed work, with `busy` set
+    /// again under the lock, as for a kick, so that `busy` covers all the
+    /// flusher's work and the next F1 clears it); `None` once the cache
+    /// stops. Under loom the bound is
     /// ignored (loom's timed waits never time out). Context: sleeps; the
     /// flusher thread only.
     pub fn wait_kick_for(&self, timeout: Option<Duration>) -> Option<bool> {
@@ -160,6 +162,8 @@ impl Passes {
                 Some(d) => {
                     let now = std::time::Instant::now();
                     if now >= d {
+                        // Relaxed: under the lock (see the field).
+                        self.busy.store(true, Ordering::Relaxed);
                         return Some(false);
                     }
                     st = self.work.wait_for(st, Some(d - now));

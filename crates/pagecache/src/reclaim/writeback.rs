@@ -152,24 +152,12 @@ pub(crate) enum Pick {
     Expired(u64),
 }
 
-/// A background pass over one file: what it writes, the cache's dirty
-/// count it works down to, and how many tagged pages it may look at.
+/// A background pass over one file: what it writes, and the cache's
+/// dirty count it works down to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sweep {
     pub(crate) pick: Pick,
     pub(crate) goal: usize,
-    pub(crate) visits: usize,
-}
-
-impl Sweep {
-    /// Every dirty page until the count is at most `goal`.
-    pub(crate) fn any(goal: usize) -> Sweep {
-        Sweep {
-            pick: Pick::Any,
-            goal,
-            visits: usize::MAX,
-        }
-    }
 }
 
 impl Inner {
@@ -565,8 +553,9 @@ impl Inner {
     /// by `size`, the size lock shared.
     ///
     /// `background`: the flusher's pass: which pages it writes, and the
-    /// cache's dirty count it works down to (`Sweep`). Its failures are counted in `Stats` (nobody waits
-    /// for it; a `sync` writes the pages again), and it never waits for a
+    /// cache's dirty count it works down to (`Sweep`). Its failures are
+    /// counted in `Stats` (nobody waits for it; a `sync` writes the pages
+    /// again), and it never waits for a
     /// page: one latched, or dirty with an older write still in flight,
     /// gets its dirty tag back and is left to a later pass or a sync. A
     /// writer throttled at the dirty limit may hold that latch (a `PageMut`
@@ -623,8 +612,10 @@ impl Inner {
         // the file's tags (a take resumes where the last stopped, so a
         // filter that keeps refusing every page would otherwise go round
         // and round).
-        let round = self.dirty_pages() + TAKE_VISITS;
-        let mut visits = background.map_or(usize::MAX, |b| b.visits.min(round));
+        let mut visits = match background {
+            Some(_) => self.dirty_pages() + TAKE_VISITS,
+            None => usize::MAX,
+        };
         // Where the age pass goes on (see `take_dirty_of`).
         let mut from = 0;
         loop {
@@ -813,14 +804,14 @@ impl Inner {
                     *visits -= chunk - left;
                     // The last looked at in round order: the next pass
                     // starts after it.
-                    if let (Some(last), true) = (last, aged) {
-                        *from = last.saturating_add(1);
-                    } else if let Some(last) = last {
+                    match last {
+                        Some(last) if aged => *from = last.saturating_add(1),
                         // Relaxed: a hint.
-                        fs.wb_cursor.store(
+                        Some(last) => fs.wb_cursor.store(
                             last.wrapping_add(1),
                             crate::sync::unmodelled::Ordering::Relaxed,
-                        );
+                        ),
+                        None => {}
                     }
                     // In index order: the wrapped part first.
                     dirty.rotate_left(wrapped);

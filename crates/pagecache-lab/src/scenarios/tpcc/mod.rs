@@ -474,14 +474,7 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
             }
         }
     }
-    let med = |runs: &[Run], f: fn(&Run) -> f64| -> f64 {
-        let mut v: Vec<f64> = runs.iter().map(f).filter(|x| !x.is_nan()).collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            median(&mut v)
-        }
-    };
+    let med = |runs: &[Run], f: fn(&Run) -> f64| crate::runner::median_of(runs, f);
     let mut out = Vec::new();
     for (ci, case) in sz.cases.iter().enumerate() {
         let mut t = Table::new(
