@@ -74,6 +74,7 @@ fn main() -> std::io::Result<()> {
         tree.file().len() as f64 / 1e9
     );
     let reads0 = cache.stats().reads;
+    let restarts0 = tree.restarts();
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(secs);
     let done: u64 = std::thread::scope(|s| {
@@ -106,8 +107,9 @@ fn main() -> std::io::Result<()> {
     })?;
     eprintln!("lookups: {:.0}/s", done as f64 / t0.elapsed().as_secs_f64());
     eprintln!(
-        "{:.3} reads per lookup; {}",
+        "{:.3} reads and {:.4} restarts per lookup; {}",
         (cache.stats().reads - reads0) as f64 / done.max(1) as f64,
+        (tree.restarts() - restarts0) as f64 / done.max(1) as f64,
         cache.stats()
     );
     std::fs::remove_dir_all(&dir)?;

@@ -90,6 +90,7 @@
 
 #![warn(missing_docs)]
 
+mod size_lock;
 pub(crate) mod sync;
 
 mod frame;
@@ -114,6 +115,11 @@ pub use stats::lockstat;
 pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{passes, s3fifo, smp_list};
+
+    /// The per-file size lock (`size_lock.rs`), for its loom model.
+    pub mod size_lock {
+        pub use crate::size_lock::{SizeExclusive, SizeLock, SizeShared, ALL_PAGES};
+    }
 
     /// The state word's bit that a removed page's frame carries until it is
     /// reset (`Optimistic::validation_words`).

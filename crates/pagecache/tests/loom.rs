@@ -413,6 +413,45 @@ fn truncate_vs_lookup() {
     });
 }
 
+/// 5.6 truncate vs writers on both sides of the cut, through the size
+/// lock's range exclusion: `set_len` cuts a three-page file to one page and
+/// 100 bytes (exclusive from page 1) while one thread writes page 0, which
+/// it does not wait for, and another writes page 2, which it excludes.
+/// Page 0 keeps its write; the write of page 2 happened wholly before the
+/// cut (gone) or wholly after it (the file regrown to it, zeros between).
+#[test]
+fn truncate_vs_writes_below_and_past_the_cut() {
+    model(2, || {
+        let t = TempFile::new(3);
+        let c = cache();
+        let f = open(&c, &t);
+        assert_eq!(f.page(0).unwrap()[0], 1);
+        assert_eq!(f.page(2).unwrap()[0], 3);
+        let (f0, f2) = (f.clone(), f.clone());
+        let low = thread::spawn(move || f0.write_at(&[7u8; 8], 0).unwrap());
+        let high = thread::spawn(move || f2.write_at(&[8u8; 8], 2 * PS as u64).unwrap());
+        f.set_len(PS as u64 + 100).unwrap();
+        low.join().unwrap();
+        high.join().unwrap();
+        c.validate();
+        let len = f.len();
+        let mut b = vec![0u8; len as usize];
+        f.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b[..8], &[7u8; 8], "page 0's write lost");
+        assert!(b[8..PS].iter().all(|&x| x == 1));
+        assert!(b[PS..PS + 100].iter().all(|&x| x == 2));
+        if len == 2 * PS as u64 + 8 {
+            assert!(
+                b[PS + 100..2 * PS].iter().all(|&x| x == 0),
+                "stale bytes past the cut"
+            );
+            assert_eq!(&b[2 * PS..], &[8u8; 8], "page 2's write lost after the cut");
+        } else {
+            assert_eq!(len, PS as u64 + 100, "length after the cut");
+        }
+    });
+}
+
 /// 5.6 truncate vs a miss of the new last page: `set_len` cuts page 0 to
 /// 100 bytes while another thread reads page 0 into the cache. Whatever the
 /// order, the bytes past 100 read as zero afterwards (a fill that began
@@ -1211,5 +1250,47 @@ fn throttled_writer_vs_flusher_passes() {
         reclaim.join().unwrap();
         assert!(p.stop().is_none());
         flusher.join().unwrap();
+    });
+}
+
+/// The size lock's range exclusion (`size_lock.rs`, S1-S5 and X1-X6): a
+/// holder of page 5 and one of page 1 against an exclusive holder from
+/// page 3. The page-5 holder and the exclusive one touch the same memory
+/// in their critical sections, so loom reports any interleaving in which
+/// they overlap (without S2's or X4's fence, it finds one); the page-1
+/// holder touches memory of its own and is never waited for.
+#[test]
+fn size_lock_excludes_holders_that_reach_the_cut() {
+    use loom::cell::UnsafeCell;
+    use pagecache::internals::size_lock::SizeLock;
+    model(3, || {
+        let lock = Arc::new(SizeLock::with_shards(1));
+        let cut = Arc::new(UnsafeCell::new(0u32));
+        let high = {
+            let (lock, cut) = (lock.clone(), cut.clone());
+            thread::spawn(move || {
+                let _g = lock.read(5);
+                // SAFETY: loom checks that no other access overlaps.
+                cut.with_mut(|p| unsafe { *p += 1 });
+            })
+        };
+        let low = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let mine = UnsafeCell::new(0u32);
+                let _g = lock.read(1);
+                // SAFETY: this thread's own cell.
+                mine.with_mut(|p| unsafe { *p += 1 });
+            })
+        };
+        {
+            let _x = lock.write(|| 3);
+            // SAFETY: loom checks that no other access overlaps.
+            cut.with_mut(|p| unsafe { *p += 10 });
+        }
+        high.join().unwrap();
+        low.join().unwrap();
+        // SAFETY: both threads joined.
+        assert_eq!(cut.with(|p| unsafe { *p }), 11);
     });
 }

@@ -337,9 +337,9 @@ impl Inner {
         };
         self.check_len(fs, end, "new page")?;
         let start = end - self.page_size as u64;
-        // Shared: `set_len` (exclusive) cannot cut the file between our
-        // check and the growth.
-        let size = fs.size.read_recursive();
+        // Shared, for this page: `set_len` (exclusive) cannot cut the file
+        // between our check and the growth.
+        let size = fs.size.read(index);
         if written(start) {
             return Err(exists());
         }

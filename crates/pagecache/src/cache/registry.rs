@@ -8,10 +8,9 @@
 use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
+use crate::size_lock::SizeLock;
 use crate::stats::Counter;
-use crate::sync::{
-    AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, ShardedReadGuard, ShardedRwLock, Witness,
-};
+use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, Witness};
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 /// Proof that the caller holds a file's size lock shared (write-back's
 /// precondition: `set_len` cannot run under it).
-pub(crate) type SizeShared<'a> = ShardedReadGuard<'a>;
+pub(crate) use crate::size_lock::SizeShared;
 
 /// State shared by every handle of one file (same device and inode).
 #[derive(Debug)]
@@ -45,13 +44,13 @@ pub(crate) struct FileShared {
     /// page there that is not cached was never written by anyone:
     /// `page_new` may create it without reading.
     pub(crate) disk_end: AtomicU64,
-    /// The size lock (S): shared by `write_at`, write-back and `sync`
-    /// (recursively: a nested shared hold never waits for a `set_len`, an
-    /// outermost one at most 5 ms, `ShardedRwLock`); exclusive
-    /// for `set_len`, which never waits for a page while it holds it.
-    /// Sharded by thread (`ShardedRwLock`): a shared hold writes only its
-    /// thread's shard, so writers of one file do not bounce one word.
-    pub(crate) size: ShardedRwLock,
+    /// The size lock (S, `size_lock.rs`), over page ranges: shared by
+    /// `write_at` (its pages), write-back (its run's) and `sync` (all),
+    /// recursively; exclusive for `set_len` from the first page it
+    /// changes, which excludes only shared holders that reach that page and
+    /// never waits for a page while it holds it. Sharded by thread: a
+    /// shared hold writes only its thread's shard.
+    pub(crate) size: SizeLock,
     /// (C) descriptor used for reads.
     pub(crate) read_fd: Arc<dyn BackendFile>,
     /// (O) descriptor used for writes, set once by the first writable
@@ -153,11 +152,7 @@ impl Inner {
             len: AtomicU64::new(len),
             max_len: fd.max_len(),
             disk_end: AtomicU64::new(len),
-            size: ShardedRwLock::with_classes(
-                ShardedRwLock::default_shards(),
-                LockClass::SizeLock,
-                LockClass::SizeLock,
-            ),
+            size: SizeLock::new(),
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),

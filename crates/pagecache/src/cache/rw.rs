@@ -334,7 +334,7 @@ impl Inner {
         {
             self.read_async(fs, last, last + 1, false);
         }
-        let size = fs.size.read_recursive();
+        let size = fs.size.read(last);
         let ps = self.page_size;
         let mut done = 0;
         while done < buf.len() {

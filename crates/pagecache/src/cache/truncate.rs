@@ -2,8 +2,9 @@
 //!
 //! ```text
 //!  truncater                                 readers / pin holders / writers
-//!  0. size lock exclusive (writers and       pins, writes and syncs of other
-//!     write-back wait from here on)          pages are never kept waiting:
+//!  0. size lock exclusive from the new       pins, writes and syncs of other
+//!     last page on (writers and write-back   pages are never kept waiting:
+//!     that reach it wait from here on)
 //!  1. ftruncate; on failure stop: nothing    the truncater never waits for a
 //!     has changed, a later call can succeed  page with the size lock held
 //!  2. tree lock. If the new last page's
@@ -29,13 +30,17 @@
 //! ```
 //!
 //! Between 1 and 3 a reader may see zeros read from disk in the range
-//! being cut (its pages are removed in 4). No write-back can run (it holds
-//! the size lock shared), so none re-extends the file past the new end.
+//! being cut (its pages are removed in 4). No write-back of the new last
+//! page or past it can run (it holds the size lock shared for its pages),
+//! so none re-extends the file past the new end. Writers and write-back of
+//! pages below the new last page run on: they neither extend the file
+//! (their end is at most the new length) nor touch the pages removed, and
+//! the tree lock orders their inserts against step 4.
 //!
 //! Waiting for pinned pages past the end is wrong (their holders may wait
 //! for us): they are marked and freed by their last release (or, held by
-//! a run, when it ends). No write-back
-//! can race: write-back holds the size lock shared. Waiting for the new
+//! a run, when it ends). No write-back of them
+//! can race: write-back holds the size lock shared for its pages. Waiting for the new
 //! last page is right (the truncate touches it), but not with the size lock
 //! held exclusively: a thread pinning that page may be about to write or
 //! sync another page, which takes the size lock shared.
@@ -127,7 +132,15 @@ impl Inner {
         })?;
         let ps = self.page_size as u64;
         loop {
-            let size = fs.size.write();
+            // Exclusive from the first page the change touches: the shorter
+            // length's page (the new last page's tail, the pages removed,
+            // or the page a writer past the old end would extend).
+            // Acquire: pairs with writers' `fetch_max`; the length only
+            // grows until we hold the lock (`set_len`s are one at a time),
+            // so a page computed from an older length is no later.
+            let size = fs
+                .size
+                .write(|| fs.len.load(Ordering::Acquire).min(new_len) / ps);
             // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
             let old = fs.len.load(Ordering::Acquire);
             if new_len >= old {

@@ -315,16 +315,20 @@ impl Inner {
             return self.drop_evict_pin(f);
         };
         if s.is_dirty() {
-            // Write back first, under the size lock shared (keeps `set_len`
-            // from running under the write). Waiting for it is safe: its
-            // exclusive holder (`set_len`) waits for no page and allocates
-            // no frame while it holds it, and a shared holder (this thread,
-            // in `write_at`) re-enters recursively.
-            let size = fs.size.read_recursive();
             // A cluster: the victim's dirty neighbours go in the same write
             // (FreeBSD's vm_pageout_cluster), so a writer outrunning the
-            // flusher is not written back a page at a time.
+            // flusher is not written back a page at a time. Pinned before
+            // the size lock, as the flusher's pages are: a page `set_len`
+            // removes meanwhile is no longer dirty, and its write-back
+            // does not start.
             let run = self.dirty_cluster(&fs, index, f);
+            // Write back under the size lock shared for the cluster's pages
+            // (keeps `set_len` from cutting them under the write). Waiting
+            // for it is safe: its exclusive holder (`set_len`) waits for no
+            // page and allocates no frame while it holds it, and a shared
+            // holder (this thread, in `write_at`) re-enters recursively.
+            let last = run.last().map_or(index, |&(i, _)| i);
+            let size = fs.size.read(last);
             let res = self.writeback_run(
                 &fs,
                 &size,

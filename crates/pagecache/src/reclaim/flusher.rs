@@ -247,7 +247,9 @@ impl Inner {
             pages.sort_unstable();
             taken += pages.len();
             if let Some(fs) = self.file_by_id(owner) {
-                let size = fs.size.read_recursive();
+                // Sorted: the last is the highest page written.
+                let last = pages.last().map_or(0, |&(i, _)| i);
+                let size = fs.size.read(last);
                 // Errors: counted by the write-back (the pages stay dirty).
                 let _ = self.writeback_run(
                     &fs,

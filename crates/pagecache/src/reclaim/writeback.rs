@@ -514,7 +514,7 @@ impl Inner {
         let _flushing = fs.flushing.lock();
         // Shared for the whole sync: excludes only `set_len`. Writers and
         // eviction's write-back run concurrently.
-        let size = fs.size.read_recursive();
+        let size = fs.size.read(crate::size_lock::ALL_PAGES);
         // Acquire: pairs with the Release increments of `end_run` and
         // `cancel_writeback`, which follow the pages' re-tagging: a page
         // counted here is tagged for the take below.
@@ -867,7 +867,7 @@ impl Inner {
         let Some(_flushing) = fs.flushing.try_lock() else {
             return Ok(());
         };
-        let size = fs.size.read_recursive();
+        let size = fs.size.read(crate::size_lock::ALL_PAGES);
         self.write_dirty(fs, &size, Some(sweep))
     }
 
