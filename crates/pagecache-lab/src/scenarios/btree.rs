@@ -20,6 +20,13 @@
 //! so the full run's out-of-memory case is 28 M tuples (4 GB) in 1 GB.
 //! Update mix out of memory: pages written back per page evicted, from the
 //! cache's own counters.
+//!
+//! Out of memory, each lookup window is followed by a second of random
+//! 4 KiB `O_DIRECT` reads of a file of real data on the same disk at the
+//! same thread count: the device's rate then. On a disk shared with other
+//! work, whose speed drifts over minutes by more than the designs differ,
+//! lookups per device read compare the designs where lookups per second
+//! cannot (each run against the device as it was, then the median).
 
 use crate::runner::{median, progress, Opts, Series, Table};
 use pagecache::{Config, OpenOptions, PageCache};
@@ -112,7 +119,50 @@ struct Run {
     /// failed validation, out of memory views of frames evicted and
     /// reused before their validation.
     restarts: f64,
+    /// Out of memory: the device's random 4 KiB read rate on the data,
+    /// right after the lookups ([`device_rate`]).
+    device: f64,
 }
+
+/// How long [`device_rate`] reads.
+const PROBE_SECS: f64 = 1.0;
+
+/// The device's rate of random 4 KiB `O_DIRECT` reads of `probe` (a file
+/// of real data, [`probe_file`]) on `threads` threads for `secs`.
+/// Measured right after each out-of-memory lookup window: a disk shared
+/// with other work drifts over minutes by more than the designs differ,
+/// so each design's lookups are also given per read the device did at
+/// that time. (Not of each design's own file: vmcache's keeps its
+/// resident pages as holes, which read without the device.)
+fn device_rate(probe: &Path, threads: usize, secs: f64) -> io::Result<f64> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(probe)?;
+    let pages = (f.metadata()?.len() / PAGE).max(1);
+    timed(threads, secs, |_, rng| {
+        let mut a = crate::scenarios::out_of_memory::Aligned::new(PAGE as usize);
+        f.read_exact_at(a.buf(), (rng.next() % pages) * PAGE)?;
+        Ok(1)
+    })
+}
+
+/// [`device_rate`]'s file in `dir`: `bytes` of data, on disk.
+fn probe_file(dir: &Path, bytes: u64) -> io::Result<PathBuf> {
+    use std::io::Write;
+    let path = dir.join("device-probe");
+    let mut f = std::fs::File::create(&path)?;
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 1) as u8).collect();
+    for _ in 0..bytes.div_ceil(1 << 20) {
+        f.write_all(&chunk)?;
+    }
+    f.sync_all()?;
+    Ok(path)
+}
+
+/// The page of [`device_rate`]'s reads.
+const PAGE: u64 = 4096;
 
 const VALUE: usize = 120;
 
@@ -213,7 +263,14 @@ fn check(found: bool, v: &[u8], k: u64) -> io::Result<u64> {
 }
 
 /// One run of our tree with `coupling`.
-fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -> io::Result<Run> {
+fn ours(
+    dir: &Path,
+    case: Case,
+    coupling: Coupling,
+    threads: usize,
+    secs: f64,
+    probe: Option<&Path>,
+) -> io::Result<Run> {
     let path = dir.join("tree");
     let _ = std::fs::remove_file(&path);
     crate::scenarios::out_of_memory::drop_cache(&path);
@@ -254,6 +311,10 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
         })
     })?;
     let restarts = (tree.restarts() - restarts0) as f64 / (lookups * secs).max(1.0);
+    let device = match probe {
+        Some(p) => device_rate(p, threads, PROBE_SECS)?,
+        None => f64::NAN,
+    };
     let zipf = Zipf::new(n, 0.99);
     let before = cache.stats();
     let mix = timed(threads, secs, |_, rng| {
@@ -304,13 +365,21 @@ fn ours(dir: &Path, case: Case, coupling: Coupling, threads: usize, secs: f64) -
         },
         written: written as f64 / secs,
         restarts,
+        device,
     })
 }
 
 /// One run of vmcache's RNDREAD on its own file: load rate (tuples over the
 /// time from its start to its first report line) and the median of its
 /// per-second lookup counts.
-fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io::Result<Run> {
+fn vmcache(
+    bin: &Path,
+    dir: &Path,
+    case: Case,
+    threads: usize,
+    secs: f64,
+    probe: Option<&Path>,
+) -> io::Result<Run> {
     let path = dir.join("vmcache.bin");
     let _ = std::fs::remove_file(&path);
     // vmcache opens an existing file (no O_CREAT) and reads page 0 first.
@@ -348,6 +417,10 @@ fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io:
         }
     }
     let status = child.wait()?;
+    let device = match probe {
+        Some(p) if status.success() => device_rate(p, threads, PROBE_SECS)?,
+        _ => f64::NAN,
+    };
     let _ = std::fs::remove_file(&path);
     if !status.success() || per_sec.is_empty() {
         return Err(io::Error::other(format!(
@@ -367,6 +440,7 @@ fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io:
         wb_per_evict: f64::NAN,
         written: f64::NAN,
         restarts: f64::NAN,
+        device,
     })
 }
 
@@ -401,6 +475,8 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         vec![vec![vec![Vec::new(); threads.len()]; designs.len()]; 2];
     let total = sz.runs * 2 * designs.len() * threads.len();
     let mut done = 0;
+    // Out of memory, the device's rate next to each lookup window.
+    let probe = probe_file(&dir.0, sz.cases[1].pool.max(64 << 20) as u64)?;
     // Runs interleaved: every configuration once, then again.
     for _ in 0..sz.runs {
         for (ci, case) in sz.cases.iter().enumerate() {
@@ -411,17 +487,19 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                         done,
                         total,
                     );
+                    let probe = (ci == 1).then_some(probe.as_path());
                     let r = match d {
                         Design::Optimistic => {
-                            ours(&dir.0, *case, Coupling::Optimistic, t, sz.secs)?
+                            ours(&dir.0, *case, Coupling::Optimistic, t, sz.secs, probe)?
                         }
-                        Design::Pin => ours(&dir.0, *case, Coupling::Pin, t, sz.secs)?,
+                        Design::Pin => ours(&dir.0, *case, Coupling::Pin, t, sz.secs, probe)?,
                         Design::Vmcache => vmcache(
                             o.vmcache.as_deref().expect("checked"),
                             &dir.0,
                             *case,
                             t,
                             sz.secs,
+                            probe,
                         )?,
                     };
                     res[ci][di][ti].push(r);
@@ -443,7 +521,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 case.physgb,
                 sz.runs
             ),
-            &["Design", "Threads", "Load/s", "Load vs vmcache", "Lookups/s", "Lookups vs vmcache", "vs pin coupling", "Restarts per lookup"],
+            &["Design", "Threads", "Load/s", "Load vs vmcache", "Lookups/s", "Lookups vs vmcache", "vs pin coupling", "Restarts per lookup", "Device reads/s after", "Lookups per device read", "Per device read vs vmcache"],
         );
         for (di, &d) in designs.iter().enumerate() {
             for (ti, &th) in threads.iter().enumerate() {
@@ -456,6 +534,10 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                     )
                 });
                 let pin = med(&res[ci][1][ti], |r| r.lookups);
+                // Per run, then the median: each run against the device as
+                // it was then.
+                let per_read = |runs: &[Run]| med(runs, |r| r.lookups / r.device);
+                let vpr = vm.map_or(f64::NAN, |v| per_read(&res[ci][v][ti]));
                 t.row(vec![
                     d.name().into(),
                     th.to_string(),
@@ -472,6 +554,16 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                             format!("{r:.4}")
                         }
                     },
+                    fmt_rate(med(runs, |r| r.device)),
+                    {
+                        let r = per_read(runs);
+                        if r.is_nan() {
+                            "-".into()
+                        } else {
+                            format!("{r:.2}")
+                        }
+                    },
+                    fmt_ratio(per_read(runs), vpr),
                 ]);
                 t.series.push(Series::new(
                     &format!("{} ({})", d.name(), case.name),

@@ -157,20 +157,20 @@ pub(crate) fn drop_cache(path: &Path) -> bool {
 }
 
 /// A page-aligned buffer for `O_DIRECT`.
-struct Aligned {
+pub(crate) struct Aligned {
     ptr: *mut u8,
     len: usize,
 }
 
 impl Aligned {
-    fn new(len: usize) -> Aligned {
+    pub(crate) fn new(len: usize) -> Aligned {
         let layout = std::alloc::Layout::from_size_align(len, PS).expect("layout");
         // SAFETY: a non-zero size with a valid alignment.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null(), "out of memory");
         Aligned { ptr, len }
     }
-    fn buf(&mut self) -> &mut [u8] {
+    pub(crate) fn buf(&mut self) -> &mut [u8] {
         // SAFETY: `len` bytes allocated above, owned by `self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
