@@ -119,10 +119,18 @@ impl Inner {
         // Relaxed: a count for thresholds, not a protocol.
         let n = self.dirty.fetch_add(1, Ordering::Relaxed) + 1;
         // Relaxed: hints; a kick too many costs a look.
-        if (n > self.dirty_limit as isize || !self.flusher.started.load(Ordering::Relaxed))
-            && !self.flusher.passes.busy()
-        {
-            self.kick_flusher();
+        if n > self.dirty_limit as isize || !self.flusher.started.load(Ordering::Relaxed) {
+            // SeqCst: Dekker's pattern with the flusher going idle
+            // (`Passes::wait_kick_for`: it clears `busy`, fences, and looks
+            // at the count): either it sees our count past the limit, or
+            // we see `busy` clear and kick. Without it, a writer that
+            // crossed the limit while the flusher finished a pass that
+            // had seen the count under it left the pages for the next
+            // writer (a test waited 20 s for a pass that never came).
+            crate::sync::fence(crate::sync::Ordering::SeqCst);
+            if !self.flusher.passes.busy() {
+                self.kick_flusher();
+            }
         }
     }
 
@@ -426,12 +434,22 @@ impl Inner {
 /// then does what is due. Holds the cache only while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
     let mut next_age = 0;
+    // Whether the last round wrote anything: past the hard limit, a round
+    // that wrote nothing (a failing disk, a hook deferring every page)
+    // waits for the next kick instead of going round again at once.
+    let mut wrote = true;
     loop {
         let Some(inner) = me.upgrade() else { return };
         // F1 (`passes.rs`). Holding the cache while idle is fine:
         // `stop_flusher` runs when the last handle drops, before the cache
         // can.
-        match inner.flusher.passes.wait_kick_for(inner.age_tick()) {
+        let over_limit = || wrote && inner.dirty_pages() > inner.dirty_limit;
+        let before = inner.counters.sum(crate::stats::Counter::Writebacks);
+        match inner
+            .flusher
+            .passes
+            .wait_kick_for(inner.age_tick(), over_limit)
+        {
             None => return,
             Some(true) if !inner.kicked_passes() => return,
             Some(_) => {}
@@ -445,6 +463,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
                     .age_tick()
                     .map_or(u64::MAX / 2, |t| t.as_millis() as u64);
         }
+        wrote = inner.counters.sum(crate::stats::Counter::Writebacks) > before;
         drop(inner);
     }
 }

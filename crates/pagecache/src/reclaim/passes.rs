@@ -137,7 +137,7 @@ impl Passes {
     /// F1: the flusher goes idle until kicked; false once the cache stops.
     /// Context: sleeps; the flusher thread only.
     pub fn wait_kick(&self) -> bool {
-        self.wait_kick_for(None) == Some(true)
+        self.wait_kick_for(None, || false) == Some(true)
     }
 
     /// F1 with a bound: the flusher goes idle until kicked (`Some(true)`)
@@ -145,9 +145,15 @@ impl Passes {
     /// again under the lock, as for a kick, so that `busy` covers all the
     /// flusher's work and the next F1 clears it); `None` once the cache
     /// stops. Under loom the bound is
-    /// ignored (loom's timed waits never time out). Context: sleeps; the
-    /// flusher thread only.
-    pub fn wait_kick_for(&self, timeout: Option<Duration>) -> Option<bool> {
+    /// ignored (loom's timed waits never time out).
+    ///
+    /// `due` is work a kicker may have seen `busy` set for and so not
+    /// kicked (`Inner::dirtied` kicks past the hard limit only when `busy`
+    /// is clear): checked after `busy` is cleared, with a `SeqCst` fence
+    /// between (Dekker's pattern with the kicker's count RMW, fence, and
+    /// load of `busy`), it counts as a kick. Context: sleeps; the flusher
+    /// thread only.
+    pub fn wait_kick_for(&self, timeout: Option<Duration>, due: impl Fn() -> bool) -> Option<bool> {
         #[cfg(not(loom))]
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         #[cfg(loom)]
@@ -156,6 +162,14 @@ impl Passes {
         while !st.kicked && !st.stop {
             // Relaxed: under the lock (see the field).
             self.busy.store(false, Ordering::Relaxed);
+            // SeqCst: the kicker that saw `busy` set made `due` true
+            // before its own fence (see above).
+            crate::sync::fence(std::sync::atomic::Ordering::SeqCst);
+            if due() {
+                // Relaxed: under the lock (see the field).
+                self.busy.store(true, Ordering::Relaxed);
+                break;
+            }
             match deadline {
                 None => st = self.work.wait(st),
                 #[cfg(not(loom))]
