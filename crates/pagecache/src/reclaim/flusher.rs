@@ -381,9 +381,10 @@ impl Inner {
 
     /// The kicked part of the flusher's work (F2-F4 of `passes.rs`):
     /// reclaim's pages (W2), then, past the hard limit, passes down to the
-    /// background threshold (W3). False once the cache stops. Context: may
-    /// sleep (I/O); no lock held; the flusher thread.
-    fn kicked_passes(&self) -> bool {
+    /// background threshold (W3). `None` once the cache stops; else
+    /// whether it stalled (a pass past the limit wrote nothing). Context:
+    /// may sleep (I/O); no lock held; the flusher thread.
+    fn kicked_passes(&self) -> Option<bool> {
         let mut passing = false;
         loop {
             // Reclaim's request first: the pages it passed over.
@@ -394,10 +395,10 @@ impl Inner {
             if dirty <= goal || (!passing && dirty <= self.dirty_limit) {
                 // F3 for reclaim's part.
                 if reclaimed > 0 && !self.flusher.passes.end_pass(true) {
-                    return false;
+                    return None;
                 }
                 // (Pages queued meanwhile kicked us: the outer loop sees it.)
-                return true;
+                return Some(false);
             }
             passing = true;
             // Progress is pages written, not the count going down: writers
@@ -412,10 +413,10 @@ impl Inner {
             let progress = self.counters.sum(crate::stats::Counter::Writebacks) > written;
             // F3.
             if !self.flusher.passes.end_pass(progress) {
-                return false;
+                return None;
             }
             if !progress {
-                return true; // nothing written: failing writes, or nothing to take
+                return Some(true); // stalled: failing writes, or nothing to take
             }
         }
     }
@@ -434,25 +435,27 @@ impl Inner {
 /// then does what is due. Holds the cache only while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
     let mut next_age = 0;
-    // Whether the last round wrote anything: past the hard limit, a round
-    // that wrote nothing (a failing disk, a hook deferring every page)
-    // waits for the next kick instead of going round again at once.
-    let mut wrote = true;
+    // Whether the last kicked round stalled (a pass past the hard limit
+    // wrote nothing: a failing disk, a hook deferring every page): then the
+    // flusher waits for the next kick instead of going round again at once.
+    let mut stalled = false;
     loop {
         let Some(inner) = me.upgrade() else { return };
         // F1 (`passes.rs`). Holding the cache while idle is fine:
         // `stop_flusher` runs when the last handle drops, before the cache
         // can.
-        let over_limit = || wrote && inner.dirty_pages() > inner.dirty_limit;
-        let before = inner.counters.sum(crate::stats::Counter::Writebacks);
+        let over_limit = || !stalled && inner.dirty_pages() > inner.dirty_limit;
         match inner
             .flusher
             .passes
             .wait_kick_for(inner.age_tick(), over_limit)
         {
             None => return,
-            Some(true) if !inner.kicked_passes() => return,
-            Some(_) => {}
+            Some(true) => match inner.kicked_passes() {
+                None => return,
+                Some(s) => stalled = s,
+            },
+            Some(false) => {}
         }
         // (Timed work runs busy, as a kicked pass: see `wait_kick_for`.)
         let now = now_ms();
@@ -463,7 +466,6 @@ fn flusher(me: std::sync::Weak<Inner>) {
                     .age_tick()
                     .map_or(u64::MAX / 2, |t| t.as_millis() as u64);
         }
-        wrote = inner.counters.sum(crate::stats::Counter::Writebacks) > before;
         drop(inner);
     }
 }
