@@ -380,9 +380,7 @@ impl Condvar {
 
 /// A reader-writer lock profiled per [`LockClass`] like [`Mutex`] (shared
 /// and exclusive acquisitions may be given different classes): the file
-/// registry, the per-file size locks and seed 004's two-mode LRU lock.
-/// Loom's rwlock under loom (it has no recursive read: `read_recursive` is
-/// a plain read there, which loom does not queue behind writers either).
+/// registry and seed 004's two-mode LRU lock. Loom's rwlock under loom.
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub(crate) struct RwLock<T> {

@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! registry (RwLock, per cache)
-//!   └─ size lock (sharded RwLock, per file)
+//!   └─ size lock (range lock, per file: `size_lock.rs`)
 //!        └─ page latch (LATCHED bit, per page)
 //!             └─ tree lock (Mutex, per file)
 //!                  ├─ replacement shard / pending batch (Mutex, per CPU; never both)

@@ -56,8 +56,8 @@ pub enum LockClass {
     /// The cache's file registry (RwLock; open, last close, eviction's id
     /// lookup).
     Registry,
-    /// Per-file size locks (RwLock; shared by writes and write-back,
-    /// exclusive for `set_len`).
+    /// Per-file size locks (over page ranges; shared by writes and
+    /// write-back, exclusive for `set_len` from the page it cuts).
     SizeLock,
     /// Anything not classified.
     Other,
@@ -104,7 +104,7 @@ impl LockClass {
             LockClass::PageMutex => "page mutex (global)",
             LockClass::PageLockHash => "page locks (hashed)",
             LockClass::Registry => "file registry (rwlock)",
-            LockClass::SizeLock => "file size lock (rwlock)",
+            LockClass::SizeLock => "file size lock (range lock)",
             LockClass::Other => "other",
         }
     }
