@@ -163,9 +163,11 @@ impl SizeLock {
     }
 
     /// A shared hold for a caller that touches pages `..=last` only
-    /// ([`ALL_PAGES`]: any). It does not queue behind a waiting exclusive
-    /// holder, but for the bounded hold-back of an outermost acquisition
-    /// that reaches the exclusive one's pages (S1-S3).
+    /// ([`ALL_PAGES`]: any), S1-S3. Below an exclusive one's first page it
+    /// never waits; reaching it, it waits while the exclusive side holds
+    /// (which waits for nothing, `docs/locking.md` rule 8), and while the
+    /// exclusive side still waits only for the bounded hold-back of an
+    /// outermost acquisition. Context: may sleep as said.
     #[inline]
     pub fn read(&self, last: u64) -> SizeShared<'_> {
         let hi = last.min(ALL_PAGES);
@@ -273,6 +275,8 @@ impl SizeLock {
     pub fn write(&self, from: impl FnOnce() -> u64) -> SizeExclusive<'_> {
         #[cfg(all(feature = "lockstat", not(loom)))]
         let asked = std::time::Instant::now();
+        #[cfg(all(feature = "lockstat", not(loom)))]
+        let mut waited = false;
         // X1.
         let one = self.exclusive.lock();
         let from = from().min(ALL_PAGES);
@@ -284,6 +288,10 @@ impl SizeLock {
             fence(Ordering::SeqCst);
             // X3.
             if self.reached(from) {
+                #[cfg(all(feature = "lockstat", not(loom)))]
+                {
+                    waited = true;
+                }
                 // A shard's highest page is reset only when its holders are
                 // all gone: threads that share a shard and keep overlapping
                 // could keep it up. Past the hold-back, every outermost
@@ -319,7 +327,7 @@ impl SizeLock {
             crate::sync::unpark_all(self.shared_key());
         }
         #[cfg(all(feature = "lockstat", not(loom)))]
-        crate::stats::lockstat::acquired(LockClass::SizeLock, Some(asked));
+        crate::stats::lockstat::acquired(LockClass::SizeLock, waited.then_some(asked));
         SizeExclusive {
             lock: self,
             _one: one,

@@ -164,7 +164,7 @@ impl Passes {
             self.busy.store(false, Ordering::Relaxed);
             // SeqCst: the kicker that saw `busy` set made `due` true
             // before its own fence (see above).
-            crate::sync::fence(std::sync::atomic::Ordering::SeqCst);
+            crate::sync::fence(crate::sync::Ordering::SeqCst);
             if due() {
                 // Relaxed: under the lock (see the field).
                 self.busy.store(true, Ordering::Relaxed);
