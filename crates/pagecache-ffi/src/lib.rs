@@ -29,17 +29,18 @@
 //! same for its pins (`AnonRef`/`AnonMut`) until `pc_anon_free`.
 #![allow(non_camel_case_types)]
 
-use crossbeam_utils::CachePadded;
+mod pin_count;
+
 use pagecache::{
     AnonMut, AnonRef, AnonRegion, Config, File, IoEngine, OpenOptions, PageCache, PageMut, PageRef,
     PageRun, StreamReads, WritebackCause, WritebackDecision, WritebackHook, WritebackPage,
 };
+use pin_count::PinCount;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 /// The version of this ABI: bumped when a struct's layout or a function's
 /// meaning changes, or functions are added (3: `pc_file_run`; 4:
@@ -357,55 +358,6 @@ pub struct pc_anon {
     region: AnonRegion,
     /// Pins and latches held in it: `pc_anon_free` refuses while any is.
     pins: PinCount,
-}
-
-/// A count split over cache lines, so that threads pinning pages of one
-/// file do not all write one shared line (the core's pins write only the
-/// page's own state word). Each thread adds to and subtracts from its own
-/// shard; a pin released on another thread than the one that took it
-/// leaves one shard positive and another negative, and only the sum
-/// means anything.
-#[derive(Debug, Default)]
-struct PinCount {
-    shards: [CachePadded<AtomicIsize>; PIN_SHARDS],
-}
-
-const PIN_SHARDS: usize = 16;
-
-thread_local! {
-    /// This thread's shard of every `PinCount`.
-    static SHARD: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        // Relaxed: any spread of threads over shards is correct.
-        NEXT.fetch_add(1, Ordering::Relaxed) % PIN_SHARDS
-    };
-}
-
-impl PinCount {
-    fn shard(&self) -> &AtomicIsize {
-        &self.shards[SHARD.with(|s| *s)]
-    }
-    fn add(&self) {
-        // Relaxed: only `outstanding`'s Acquire reads of releases matter.
-        self.shard().fetch_add(1, Ordering::Relaxed);
-    }
-    /// Release: the pin's drop, before this, happens-before an
-    /// `outstanding` that reads it.
-    fn sub(&self) {
-        self.shard().fetch_sub(1, Ordering::Release);
-    }
-    /// Pins held now. Exact when no pin is being taken meanwhile (close's
-    /// contract: no call through the handle races its close); a release
-    /// racing it makes it count high (close says -EBUSY), never low: every
-    /// increment happened before this call, so the sum reaches 0 only when
-    /// it has seen every matching decrement, and with them (Acquire) each
-    /// pin's drop.
-    fn outstanding(&self) -> isize {
-        self.shards
-            .iter()
-            .map(|s| s.load(Ordering::Acquire))
-            .fold(0isize, |a, b| a.wrapping_add(b))
-    }
 }
 
 /// What a `pc_pin`'s private words hold, in place.
@@ -1181,26 +1133,24 @@ fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
         Held::Latch(m) => m.frame_hint().into(),
         Held::AnonPin(_) | Held::AnonLatch(_) => 0,
     };
-    let mut pin = pc_pin {
-        data,
-        len,
-        index,
-        hint,
-        held_: tag,
-        private_: [0; PC_PIN_PRIVATE_WORDS],
-    };
-    // SAFETY: the private words are large and aligned enough (asserted
-    // at compile time); `pc_pin_release` reads the value back exactly once
-    // (it clears `held_`). The page's bytes stay at `data` while it is
-    // held (frames never move).
+    // Field by field into the caller's struct: no copy of it on the way
+    // (the private words are left as they are past the `Stored`).
+    // SAFETY: non-null, writable (the caller's contract); the private
+    // words are large and aligned enough (asserted at compile time);
+    // `pc_pin_release` reads the value back exactly once (it clears
+    // `held_`). The page's bytes stay at `data` while it is held (frames
+    // never move).
     unsafe {
-        pin.private_
-            .as_mut_ptr()
+        let p = &raw mut *p;
+        (&raw mut (*p).data).write(data);
+        (&raw mut (*p).len).write(len);
+        (&raw mut (*p).index).write(index);
+        (&raw mut (*p).hint).write(hint);
+        (&raw mut (*p).held_).write(tag);
+        (&raw mut (*p).private_)
             .cast::<Stored>()
-            .write(Stored { held, pins })
-    };
-    // SAFETY: non-null, writable (the caller's contract).
-    unsafe { p.write(pin) };
+            .write(Stored { held, pins });
+    }
 }
 
 /// Pins page `index` of the file into `*pin`: `pin->data` points to its

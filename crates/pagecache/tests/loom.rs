@@ -364,6 +364,53 @@ fn optimistic_upgrades_race() {
     });
 }
 
+/// `try_latch` of a cached page (W1 in one CAS, the clean release's
+/// unlatch and unpin in one RMW) against a reader's pin, another
+/// `try_latch`, and an optimistic view: two latches never overlap, a pin
+/// never sees the page change, a view validated after a clean release
+/// (nothing changed) or a dirty one (the byte went 1 -> 2) read what its
+/// version promised, and no reference is left behind.
+#[test]
+fn try_latch_vs_pin_latch_and_view() {
+    model(2, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let latch = |f: &File, write: bool| -> bool {
+            match f.try_latch(0).unwrap() {
+                Some(mut m) => {
+                    let b = m[0];
+                    if write {
+                        m[0] = b + 1;
+                    }
+                    true
+                }
+                None => false,
+            }
+        };
+        let (fw, fr) = (f.clone(), f.clone());
+        let writer = thread::spawn(move || latch(&fw, true));
+        let reader = thread::spawn(move || {
+            let o = fr.optimistic(0).unwrap();
+            let v = o.load_u8(0);
+            if o.validate() {
+                assert!(v == 1 || v == 2, "validated a torn byte {v}");
+            }
+            if let Some(p) = fr.try_pin(0).unwrap() {
+                let b = p[0];
+                thread::yield_now();
+                assert_eq!(p[0], b, "pinned page changed");
+            }
+        });
+        let clean = latch(&f, false);
+        let wrote = writer.join().unwrap();
+        reader.join().unwrap();
+        let now = f.page(0).unwrap()[0];
+        assert_eq!(now, 1 + wrote as u8, "a latched write lost or doubled");
+        let _ = clean;
+        assert!(f.try_latch(0).unwrap().is_some(), "a latch or pin leaked");
+        c.validate();
+    });
+}
+
 /// 5.5 vs a pin: pins are latches, so a pinned page never changes under
 /// its reader, and the writer waits for the pin to drain.
 #[test]

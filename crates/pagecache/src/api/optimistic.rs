@@ -365,6 +365,7 @@ impl File {
     /// miss is read. Not throttled at the dirty limit. `UnexpectedEof` at
     /// or past the last page, `PermissionDenied` through a read-only
     /// handle.
+    #[inline]
     pub fn try_latch(&self, index: u64) -> io::Result<Option<PageMut<'_>>> {
         self.check_writable("try_latch")?;
         self.check_page(index)?;
@@ -426,6 +427,7 @@ impl File {
 
     /// Wraps a latched, drained frame of page `index` in a [`PageMut`];
     /// `touched`: dirty on release even if never written through.
+    #[inline]
     pub(super) fn latched(&self, frame: FrameNo, index: u64, touched: bool) -> PageMut<'_> {
         PageMut {
             latch: FrameLatch::new(&self.cache, frame, Some((&self.shared, index))),

@@ -527,6 +527,14 @@ impl Drop for FrameLatch<'_> {
         let tag = match self.dirty {
             // An unchanged file page: up to date (a fill may have just read
             // it), dirty only if it was before.
+            // The latch and the pin go in one RMW (not in the page-mutex
+            // baselines, which release under the mutex).
+            Some(_) if self.clean && self.cache.hooks & HOOK_PAGE_LOCKS == 0 => {
+                if d.unlatch_uptodate_release() == Released::Last {
+                    self.cache.free_frame(self.frame);
+                }
+                return;
+            }
             Some(_) if self.clean => {
                 d.unlatch_uptodate();
                 None

@@ -76,7 +76,10 @@
 //!
 //! `try_pin` / `try_latch` take 5.1 and 5.5 with every wait for another
 //! holder replaced by a refusal (`None`): a latched page, pins that would
-//! have to drain, a run holding the page. They still wait for a frame
+//! have to drain, a run holding the page. `try_latch` of a cached page
+//! takes W1 in one CAS (`try_pin_latch`, as U1-U3) and checks W2 on the
+//! state that CAS saw: no pin but the cache's and its own can come after
+//! it. They still wait for a frame
 //! (eviction) and for the read of a miss, which cannot depend on anything
 //! the caller holds. `page_new` inserts a latched page past the end and
 //! zero-fills it without a read (5.3 with the read replaced by zeros).
@@ -84,7 +87,7 @@
 use super::miss::Got;
 use super::run::RunHold;
 use super::{FileShared, Inner};
-use crate::frame::state::PinFail;
+use crate::frame::state::{PinFail, Released};
 use crate::frame::FrameNo;
 use crate::stats::Counter;
 use crate::sync::Ordering;
@@ -266,7 +269,13 @@ impl Inner {
     /// if another holder latches or pins it, or a run holds it. A miss is
     /// read. Context: as [`Inner::try_pin`].
     pub(crate) fn try_latch(&self, fs: &FileShared, index: u64) -> io::Result<Option<FrameNo>> {
-        if fs.tree.lookup(&self.nodes, index).is_none() {
+        let found = fs.tree.lookup(&self.nodes, index);
+        if let (Some(f), 0) = (found, self.hooks) {
+            if let Some(latched) = self.try_latch_cached(fs, index, f) {
+                return Ok(latched);
+            }
+        }
+        if found.is_none() {
             if let Some(f) = self.try_insert(fs, index, true)? {
                 self.fill(fs, index, f)?;
                 return Ok(Some(f)); // latched, drained; up to date at release
@@ -290,6 +299,45 @@ impl Inner {
             return Ok(None);
         }
         Ok(Some(f))
+    }
+
+    /// `try_latch` of a cached page in one CAS (W1's pin and latch, as the
+    /// upgrade's U1-U3), with one walk of the index: `Some(Some(f))`
+    /// latched and drained, `Some(None)` busy (latched or pinned by another
+    /// holder, or held by a run), `None` when the frame was not this page's
+    /// (recycled or removed meanwhile: the caller takes the full path).
+    /// Outside the baselines only (their hooks want the pin on its own).
+    /// Context: any, no sleep.
+    #[inline(always)]
+    fn try_latch_cached(&self, fs: &FileShared, index: u64, f: FrameNo) -> Option<Option<FrameNo>> {
+        if f as usize >= self.frames.len() {
+            return None; // garbage from a recycled index node
+        }
+        let d = self.desc(f);
+        let s = match d.try_pin_latch() {
+            Ok(s) => s,
+            // Latched for this page: busy. A stale frame latched for
+            // another page is no reason to refuse: the full path looks again.
+            Err(PinFail::Latched) if d.identity() == (fs.id, index) => return Some(None),
+            Err(_) => return None,
+        };
+        // Identity after the CAS (Acquire), as 5.1 step 3.
+        let ours = !s.is_removed() && d.identity() == (fs.id, index);
+        // W2 without waiting: no pin but the cache's and ours at the CAS
+        // (none can come after it: the latch refuses them, and a
+        // write-back pin passes a latch only while its holder drains),
+        // and no run holding the page.
+        if ours
+            && s.refs() <= s.latch_base()
+            && matches!(self.run_over(fs, index, f), RunHold::Free)
+        {
+            self.count(Counter::Hits);
+            return Some(Some(f));
+        }
+        if d.unlatch_release() == Released::Last {
+            self.free_frame(f);
+        }
+        ours.then_some(None)
     }
 
     /// A latched, zeroed page at `index`, which must be at or past the end

@@ -405,6 +405,46 @@ impl FrameDesc {
         (old, Some(self.after_drop_ref(old)))
     }
 
+    /// Releases the latch and drops the holder's pin in one RMW, the
+    /// page's flags unchanged: a latch taken and abandoned (a recycled
+    /// frame, a page others still pin). Returns what the release reports
+    /// (`Released::Last`: the caller frees the frame). Context: no sleep;
+    /// the caller holds the latch and its pin.
+    #[inline]
+    pub fn unlatch_release(&self) -> Released {
+        self.unlatch_and_release(0)
+    }
+
+    /// Ends a latch under which nothing changed (5.5 W6 of a clean
+    /// holder): sets `UPTODATE` (a fill may have just read the page),
+    /// releases the latch and drops the holder's pin in one RMW. Returns
+    /// what the release reports. Context: no sleep; the caller holds the
+    /// latch and its pin.
+    #[inline]
+    pub fn unlatch_uptodate_release(&self) -> Released {
+        self.unlatch_and_release(UPTODATE)
+    }
+
+    #[inline(always)]
+    fn unlatch_and_release(&self, set: u64) -> Released {
+        // Release: as `update` (the latch section's writes, UPTODATE) and
+        // as `release` (our reads happen-before whoever sees the count
+        // drop). The holder's pin keeps the count above zero until here.
+        let old = State(
+            self.state
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                    Some(((s | set) & !(LATCHED | WAITERS)) - 1)
+                })
+                .unwrap_or_else(|s| s),
+        );
+        debug_assert!(old.is_latched(), "unlatch without the latch");
+        debug_assert!(old.refs() > 0, "release of a frame with no reference");
+        if old.0 & WAITERS != 0 {
+            unpark_all(self.key());
+        }
+        self.after_drop_ref(old)
+    }
+
     /// Atomically sets `set` and clears `clear | WAITERS`, waking parked
     /// waiters if there were any. Returns the previous state.
     fn update(&self, set: u64, clear: u64) -> State {
