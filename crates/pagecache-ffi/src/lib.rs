@@ -1077,6 +1077,7 @@ impl Pinned for pc_anon {
 
 /// Takes page `index` of the handle `h` (named `name` in errors) with
 /// `get` into `*pin`, counted on the handle until `pc_pin_release`.
+#[inline(always)]
 fn hold<H: Pinned>(
     h: *const H,
     index: u64,
@@ -1122,6 +1123,7 @@ impl Held {
 }
 
 /// Writes a held page into `*p` (the caller counted it in `pins`).
+#[inline(always)]
 fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
     let (data, len) = held.bytes();
     let tag = match held {
@@ -1488,6 +1490,7 @@ pub unsafe extern "C" fn pc_latch_release_clean(pin: *mut pc_pin) -> c_int {
 
 /// `pc_pin_release` and `pc_latch_release_clean`: `dirty` marks a latched
 /// file page dirty.
+#[inline(always)]
 fn release_held(pin: *mut pc_pin, what: &str, dirty: bool) -> io::Result<()> {
     let p = out(pin, what, "pin")?;
     // SAFETY: non-null, a pc_pin (the contract).

@@ -438,6 +438,7 @@ impl<'a> FrameLatch<'a> {
     /// Takes over a latch the caller holds on `frame`, pinned and drained
     /// (`Inner::latch_pinned` succeeded, or the miss path inserted it), and
     /// starts the write section (version odd).
+    #[inline]
     pub(crate) fn new(
         cache: &'a Inner,
         frame: FrameNo,
