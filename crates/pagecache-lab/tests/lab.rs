@@ -527,6 +527,12 @@ fn tpcc_tables_are_filled(t: &[pagecache_lab::runner::Table]) {
             assert_eq!(table.cell(r, "Design"), Some("pagecache-btree"));
             assert_ne!(table.cell(r, "tx/s"), Some("-"));
             assert!(table.cell(r, "Write-back CPU").unwrap().ends_with('%'));
+            let restarts = table.cell(r, "Restarts per tx").unwrap();
+            assert!(
+                restarts.parse::<f64>().is_ok_and(|x| x >= 0.0),
+                "{}: restarts per tx {restarts}",
+                table.title
+            );
         }
     }
     for r in 0..2 {

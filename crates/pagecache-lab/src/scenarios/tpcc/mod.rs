@@ -112,6 +112,9 @@ struct Run {
     /// Share in the arena's helper (first touches of frames, which
     /// vmcache's workers take on themselves).
     faults: f64,
+    /// Optimistic descents restarted per transaction (a validation that
+    /// failed or an upgrade refused: another worker changed the page).
+    restarts_per_tx: f64,
 }
 
 /// CPU time of the whole process.
@@ -272,6 +275,7 @@ fn ours(dir: &Path, case: Case, sz: Size, threads: usize) -> io::Result<Run> {
         Ok(())
     })?;
     let before = cache.stats();
+    let restarts0 = db.restarts();
     let fault0 = fault_ticks();
     let cpu0 = process_cpu();
     let stop = AtomicBool::new(false);
@@ -330,6 +334,7 @@ fn ours(dir: &Path, case: Case, sz: Size, threads: usize) -> io::Result<Run> {
     // (A helper of an earlier cache may end meanwhile: never below 0.)
     let fault = fault_ticks().saturating_sub(fault0) as f64 / ticks_per_sec();
     check_orders(&db)?;
+    let restarts = (db.restarts() - restarts0) as f64;
     let workers = worker_cpu.load(Ordering::Relaxed) as f64 / 1e9;
     let n = txs.load(Ordering::Relaxed) as f64;
     let written = (after.writebacks - before.writebacks) as f64;
@@ -362,6 +367,7 @@ fn ours(dir: &Path, case: Case, sz: Size, threads: usize) -> io::Result<Run> {
             f64::NAN
         },
         faults: if cpu > 0.0 { fault / cpu } else { f64::NAN },
+        restarts_per_tx: restarts / n.max(1.0),
     })
 }
 
@@ -427,6 +433,7 @@ fn vmcache(bin: &Path, dir: &Path, case: Case, threads: usize, secs: f64) -> io:
         written_per_evicted: if read > 0.0 { written / read } else { f64::NAN },
         background: f64::NAN,
         faults: f64::NAN,
+        restarts_per_tx: f64::NAN,
     })
 }
 
@@ -487,7 +494,7 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
                 sz.secs,
                 sz.runs
             ),
-            &["Design", "Threads", "tx/s", "vs vmcache", "Written per tx", "Written per evicted", "Write-back CPU", "Arena faults CPU"],
+            &["Design", "Threads", "tx/s", "vs vmcache", "Written per tx", "Written per evicted", "Write-back CPU", "Arena faults CPU", "Restarts per tx"],
         );
         for (di, &d) in designs.iter().enumerate() {
             for (ti, &th) in threads.iter().enumerate() {
@@ -522,6 +529,7 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
                     fmt_num(med(runs, |r| r.written_per_evicted), 2),
                     pct(med(runs, |r| r.background)),
                     pct(med(runs, |r| r.faults)),
+                    fmt_num(med(runs, |r| r.restarts_per_tx), 3),
                 ]);
                 t.series.push(Series::new(
                     &format!("{d} TPC-C ({})", case.name),

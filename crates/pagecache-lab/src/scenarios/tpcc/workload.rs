@@ -43,6 +43,28 @@ pub struct Db {
     pub customers: i32,
 }
 
+impl Db {
+    /// Optimistic descents restarted so far, over every relation.
+    pub fn restarts(&self) -> u64 {
+        [
+            &self.warehouse,
+            &self.district,
+            &self.customer,
+            &self.customer_wdl,
+            &self.history,
+            &self.neworder,
+            &self.order,
+            &self.order_wdc,
+            &self.orderline,
+            &self.item,
+            &self.stock,
+        ]
+        .iter()
+        .map(|t| t.restarts())
+        .sum()
+    }
+}
+
 /// The relations' names, in [`Db`]'s order (their files).
 pub const TABLES: [&str; 11] = [
     "warehouse",
