@@ -17,7 +17,7 @@
 //! | `copy.rs` | per-word atomic copies between frames and buffers |
 //! | `pagelock.rs` | the baseline page locks (global, hashed) |
 //! | `../reclaim/evict.rs` | eviction (5.2 from the evictor's side) |
-//! | `../reclaim/writeback.rs` | write-back: `sync`, close, eviction's writes |
+//! | `../reclaim/writeback/` | write-back: `sync`, close, eviction's and the flusher's writes |
 //!
 //! # Locks (`docs/locking.md` has the rules and the guard legend)
 //!

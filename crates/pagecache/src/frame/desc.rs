@@ -115,7 +115,7 @@ impl FrameDesc {
     /// harmless: between a non-stable write-back's `end_writeback` and the
     /// release of its pin, `latch_base` no longer counts that pin, so a
     /// write-back pin may pass a holder that already drained. Write-back
-    /// pins never read the bytes in Rust (see `reclaim/writeback.rs`): such
+    /// pins never read the bytes in Rust (see `reclaim/writeback/`): such
     /// a write-back merely starts on a page being rewritten, which a
     /// non-stable page allows anyway.
     ///

@@ -6,29 +6,9 @@
 //! Height grows with the largest index and never shrinks; empty nodes are
 //! freed as soon as their last entry goes.
 //!
-//! # Reclamation: type-stable nodes instead of a read-side guard
+//! # Reclamation
 //!
-//! The contract (`docs/contract.md` 5.1) offers three ways to keep lock-free readers safe from
-//! freed nodes. We use **type-stable nodes** (the kernel's
-//! `SLAB_TYPESAFE_BY_RCU` idea): all nodes of a cache live in one arena that
-//! is reserved once (virtual memory, `MAP_NORESERVE`, backed on first touch)
-//! and never unmapped while the cache lives. A freed node goes back on a free
-//! list and may be reused at once, by any file. A reader that raced with the
-//! free therefore reads *valid memory with possibly wrong contents*:
-//!
-//! * a wrong child id: every id is bounds-checked against the arena, so the
-//!   walk stays in mapped memory, and it is bounded by the height it loaded;
-//! * a wrong or empty entry: an empty entry is reported as a miss, and the
-//!   miss path re-checks under the tree lock (authoritative); a wrong frame
-//!   number is pinned and then rejected by the identity re-check of 5.1 step 3
-//!   (owner and index are stable while pinned, because identity only changes
-//!   with the refcount frozen at zero).
-//!
-//! Measured on this machine (contract 5.1), a radix walk with a CAS pin
-//! costs 16 ns and `crossbeam_epoch::pin()` per lookup adds 9 ns; this choice
-//! removes that fence entirely, and a descheduled reader cannot hold back
-//! reclamation (epoch-based reclamation's known pitfall: a descheduled
-//! reader stalls every free, worst when threads outnumber cores).
+//! Nodes are type-stable: see `arena.rs`.
 //!
 //! # Locks and guards
 //!
@@ -39,50 +19,19 @@
 //!
 //! # Dirty tags
 //!
-//! Each node has a `dirty` bitmap: bit `c` set means "child/slot `c` may hold
-//! a dirty page". Protocol (ordering argument):
-//!
-//! ```text
-//!   dirtier (any context)                 sync (tree lock)
-//!   D1 set DIRTY on the page (RMW)        S1 clear the tag bit (RMW) top-down,
-//!      only a 0->1 transition goes on        each level before scanning below
-//!   D2 fetch_or the tag bits (RMW),       S2 start_writeback: test-and-clear
-//!      leaf first, then each ancestor        DIRTY on the page (RMW)
-//! ```
-//!
-//! D2 and S1 are AcqRel RMWs on the tag word; D1 (`unlatch_dirty`, or a
-//! failed write-back's `end_writeback`, Release) is sequenced before D2 in the dirtier, and S2
-//! after S1 in the syncer. If D2 precedes S1 on a tag word, S1 reads from D2
-//! (synchronizes-with), so D1 happens-before S2, and S2, an RMW on the same
-//! state word, sees DIRTY: this sync writes the page. If S1 precedes D2, the bit stays set and the
-//! next sync finds the page. A failed write-back sets DIRTY again (0->1) and
-//! re-tags. The flusher, which takes tags as sync does but never waits for
-//! a latched page, puts back (D2, under the tree lock) the tag of each page
-//! it took and did not write if the page is still DIRTY: the latch holder
-//! unlatches an already dirty page without tagging it. Its load of DIRTY
-//! reads D1's value, and only S2 (which needs a pin, so not before the
-//! latch is dropped) clears it. Its bounded take (`take_dirty_range`)
-//! clears a node's bits (S1) and, before releasing the tree lock, sets
-//! back (D2) those of subtrees and pages it did not take, children before
-//! parents: only a sync, which needs the same lock, could have seen them
-//! clear. Spurious tag bits are harmless (sync filters on DIRTY).
-//!
-//! Growth vs. tagging: the grower stores the new root, then ORs the old
-//! root's bitmap into the new root with an RMW on the old root's `dirty`
-//! (`fetch_or(0)`, AcqRel); a dirtier re-loads the root after D2 and re-tags
-//! from the new root if it changed. Either the grower's RMW reads the
-//! dirtier's bit, or the dirtier's RMW reads from the grower's and then sees
-//! the new root.
+//! Each node has a `dirty` bitmap of children that may hold dirty pages;
+//! the protocol (D1-D2 against S1-S2) is in `dirty.rs`.
 
+mod arena;
+mod dirty;
 mod pins;
+pub use arena::NodeArena;
 pub(crate) use pins::SlotRuns;
 
 use crate::frame::FrameNo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::sync::{LockClass, Mutex, MutexGuard};
 use std::io;
-#[cfg(not(loom))]
-use std::ptr::NonNull;
 
 /// Fan-out bits per level.
 pub const SHIFT: u32 = 6;
@@ -111,136 +60,6 @@ pub struct Node {
     pins: [AtomicU64; 4],
     /// (A) slots whose writer waits for their run pins to go.
     pin_waiters: AtomicU64,
-}
-
-/// The cache-wide arena of index nodes (type-stable, see module docs).
-#[derive(Debug)]
-pub struct NodeArena {
-    /// The reserved mapping: zeroed memory is a valid empty node.
-    #[cfg(not(loom))]
-    base: NonNull<Node>,
-    /// Under loom, nodes are made on first allocation (loom's atomics are
-    /// not valid as zeroed memory) and, like the mapping, never freed while
-    /// the arena lives.
-    #[cfg(loom)]
-    nodes: Box<[std::sync::OnceLock<Node>]>,
-    max_nodes: u32,
-    /// Next never-used id (ids start at 1; 0 means "no node").
-    next: AtomicU32,
-    /// Freed ids, reused first.
-    free: Mutex<Vec<u32>>,
-    #[cfg(not(loom))]
-    map_len: usize,
-}
-
-// SAFETY: nodes are made of atomics only; the arena pointer is valid for the
-// arena's life and shared by design.
-unsafe impl Send for NodeArena {}
-// SAFETY: as above.
-unsafe impl Sync for NodeArena {}
-
-impl NodeArena {
-    /// Reserves room for `max_nodes` nodes (virtual memory only).
-    pub fn new(max_nodes: u32) -> io::Result<Self> {
-        #[cfg(not(loom))]
-        let map_len = (max_nodes as usize + 1) * std::mem::size_of::<Node>();
-        // Huge pages: a random lookup touches a leaf anywhere in the arena.
-        #[cfg(not(loom))]
-        let base = crate::frame::map_huge(map_len, "the index node arena")?;
-        Ok(NodeArena {
-            // Page aligned, so suitably aligned for `Node` (64).
-            #[cfg(not(loom))]
-            base: base.cast(),
-            #[cfg(loom)]
-            nodes: (0..=max_nodes)
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
-            max_nodes,
-            next: AtomicU32::new(1),
-            free: Mutex::with_class(Vec::new(), LockClass::NodeFreeList),
-            #[cfg(not(loom))]
-            map_len,
-        })
-    }
-
-    /// The node with id `id`, or `None` if the id is out of range (a garbage
-    /// id read from a recycled node).
-    #[inline(always)]
-    fn get(&self, id: u64) -> Option<&Node> {
-        if id == 0 || id > self.max_nodes as u64 {
-            return None;
-        }
-        #[cfg(loom)]
-        return self.nodes[id as usize].get();
-        // SAFETY: 1 <= id <= max_nodes is inside the mapping, which lives as
-        // long as `self`; zeroed memory is a valid `Node` of atomics.
-        #[cfg(not(loom))]
-        Some(unsafe { &*self.base.as_ptr().add(id as usize) })
-    }
-
-    fn alloc(&self) -> io::Result<u32> {
-        if let Some(id) = self.free.lock().pop() {
-            return Ok(id);
-        }
-        // Relaxed: only allocation under some tree lock bumps it; the id is
-        // handed out once. The node's zero contents need no publication:
-        // the Release store of the slot that links it publishes them.
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        if id > self.max_nodes {
-            // Relaxed: undoes our own bump; ids are never handed out past max.
-            self.next.fetch_sub(1, Ordering::Relaxed);
-            return Err(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "index node arena exhausted",
-            ));
-        }
-        #[cfg(loom)]
-        let _ = self.nodes[id as usize].set(Node::empty());
-        Ok(id)
-    }
-
-    /// A fresh node for tree `owner` at `pos` (see [`Node::pos`]).
-    /// Publication: the caller links it with a Release store.
-    fn alloc_at(&self, owner: u64, pos: u64) -> io::Result<u32> {
-        let id = self.alloc()?;
-        let n = self.get(id as u64).expect("fresh node");
-        // Relaxed: published by the Release store that links the node.
-        n.pos.store(pos, Ordering::Relaxed);
-        n.owner.store(owner, Ordering::Relaxed);
-        Ok(id)
-    }
-
-    /// Returns an empty node (all slots zero, count zero).
-    fn free_node(&self, id: u32) {
-        let n = self.get(id as u64).expect("freeing a valid node");
-        // Relaxed: `count` is only written under the tree lock we hold.
-        debug_assert_eq!(n.count.load(Ordering::Relaxed), 0);
-        // Relaxed: stray tag bits may have landed (see module docs); clear
-        // them so a reused node starts clean. Racing taggers are harmless.
-        n.dirty.store(0, Ordering::Relaxed);
-        // Relaxed: `retire` already cleared it with an RMW (pins.rs); a
-        // node never linked as a leaf is cleared here.
-        n.owner.store(0, Ordering::Relaxed);
-        self.free.lock().push(id);
-    }
-
-    /// Nodes in use (tests).
-    #[cfg(all(test, not(loom)))]
-    pub fn in_use(&self) -> usize {
-        // Relaxed: a statistic.
-        (self.next.load(Ordering::Relaxed) as usize - 1) - self.free.lock().len()
-    }
-}
-
-#[cfg(not(loom))]
-impl Drop for NodeArena {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly our mapping; trees borrow the arena
-        // through the cache, which outlives them.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.map_len);
-        }
-    }
 }
 
 /// Proof that the caller holds a tree's lock.
@@ -361,48 +180,6 @@ impl Tree {
     pub fn lookup(&self, arena: &NodeArena, index: u64) -> Option<FrameNo> {
         let leaf = self.leaf(arena, index)?;
         Node::entry(leaf, index)
-    }
-
-    /// Lock-free: sets the dirty tag path for `index` (steps D2 of the
-    /// module's tag protocol). Context: any; the caller just moved the page
-    /// from clean to dirty while holding a pin on it.
-    pub fn tag_dirty(&self, arena: &NodeArena, index: u64) {
-        loop {
-            // Acquire: see `leaf`.
-            let root = self.root.load(Ordering::Acquire);
-            let (root_id, height) = unpack(root);
-            if height == 0 || index >= capacity(height) {
-                return; // the page left the tree (truncated): nothing to tag
-            }
-            let mut path = [0u64; 12];
-            let mut id = root_id;
-            let mut level = height - 1;
-            let mut depth = 0;
-            loop {
-                let Some(node) = arena.get(id) else { return };
-                path[depth] = id;
-                depth += 1;
-                if level == 0 {
-                    break;
-                }
-                // Acquire: see `leaf`.
-                id = node.slots[slot_at(index, level)].load(Ordering::Acquire);
-                level -= 1;
-            }
-            // Bottom-up: leaf first, so a sync that sees an ancestor bit
-            // finds the leaf bit too.
-            for (d, &nid) in path[..depth].iter().enumerate().rev() {
-                let lvl = height - 1 - d as u32;
-                if let Some(n) = arena.get(nid) {
-                    // AcqRel: step D2, see the module docs.
-                    n.dirty.fetch_or(1 << slot_at(index, lvl), Ordering::AcqRel);
-                }
-            }
-            // Acquire: if a grower replaced the root, re-tag from the new one.
-            if self.root.load(Ordering::Acquire) == root {
-                return;
-            }
-        }
     }
 }
 
@@ -665,64 +442,6 @@ impl<'a> TreeLocked<'a> {
         walk(arena, root_id, height - 1, 0, start, out);
     }
 
-    /// Sync's collection (steps S1 of the tag protocol): clears every dirty
-    /// tag top-down and returns the pages that were tagged, in index order.
-    pub fn take_dirty(&self, arena: &NodeArena, out: &mut Vec<(u64, FrameNo)>) {
-        self.take_dirty_range(arena, 0, u64::MAX, usize::MAX, out);
-    }
-
-    /// The flusher's bounded collection: takes (S1) the tags of the pages
-    /// in `start..end`, in index order, until `out` holds `max` pages, and
-    /// leaves every other tag set. Its work under the tree lock is the
-    /// pages it takes plus one path, not the file's whole dirty set: a
-    /// writer inserting a page waits for that lock. A tag it cleared on
-    /// the way down and did not consume (a subtree it stopped in, bits out
-    /// of range) is put back with a D2 RMW before the lock is released,
-    /// bottom-up, so no sync ever sees it missing.
-    pub fn take_dirty_range(
-        &self,
-        arena: &NodeArena,
-        start: u64,
-        end: u64,
-        max: usize,
-        out: &mut Vec<(u64, FrameNo)>,
-    ) {
-        let mut visits = usize::MAX;
-        self.take_dirty_if(arena, (start, end), max, &mut visits, &mut |_| true, out);
-    }
-
-    /// [`TreeLocked::take_dirty_range`] that takes only the tagged pages whose
-    /// frame `keep` accepts (the others keep their tags, put back as
-    /// above) and looks at no more than `visits` tagged pages. Returns the
-    /// last tagged page it looked at, if any: a caller resuming after it
-    /// looks at every tagged page once. `keep` runs under the tree lock:
-    /// it may read the frame's descriptor, nothing more.
-    pub fn take_dirty_if(
-        &self,
-        arena: &NodeArena,
-        (start, end): (u64, u64),
-        max: usize,
-        visits: &mut usize,
-        keep: &mut dyn FnMut(FrameNo) -> bool,
-        out: &mut Vec<(u64, FrameNo)>,
-    ) -> Option<u64> {
-        let (root_id, height) = self.root();
-        if height == 0 || start >= end || out.len() >= max || *visits == 0 {
-            return None;
-        }
-        let mut t = Take {
-            start,
-            end,
-            max,
-            visits: *visits,
-            keep,
-            last: None,
-        };
-        take(arena, root_id, height - 1, 0, &mut t, out);
-        *visits = t.visits;
-        t.last
-    }
-
     /// Checks the tree's invariants (tests): counts match occupied slots,
     /// every child is a valid node, every leaf entry's frame satisfies
     /// `check(index, frame)`.
@@ -783,67 +502,6 @@ fn span(base: u64, level: u32, s: u64) -> (u64, u64) {
         idx.saturating_add((1u64 << span_shift) - 1)
     };
     (idx, last)
-}
-
-/// A bounded, filtered take's bounds and what it has looked at.
-struct Take<'k> {
-    start: u64,
-    end: u64,
-    /// Stop once `out` holds this many.
-    max: usize,
-    /// Tagged pages still to look at.
-    visits: usize,
-    keep: &'k mut dyn FnMut(FrameNo) -> bool,
-    /// The last tagged page looked at.
-    last: Option<u64>,
-}
-
-/// [`TreeLocked::take_dirty_if`] below node `id`: returns whether every
-/// tag it cleared here was consumed (its parent's bit may stay clear).
-fn take(
-    arena: &NodeArena,
-    id: u64,
-    level: u32,
-    base: u64,
-    t: &mut Take<'_>,
-    out: &mut Vec<(u64, FrameNo)>,
-) -> bool {
-    let node = arena.get(id).expect("node on a locked path");
-    // AcqRel: step S1, see module docs. Clear-then-scan.
-    let mut bits = node.dirty.swap(0, Ordering::AcqRel);
-    let mut back = 0u64;
-    while bits != 0 {
-        let s = bits.trailing_zeros() as u64;
-        bits &= bits - 1;
-        let (idx, last) = span(base, level, s);
-        if last < t.start || idx >= t.end || out.len() >= t.max || t.visits == 0 {
-            back |= 1 << s;
-            continue;
-        }
-        // Relaxed: under the tree lock, the only writer.
-        let e = node.slots[s as usize].load(Ordering::Relaxed);
-        if e == 0 {
-            continue; // a stray tag: dropped
-        }
-        if level == 0 {
-            t.visits -= 1;
-            t.last = Some(idx);
-            let f = (e - 1) as FrameNo;
-            if (t.keep)(f) {
-                out.push((idx, f));
-            } else {
-                back |= 1 << s;
-            }
-        } else if !take(arena, e, level - 1, idx, t, out) {
-            back |= 1 << s;
-        }
-    }
-    if back != 0 {
-        // AcqRel: a put-back is a D2 (module docs); the children's bits
-        // were put back before this one, as a dirtier sets them.
-        node.dirty.fetch_or(back, Ordering::AcqRel);
-    }
-    back == 0
 }
 
 fn walk(

@@ -10,7 +10,7 @@
 //!   page dirty longer than `Config::dirty_expire`), by need (reclaim's
 //!   cold end), and past the hard limit; never the hot set just because
 //!   much is dirty. At most 8 MiB and 16 writes are in flight
-//!   (`writeback.rs`). A pass resumes each file where its last pass
+//!   (`writeback/`). A pass resumes each file where its last pass
 //!   stopped (the kernel's `writeback_index`) and goes through the files
 //!   dirtied longest ago first (the kernel's `dirtied_when` order).
 //!
@@ -42,7 +42,7 @@
 //! written per page evicted, 1.18 without it.
 //!
 //! The policy only chooses pages: each write is the write-back protocol
-//! of `writeback.rs` (the tag taken under the tree lock, pinned, the hook
+//! of `writeback/` (the tag taken under the tree lock, pinned, the hook
 //! asked, errors counted), so sync's truth, write-back errors and the hook
 //! hold whatever the flusher picks. A `sync` writes every dirty page.
 //!
