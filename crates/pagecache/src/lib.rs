@@ -107,7 +107,7 @@ mod io;
 pub use api::*;
 pub use error::{errno, os_error, PageError};
 pub use frame::ARENA_SLACK;
-pub use stats::lockstat;
+pub use sync::lockstat;
 
 /// Internals for the project's own tests, benchmarks, loom models and lab.
 /// Not part of the API: no semver promise, hidden from the docs.

@@ -64,7 +64,7 @@
 //! of the same file) counts on the shard it holds. Under loom there is one
 //! shard, and the hold-back is one yield.
 
-use crate::stats::lockstat::LockClass;
+use crate::sync::lockstat::LockClass;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering};
 
 /// A shard word: holders in the low [`COUNT_BITS`] bits, the highest page
@@ -213,7 +213,7 @@ impl SizeLock {
         #[cfg(not(loom))]
         let _ = SHARED_DEPTH.try_with(|d| d.set(d.get() + 1));
         #[cfg(all(feature = "lockstat", not(loom)))]
-        crate::stats::lockstat::acquired(LockClass::SizeLock, waited);
+        crate::sync::lockstat::acquired(LockClass::SizeLock, waited);
         SizeShared {
             lock: self,
             shard,
@@ -327,7 +327,7 @@ impl SizeLock {
             crate::sync::unpark_all(self.shared_key());
         }
         #[cfg(all(feature = "lockstat", not(loom)))]
-        crate::stats::lockstat::acquired(LockClass::SizeLock, waited.then_some(asked));
+        crate::sync::lockstat::acquired(LockClass::SizeLock, waited.then_some(asked));
         SizeExclusive {
             lock: self,
             _one: one,
@@ -341,7 +341,7 @@ impl Drop for SizeShared<'_> {
     #[inline]
     fn drop(&mut self) {
         #[cfg(all(feature = "lockstat", not(loom)))]
-        crate::stats::lockstat::released(LockClass::SizeLock, self.since);
+        crate::sync::lockstat::released(LockClass::SizeLock, self.since);
         // S5.
         self.lock.leave(self.shard);
         #[cfg(not(loom))]
@@ -352,7 +352,7 @@ impl Drop for SizeShared<'_> {
 impl Drop for SizeExclusive<'_> {
     fn drop(&mut self) {
         #[cfg(all(feature = "lockstat", not(loom)))]
-        crate::stats::lockstat::released(LockClass::SizeLock, self.since);
+        crate::sync::lockstat::released(LockClass::SizeLock, self.since);
         // X6. Release: our work happens-before S2's Acquire load of it.
         self.lock.phase.store(IDLE, Ordering::Release);
         crate::sync::unpark_all(self.lock.shared_key());

@@ -1271,7 +1271,7 @@ fn throttled_writer_vs_flusher_passes() {
         let flusher = {
             let p = p.clone();
             thread::spawn(move || {
-                // F1-F3 as `reclaim::flusher` runs them, with passes that
+                // F1-F3 as `cache::flusher` runs them, with passes that
                 // write nothing.
                 while p.wait_kick() {
                     if !p.end_pass(false) {

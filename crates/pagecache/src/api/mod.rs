@@ -2,8 +2,9 @@
 
 pub use crate::anon::{AnonMut, AnonRef, AnonRegion};
 pub use crate::cache::PageLockKind;
-pub use crate::cache::StreamChoice;
 use crate::cache::{FileShared, FramePin, Handle, Inner, Readahead, LEAF_PAGES, RUN_MAX};
+pub use crate::cache::{StreamChoice, StreamReads};
+pub use crate::cache::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
 pub use crate::frame::alloc::PoolKind;
 use crate::io::engine::Engine;
 pub use crate::io::IoEngine;
@@ -13,11 +14,9 @@ pub use crate::io::{
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 pub use guards::{PageMut, PageRef, PageRun};
-pub use hook::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
 pub use optimistic::Optimistic;
 
 mod guards;
-mod hook;
 mod optimistic;
 use crate::sync::Ordering;
 use std::io;
@@ -131,51 +130,6 @@ pub struct Config {
     /// modes add the drop-behind, so the kernel holds no second copy of
     /// what the stream passed.
     pub stream_reads: StreamReads,
-}
-
-/// How a cache reads sequential streams ([`Config::stream_reads`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StreamReads {
-    /// With direct I/O, as every other read: the kernel's cache is not
-    /// involved.
-    Direct,
-    /// Through the kernel's buffered path, so its readahead keeps
-    /// megabytes in flight, without keeping the kernel's copy: it is
-    /// dropped behind the stream in aligned 8 MiB blocks
-    /// (`POSIX_FADV_DONTNEED`). On devices whose direct reads top out below
-    /// what the kernel's own readahead gets (virtual disks, some cloud
-    /// volumes) a scan runs faster; on fast local NVMe direct reads
-    /// usually win.
-    ///
-    /// A stream of a file larger than the cache does not go through the
-    /// frames at all: its missing pages are read straight into the
-    /// reader's buffer through the kernel's readahead (one copy, as
-    /// `read()` makes), no frame is taken and nothing is evicted; pages
-    /// the cache holds, dirty ones above all, are copied from the cache
-    /// ([`Stats::streamed_pages`](crate::Stats::streamed_pages) counts the
-    /// others). A file the cache can hold is read into the frames, for the
-    /// next pass to hit.
-    Buffered,
-    /// Each device's first streams are read both ways and measured, and
-    /// the faster is kept for that device (buffered only if at least 5%
-    /// faster): see [`PageCache::stream_choices`]. The buffered side is
-    /// measured on the path its streams would take (past the cache, for
-    /// a file larger than it).
-    ///
-    /// The default: which way is faster depends on the device (on this
-    /// project's virtual disk buffered streams ran 1.1-1.3x direct ones,
-    /// on fast local NVMe direct reads usually win), and a fixed choice is
-    /// wrong somewhere. What it costs: until a device's choice is made, its
-    /// streams are read both ways; the measurement reads about 200 MiB of
-    /// streams with 2 MiB windows (warm-ups included), once per device and
-    /// cache (a cache that streams less than about 100 MiB from a device
-    /// reads all of it direct). Where buffered is chosen, the kernel's cache
-    /// holds what [`StreamReads::Buffered`] leaves in it: a stream's last
-    /// 8 MiB blocks and the kernel's readahead past them, until the file's
-    /// last handle closes. Choose [`StreamReads::Direct`] to keep the
-    /// kernel's cache out of a cache's reads entirely.
-    #[default]
-    Measure,
 }
 
 impl Default for Config {
@@ -343,9 +297,9 @@ impl PageCache {
 
     /// Lock profile per lock class, sorted by total wait (cargo feature
     /// `lockstat`; empty without it). Process-wide: counts every cache in the
-    /// process. Format it with [`crate::stats::lockstat::format`].
-    pub fn lock_profile(&self) -> Vec<crate::stats::lockstat::LockProfile> {
-        crate::stats::lockstat::snapshot()
+    /// process. Format it with [`crate::sync::lockstat::format`].
+    pub fn lock_profile(&self) -> Vec<crate::sync::lockstat::LockProfile> {
+        crate::sync::lockstat::snapshot()
     }
 
     /// A snapshot of the counters.
@@ -459,8 +413,8 @@ impl File {
     pub(crate) fn background_pass(&self) -> io::Result<()> {
         self.inner().write_dirty_file(
             &self.shared,
-            crate::reclaim::Sweep {
-                pick: crate::reclaim::Pick::Any,
+            crate::cache::Sweep {
+                pick: crate::cache::Pick::Any,
                 goal: 0,
             },
         )

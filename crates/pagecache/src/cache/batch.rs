@@ -579,7 +579,7 @@ impl Inner {
     ///
     /// Why the file's bytes are the page's: a page that is not in the
     /// index is clean (a dirty page leaves the index only after its
-    /// write-back, `reclaim/evict.rs`), so the file holds its latest bytes,
+    /// write-back, `cache/evict.rs`), so the file holds its latest bytes,
     /// and the kernel's cache, which direct writes invalidate, does not
     /// hide them. A page inserted and written by another thread after the
     /// lookup is a write concurrent with this read: the read gives the

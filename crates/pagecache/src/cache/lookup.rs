@@ -27,7 +27,7 @@
 //! reference is dropped by the common release path, which frees the frame
 //! if it was the last.
 //!
-//! The remover's side lives in `reclaim/evict.rs` (eviction) and
+//! The remover's side lives in `cache/evict.rs` (eviction) and
 //! `truncate.rs` (5.6, which orphans instead of freezing).
 //!
 //! Waiting in step 2 is restricted to the latch of the page being looked up

@@ -16,8 +16,9 @@
 //! | `validate.rs` | cache-wide invariants (tests) |
 //! | `copy.rs` | per-word atomic copies between frames and buffers |
 //! | `pagelock.rs` | the baseline page locks (global, hashed) |
-//! | `../reclaim/evict.rs` | eviction (5.2 from the evictor's side) |
-//! | `../reclaim/writeback/` | write-back: `sync`, close, eviction's and the flusher's writes |
+//! | `evict.rs` | eviction (5.2 from the evictor's side) |
+//! | `writeback/` | write-back: `sync`, close, eviction's and the flusher's writes; the write-back hook |
+//! | `flusher.rs` | background write-back, dirty accounting and throttling |
 //!
 //! # Locks (`docs/locking.md` has the rules and the guard legend)
 //!
@@ -60,7 +61,10 @@ use std::sync::{Arc, Weak};
 mod batch;
 pub(crate) use batch::Readahead;
 mod copy;
+mod evict;
+mod flusher;
 pub(crate) use copy::{atomic_load_copy, atomic_load_small, atomic_store_copy, atomic_zero};
+pub(crate) use flusher::{now_ms, Flusher};
 mod lookup;
 pub(crate) use lookup::PinMiss;
 mod miss;
@@ -72,12 +76,15 @@ pub(crate) use registry::{FileShared, Registry, SizeShared};
 mod run;
 pub(crate) use run::{LEAF_PAGES, RUN_MAX};
 mod streams;
-pub use streams::StreamChoice;
 pub(crate) use streams::Streams;
+pub use streams::{StreamChoice, StreamReads};
 mod optimistic;
 mod rw;
 mod truncate;
 mod validate;
+mod writeback;
+pub(crate) use writeback::{Pick, Sweep};
+pub use writeback::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
 
 /// `Inner::hooks` bit: the policy wants every hit ([`Policy::wants_hits`]).
 const HOOK_HITS: u8 = 1;
@@ -135,17 +142,17 @@ pub(crate) struct Inner {
     /// `OutOfMemory` (they end by themselves), asynchronous reads start
     /// only while it is under half the cache, and `validate` waits for 0.
     pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
-    /// (A) dirty pages (`reclaim/flusher.rs`); may dip below 0 for a moment.
+    /// (A) dirty pages (`flusher.rs`); may dip below 0 for a moment.
     pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
     /// (C) dirty pages down to which the flusher writes once the count is
-    /// past the limit (W3, `reclaim/flusher.rs`).
+    /// past the limit (W3, `flusher.rs`).
     pub(crate) dirty_background: usize,
     /// (C) dirty pages past which writers wait for the flusher.
     pub(crate) dirty_limit: usize,
     /// (C) how long a page may stay dirty before the flusher writes it.
     pub(crate) dirty_expire: std::time::Duration,
     /// (C) the background flusher (its own leaf mutex).
-    pub(crate) flusher: crate::reclaim::Flusher,
+    pub(crate) flusher: Flusher,
     /// (C) the largest readahead window, in pages (0: no readahead), with
     /// the bounds of `Inner::new` applied.
     pub(crate) readahead_max: u64,
@@ -245,7 +252,7 @@ impl Inner {
         let stream_reads = if engine.kind() == crate::io::IoEngine::Uring {
             config.stream_reads
         } else {
-            crate::api::StreamReads::Direct
+            StreamReads::Direct
         };
         Ok(Inner {
             frames,
@@ -562,7 +569,7 @@ impl Drop for FrameLatch<'_> {
         };
         if let Some((fs, index)) = tag {
             // Before the tag: the flusher that takes it reads the time.
-            d.set_dirtied(crate::reclaim::now_ms());
+            d.set_dirtied(now_ms());
             fs.tree.tag_dirty(&self.cache.nodes, index);
             self.cache.dirtied();
             self.cache.file_dirtied(fs);

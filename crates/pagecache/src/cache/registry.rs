@@ -83,7 +83,7 @@ pub(crate) struct FileShared {
     /// loom; see `sync::Witness`).
     pub(crate) disk: Witness,
     /// The write-back hook (`File::set_writeback_hook`), if any.
-    pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::api::WritebackHook>>,
+    pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::cache::WritebackHook>>,
     /// (A) whether `hook` is set: write-back then keeps pages stable.
     pub(crate) hooked: crate::sync::unmodelled::AtomicBool,
     /// (A) where the flusher's next pass over this file starts (the page

@@ -317,7 +317,7 @@ impl Inner {
         if end > fs.len.load(Ordering::Acquire) {
             self.check_len(fs, end, "write")?;
         }
-        // Dirty throttling, before any lock (reclaim/flusher.rs).
+        // Dirty throttling, before any lock (cache/flusher.rs).
         self.balance_dirty();
         // 5.3 for a write: the only pages it must read are a partial first
         // and a partial last page. A missing last one is read

@@ -20,7 +20,7 @@ pub struct FrameDesc {
     /// (V) Page index within the owner.
     index: AtomicU64,
     /// (A) When the page last went from clean to dirty, in milliseconds of
-    /// the coarse monotonic clock (`reclaim::flusher::now_ms`): which pages
+    /// the coarse monotonic clock (`cache::flusher::now_ms`): which pages
     /// background write-back judges old enough to write. A hint: a stale
     /// value only moves a page's write earlier or later.
     dirtied: crate::sync::unmodelled::AtomicU64,
@@ -115,7 +115,7 @@ impl FrameDesc {
     /// harmless: between a non-stable write-back's `end_writeback` and the
     /// release of its pin, `latch_base` no longer counts that pin, so a
     /// write-back pin may pass a holder that already drained. Write-back
-    /// pins never read the bytes in Rust (see `reclaim/writeback/`): such
+    /// pins never read the bytes in Rust (see `cache/writeback/`): such
     /// a write-back merely starts on a page being rewritten, which a
     /// non-stable page allows anyway.
     ///

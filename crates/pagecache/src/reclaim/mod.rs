@@ -139,14 +139,9 @@ mod imp {
 }
 
 mod clock;
-mod evict;
-mod flusher;
 pub mod passes;
-pub(crate) use flusher::{now_ms, Flusher};
-pub(crate) use writeback::{Pick, Sweep};
 mod smp_lru;
 mod strict_lru;
-mod writeback;
 
 /// Declares the policies users can choose: one line each, `Name =>
 /// constructor` (`#[default]` marks the default), in the order they are

@@ -8,8 +8,6 @@
 //! `fetch_add`. [`Stats`] sums the stripes: a snapshot, exact once the
 //! counting threads have stopped.
 
-pub mod lockstat;
-
 use crate::sync::unmodelled::{AtomicU64, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 

@@ -62,8 +62,11 @@
 //! Never wait for a latch while holding pins (lock rule 6): a run stops at
 //! a latched page, is written, and only then does the flush wait.
 
+mod hook;
 mod pass;
 mod run;
+
+pub use hook::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
 
 use crate::cache::{FileShared, Inner, SizeShared};
 use crate::error::context;

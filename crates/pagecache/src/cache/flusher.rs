@@ -66,8 +66,8 @@
 // Under loom there is no flusher thread (models drive write-back directly).
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-use super::passes::Passes;
 use crate::cache::Inner;
+use crate::reclaim::passes::Passes;
 use crate::sync::unmodelled::{Mutex, Ordering};
 use std::time::Duration;
 
@@ -263,7 +263,7 @@ impl Inner {
                     &fs,
                     &size,
                     &pages,
-                    crate::api::WritebackCause::Eviction,
+                    crate::cache::WritebackCause::Eviction,
                     &mut Vec::new(),
                 );
             }
@@ -334,7 +334,7 @@ impl Inner {
     /// write-back itself (the pages stay dirty); a file with no handle
     /// whose pages are now clean is released. Context: may sleep (I/O); no
     /// lock held.
-    fn flush_pass(&self, sweep: crate::reclaim::Sweep) {
+    fn flush_pass(&self, sweep: crate::cache::Sweep) {
         let mut files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
         // Relaxed: a hint (see `file_dirtied`).
         files.sort_by_key(|fs| match fs.dirtied_when.load(Ordering::Relaxed) {
@@ -373,8 +373,8 @@ impl Inner {
         if expire == u64::MAX || now < expire || self.dirty_pages() == 0 {
             return;
         }
-        self.flush_pass(crate::reclaim::Sweep {
-            pick: crate::reclaim::Pick::Expired(now - expire),
+        self.flush_pass(crate::cache::Sweep {
+            pick: crate::cache::Pick::Expired(now - expire),
             goal: 0,
         });
     }
@@ -405,9 +405,9 @@ impl Inner {
             // may dirty pages faster than one pass writes them.
             let written = self.counters.sum(crate::stats::Counter::Writebacks);
             let cold = now_ms().saturating_sub(self.expire_ms());
-            for pick in [crate::reclaim::Pick::Cold(cold), crate::reclaim::Pick::Any] {
+            for pick in [crate::cache::Pick::Cold(cold), crate::cache::Pick::Any] {
                 if self.dirty_pages() > goal {
-                    self.flush_pass(crate::reclaim::Sweep { pick, goal });
+                    self.flush_pass(crate::cache::Sweep { pick, goal });
                 }
             }
             let progress = self.counters.sum(crate::stats::Counter::Writebacks) > written;

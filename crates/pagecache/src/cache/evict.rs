@@ -333,7 +333,7 @@ impl Inner {
                 &fs,
                 &size,
                 &run,
-                crate::api::WritebackCause::Eviction,
+                crate::cache::WritebackCause::Eviction,
                 &mut kept.deferred,
             );
             for &(_, n) in run.iter().filter(|&&(_, n)| n != f) {

@@ -15,6 +15,8 @@
 //! on its frame's [`Witness`], so a model can observe a copy torn by a
 //! concurrent writer exactly where the seqlock must catch it.
 
+pub mod lockstat;
+
 #[cfg(loom)]
 #[allow(unused_imports)]
 pub(crate) use loom::sync::atomic::{
@@ -184,7 +186,7 @@ pub(crate) struct Mutex<T> {
     class: Class,
 }
 
-pub(crate) use crate::stats::lockstat::LockClass;
+pub(crate) use lockstat::LockClass;
 
 #[cfg(all(feature = "lockstat", not(loom)))]
 #[derive(Debug, Clone, Copy)]
@@ -225,7 +227,7 @@ impl<G: std::ops::DerefMut> std::ops::DerefMut for Held<G> {
 #[cfg(all(feature = "lockstat", not(loom)))]
 impl<G> Drop for Held<G> {
     fn drop(&mut self) {
-        crate::stats::lockstat::released(self.class, self.since);
+        lockstat::released(self.class, self.since);
     }
 }
 
@@ -247,13 +249,13 @@ fn profiled<G>(
 ) -> Held<G> {
     let g = match try_get() {
         Some(g) => {
-            crate::stats::lockstat::acquired(class, None);
+            lockstat::acquired(class, None);
             g
         }
         None => {
             let t = std::time::Instant::now();
             let g = get();
-            crate::stats::lockstat::acquired(class, Some(t));
+            lockstat::acquired(class, Some(t));
             g
         }
     };
@@ -294,7 +296,7 @@ impl<T> Mutex<T> {
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         #[cfg(all(feature = "lockstat", not(loom)))]
         return self.inner.try_lock().map(|g| {
-            crate::stats::lockstat::acquired(self.class.0, None);
+            lockstat::acquired(self.class.0, None);
             Held {
                 g,
                 class: self.class.0,
@@ -501,7 +503,7 @@ pub(crate) struct WaitTimer {
 #[cfg(all(feature = "lockstat", not(loom)))]
 impl Drop for WaitTimer {
     fn drop(&mut self) {
-        crate::stats::lockstat::waited(self.t.0, self.t.1);
+        lockstat::waited(self.t.0, self.t.1);
     }
 }
 

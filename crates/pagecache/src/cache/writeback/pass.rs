@@ -107,9 +107,9 @@ impl Inner {
                     }
                     let wait = background.is_none() && run.is_empty() && flight.pages == 0;
                     let cause = if background.is_some() {
-                        crate::api::WritebackCause::Background
+                        crate::cache::WritebackCause::Background
                     } else {
-                        crate::api::WritebackCause::Sync
+                        crate::cache::WritebackCause::Sync
                     };
                     let pinned = self.pin_for_writeback(fs, index, f, wait, cause);
                     match pinned {

@@ -100,7 +100,7 @@ impl Inner {
         fs: &FileShared,
         index: u64,
         f: FrameNo,
-        cause: crate::api::WritebackCause,
+        cause: crate::cache::WritebackCause,
     ) -> Verdict {
         // Relaxed: a hint (see `stable_pages`).
         if !fs.hooked.load(crate::sync::unmodelled::Ordering::Relaxed) {
@@ -139,14 +139,14 @@ impl Inner {
             // pin to drain); readers only read.
             unsafe { self.frames.bytes(f) }
         };
-        let page = crate::api::WritebackPage {
+        let page = crate::cache::WritebackPage {
             index,
             bytes,
             cause,
         };
         let verdict = match (hook.0)(&page) {
-            crate::api::WritebackDecision::Write => Verdict::Write,
-            crate::api::WritebackDecision::Defer => Verdict::Defer,
+            crate::cache::WritebackDecision::Write => Verdict::Write,
+            crate::cache::WritebackDecision::Defer => Verdict::Defer,
         };
         // A latch holder that began changing the bytes while the hook read
         // them: what it saw may not be what would be written.
@@ -303,7 +303,7 @@ impl Inner {
         fs: &FileShared,
         index: u64,
         f: FrameNo,
-        cause: crate::api::WritebackCause,
+        cause: crate::cache::WritebackCause,
     ) {
         let old = self.desc(f).end_writeback(true);
         if !old.is_removed() {
@@ -313,7 +313,7 @@ impl Inner {
                 self.file_dirtied(fs);
             }
         }
-        if cause != crate::api::WritebackCause::Sync {
+        if cause != crate::cache::WritebackCause::Sync {
             // Release: after the re-tag; pairs with `flush`'s Acquire load
             // (through the Release decrement of `fs.writeback` that follows,
             // which its wait reads).
@@ -369,7 +369,7 @@ impl Inner {
         fs: &FileShared,
         size: &SizeShared<'_>,
         pages: &[(u64, FrameNo)],
-        cause: crate::api::WritebackCause,
+        cause: crate::cache::WritebackCause,
         deferred: &mut Vec<FrameNo>,
     ) -> io::Result<()> {
         let mut res = Ok(());
@@ -507,7 +507,7 @@ impl Inner {
         index: u64,
         f: FrameNo,
         wait: bool,
-        cause: crate::api::WritebackCause,
+        cause: crate::cache::WritebackCause,
     ) -> WbPin {
         let d = self.desc(f);
         let stable = self.stable_pages(fs);
