@@ -1,4 +1,4 @@
-//! `include/pagecache.h` is what cbindgen makes of `src/lib.rs` today:
+//! `include/pagecache.h` is what cbindgen makes of `src/` (lib.rs and its modules) today:
 //! regenerated here and compared byte for byte. `UPDATE_HEADER=1` rewrites
 //! it instead.
 use std::path::Path;
@@ -13,7 +13,7 @@ fn the_checked_in_header_matches_the_code() {
         .with_crate(crate_dir)
         .with_config(config)
         .generate()
-        .expect("cbindgen failed on src/lib.rs")
+        .expect("cbindgen failed on src/")
         .write(&mut out);
     let fresh = String::from_utf8(out).unwrap();
     if std::env::var_os("UPDATE_HEADER").is_some() {

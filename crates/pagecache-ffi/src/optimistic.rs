@@ -1,0 +1,252 @@
+//! Optimistic views (`pc_optimistic`): taken by index walk or frame hint,
+//! validated (also inline in the header), upgraded to a latch.
+
+use crate::error::{arg, fail, guard, invalid, out};
+use crate::file::{pc_file, would_wait};
+use crate::pins::{hold, pc_pin, Held};
+use std::ffi::c_int;
+use std::io;
+
+/// Words of private storage in a `pc_optimistic`.
+pub const PC_OPTIMISTIC_PRIVATE_WORDS: usize = 8;
+
+/// Bytes of readable zeros mapped after a cache's last frame (anonymous
+/// regions share the frames): a reader of `pc_optimistic::data` that goes
+/// past the page through a torn offset, before its validation fails,
+/// reads zeros there instead of faulting (any 16-bit offset plus a small
+/// read past the last page lands in them).
+pub const PC_ARENA_SLACK: usize = 65536;
+
+const _: () = assert!(PC_ARENA_SLACK == pagecache::ARENA_SLACK);
+
+/// An optimistic view of a cached page (`pc_page_optimistic`): no pin, no
+/// shared write. Read the page's bytes through `data` (they may be
+/// changing: copy what you need, trust none of it, never follow a value
+/// read as a pointer or an unchecked offset), then call
+/// `pc_optimistic_validate` (or its inline form, `pc_optimistic_valid`): 1
+/// means nothing changed the page since the view was taken, so what you
+/// read is a consistent snapshot. A view holds nothing: there is no
+/// release. It stays usable (validate, upgrade) until its file is closed;
+/// `data` stays readable memory for the cache's life.
+#[repr(C)]
+#[derive(Debug)]
+pub struct pc_optimistic {
+    /// The page's bytes (`len` of them), read-only, possibly changing.
+    pub data: *const u8,
+    /// The page size in bytes.
+    pub len: usize,
+    /// The page's index in its file.
+    pub index: u64,
+    /// The frame the page is in (see `pc_pin::hint`). (Added in ABI 10.)
+    pub hint: u64,
+    /// Private, read by `pc_optimistic_valid`: the frame's state word.
+    pub state_: *const u64,
+    /// Private, read by `pc_optimistic_valid`: the frame's version.
+    pub version_word_: *const u64,
+    /// Private, read by `pc_optimistic_valid`: the version the view was
+    /// taken at.
+    pub version_: u64,
+    /// Private: `PC_OPTIMISTIC_HELD` while the struct holds a view.
+    pub held_: u64,
+    /// Private to the library: the view itself.
+    pub private_: [u64; PC_OPTIMISTIC_PRIVATE_WORDS],
+}
+
+/// What a `pc_optimistic`'s private words hold.
+pub(crate) struct StoredView {
+    pub(crate) view: pagecache::Optimistic<'static>,
+    pub(crate) file: *const pc_file,
+}
+
+/// `pc_optimistic::held_` while a view is stored ("pcVIEW_!").
+pub const PC_OPTIMISTIC_HELD: u64 = 0x7063_5649_4557_5f21;
+
+/// The bit of a frame's state word that `pc_optimistic_valid` tests: set
+/// while the frame holds a page that truncate or discard removed.
+pub const PC_STATE_REMOVED: u64 = 0x0080_0000_0000;
+
+const _: () = assert!(PC_STATE_REMOVED == pagecache::internals::STATE_REMOVED);
+
+const _: () = assert!(
+    std::mem::size_of::<StoredView>() <= PC_OPTIMISTIC_PRIVATE_WORDS * 8
+        && std::mem::align_of::<StoredView>() <= 8
+);
+
+/// The `pc_optimistic` of view `o` of page `index`, taken through `r`.
+pub(crate) fn view_out(
+    o: pagecache::Optimistic<'static>,
+    index: u64,
+    r: *const pc_file,
+) -> pc_optimistic {
+    let (state, version_word, version) = o.validation_words();
+    let mut out = pc_optimistic {
+        data: o.as_ptr(),
+        len: o.len(),
+        index,
+        hint: o.frame_hint().into(),
+        state_: state,
+        version_word_: version_word,
+        version_: version,
+        held_: PC_OPTIMISTIC_HELD,
+        private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
+    };
+    // SAFETY: large and aligned enough (asserted at compile time). A view
+    // has no destructor, so copies and overwrites leak nothing.
+    unsafe {
+        out.private_
+            .as_mut_ptr()
+            .cast::<StoredView>()
+            .write(StoredView { view: o, file: r })
+    };
+    out
+}
+
+/// As `pc_page_optimistic`, first trying frame `hint` (a `pc_pin::hint` or
+/// `pc_optimistic::hint` of the same page from earlier): while the page is
+/// still in that frame the view is taken without the index walk (two
+/// dependent loads fewer); otherwise, or for a hint that is no frame, as
+/// `pc_page_optimistic`. A wrong hint costs a look, never a wrong page.
+/// (Added in ABI 10.)
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_optimistic_hinted(
+    file_: *const pc_file,
+    index: u64,
+    hint: u64,
+    view: *mut pc_optimistic,
+) -> c_int {
+    guard("pc_page_optimistic_hinted", || {
+        // SAFETY: the contract.
+        unsafe { take_view(file_, index, Some(hint), view, "pc_page_optimistic_hinted") }
+    })
+}
+
+/// `pc_page_optimistic` and `pc_page_optimistic_hinted`: a view of page
+/// `index` into `*view`, first through frame `hint` if given.
+///
+/// # Safety
+/// As theirs.
+pub(crate) unsafe fn take_view(
+    file_: *const pc_file,
+    index: u64,
+    hint: Option<u64>,
+    view: *mut pc_optimistic,
+    what: &str,
+) -> io::Result<()> {
+    // SAFETY: the contract: null or a live handle of this library.
+    let r = unsafe { arg(file_, what, "file") }?;
+    let v = out(view, what, "view")?;
+    // SAFETY: the view borrows the handle, which the caller must not close
+    // while it uses the view (`pc_optimistic`'s contract).
+    let f: &'static pc_file = unsafe { &*(r as *const pc_file) };
+    let hinted = hint
+        .and_then(|h| u32::try_from(h).ok())
+        .and_then(|h| f.file.optimistic_hinted(index, h));
+    let o = match hinted {
+        Some(o) => o,
+        None => f.file.optimistic(index)?,
+    };
+    let out = view_out(o, index, r);
+    // SAFETY: non-null, writable (the contract).
+    unsafe { v.write(out) };
+    Ok(())
+}
+
+/// Takes an optimistic view of page `index` into `*view` (see
+/// `pc_optimistic`): on a cached page no pin and no shared write (the
+/// page's accessed bit only when clear); a miss reads the page in first,
+/// and a page being written is waited for. `-ENXIO` past the last page.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_page_optimistic(
+    file_: *const pc_file,
+    index: u64,
+    view: *mut pc_optimistic,
+) -> c_int {
+    guard("pc_page_optimistic", || {
+        // SAFETY: the contract.
+        unsafe { take_view(file_, index, None, view, "pc_page_optimistic") }
+    })
+}
+
+/// The view stored in `*view`, or `-EINVAL`.
+///
+/// # Safety
+/// `view` is NULL or points to a `pc_optimistic`.
+pub(crate) unsafe fn stored_view<'a>(
+    view: *const pc_optimistic,
+    what: &str,
+) -> io::Result<&'a StoredView> {
+    // SAFETY: the caller's contract.
+    let v = unsafe { arg(view, what, "view") }?;
+    if v.held_ != PC_OPTIMISTIC_HELD {
+        return Err(invalid(format!(
+            "{what}: not a view taken by pc_page_optimistic"
+        )));
+    }
+    // SAFETY: `held_` says `pc_page_optimistic` stored a `StoredView`.
+    Ok(unsafe { &*v.private_.as_ptr().cast::<StoredView>() })
+}
+
+/// 1 if nothing changed the page since `*view` was taken (what the caller
+/// read through `view->data` before this call is a consistent snapshot),
+/// 0 if something did (restart): a writer, the frame's reuse, or a
+/// truncate that cut the page off (even one the file has since grown back
+/// over), `-EINVAL` for NULL or a struct that holds
+/// no view. Writes nothing shared. Reads must come before the call: the
+/// call orders them (an acquire fence) before its re-check.
+///
+/// # Safety
+/// `view` is NULL or points to a `pc_optimistic`; the view's file is not
+/// closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_optimistic_validate(view: *const pc_optimistic) -> c_int {
+    // SAFETY: the contract.
+    match unsafe { stored_view(view, "pc_optimistic_validate") } {
+        Ok(s) => s.view.validate() as c_int,
+        Err(e) => fail(&e),
+    }
+}
+
+/// Latches the viewed page into `*pin` (as `pc_page_latch`) if and only if
+/// nothing changed it since `*view` was taken; else `-EAGAIN`: restart. Of
+/// two upgrades racing, at most one succeeds; waits for pins of the page
+/// to drain, never for another latch holder. `-EACCES` through a read-only
+/// handle. The view stays in `*view` (it will no longer validate once the
+/// page is changed).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above; the
+/// view's file is not closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_optimistic_upgrade(
+    view: *const pc_optimistic,
+    pin: *mut pc_pin,
+) -> c_int {
+    guard("pc_optimistic_upgrade", || {
+        // SAFETY: the contract.
+        let s = unsafe { stored_view(view, "pc_optimistic_upgrade") }?;
+        let index = s.view.index();
+        let o = s.view.clone();
+        hold(s.file, index, pin, "pc_optimistic_upgrade", "file", |f| {
+            o.upgrade().map(Held::Latch).map_err(|e| {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    would_wait(
+                        "pc_optimistic_upgrade",
+                        f,
+                        index,
+                        "changed since the view was taken: restart",
+                    )
+                } else {
+                    e
+                }
+            })
+        })
+    })
+}

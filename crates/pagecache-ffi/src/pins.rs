@@ -1,0 +1,214 @@
+//! `pc_pin`: a pinned or latched page (of a file or an anonymous region)
+//! stored in the caller's struct, and its release; the handles' pin
+//! counts that close and free check.
+
+use crate::error::{arg, guard, invalid, out};
+use crate::pin_count::PinCount;
+use pagecache::{AnonMut, AnonRef, PageMut, PageRef};
+use std::ffi::c_int;
+use std::io;
+
+/// A page held by the caller: pinned (`pc_page_pin`: read-only, the page
+/// stays cached and unchanged) or latched (`pc_page_latch`: writable by
+/// this holder only, marked dirty when released). The caller owns the
+/// struct (on its stack, say: no allocation per pin); `data` and `len` are
+/// valid until `pc_pin_release`. It may be moved or copied, but only one
+/// copy may be released.
+#[repr(C)]
+#[derive(Debug)]
+pub struct pc_pin {
+    /// The page's bytes (`len` of them; the page size). Writable only for a
+    /// latched page. NULL when no page is held.
+    pub data: *mut u8,
+    /// The page size in bytes; 0 when no page is held.
+    pub len: usize,
+    /// The page's index in its file.
+    pub index: u64,
+    /// The frame the page is in: give it to `pc_page_optimistic_hinted` to
+    /// find the page again without the index walk while it stays there
+    /// (an index structure keeps it beside its child pointers). 0 for an
+    /// anonymous page. (Added in ABI 10.)
+    pub hint: u64,
+    /// Private: what is held (0 when nothing is: releasing such a pin
+    /// again is `-EINVAL`).
+    pub held_: u64,
+    /// Private to the library: the pin itself.
+    pub private_: [u64; PC_PIN_PRIVATE_WORDS],
+}
+
+/// Words of private storage in a `pc_pin`.
+pub const PC_PIN_PRIVATE_WORDS: usize = 10;
+
+/// What a `pc_pin`'s private words hold, in place.
+pub(crate) enum Held {
+    Pin(PageRef<'static>),
+    Latch(PageMut<'static>),
+    AnonPin(AnonRef<'static>),
+    AnonLatch(AnonMut<'static>),
+}
+
+pub(crate) struct Stored {
+    pub(crate) held: Held,
+    /// The count of the handle (`pc_file` or `pc_anon`) it was taken
+    /// through.
+    pub(crate) pins: *const PinCount,
+}
+
+/// `pc_pin::held_` values: a pin or a latch is stored (anything else, 0
+/// included, is not a held page).
+const HELD_PIN: u64 = 0x7063_5049_4e5f_5245; // "pcPIN_RE"
+
+const HELD_LATCH: u64 = 0x7063_4c41_5443_4821; // "pcLATCH!"
+
+// The stored pin fits the private words and their alignment.
+const _: () = assert!(
+    std::mem::size_of::<Stored>() <= PC_PIN_PRIVATE_WORDS * 8
+        && std::mem::align_of::<Stored>() <= 8
+);
+
+/// A handle pins are taken through (`pc_file`, `pc_anon`): its count.
+pub(crate) trait Pinned: 'static {
+    fn pins(&self) -> &PinCount;
+}
+
+/// Takes page `index` of the handle `h` (named `name` in errors) with
+/// `get` into `*pin`, counted on the handle until `pc_pin_release`.
+#[inline(always)]
+pub(crate) fn hold<H: Pinned>(
+    h: *const H,
+    index: u64,
+    pin: *mut pc_pin,
+    what: &str,
+    name: &str,
+    get: impl FnOnce(&'static H) -> io::Result<Held>,
+) -> io::Result<()> {
+    // SAFETY: the contract: null or a live handle of this library.
+    let r = unsafe { arg(h, what, name) }?;
+    let p = out(pin, what, "pin")?;
+    // SAFETY: the handle lives until its close or free, which refuses
+    // while this pin is counted (module docs), so 'static is never
+    // outlived.
+    let held = get(unsafe { &*(r as *const H) })?;
+    r.pins().add();
+    store_pin(p, held, index, r.pins());
+    Ok(())
+}
+
+/// `pc_file_close`'s, `pc_file_discard`'s and `pc_anon_free`'s check:
+/// `-EBUSY` with `msg(n)` while `n` pins are held through the handle.
+pub(crate) fn refuse_if_pinned(
+    pins: &PinCount,
+    msg: impl FnOnce(isize) -> String,
+) -> io::Result<()> {
+    // (Acquire inside: pairs with each release's decrement, so every
+    // pin's drop happened before the caller frees the handle.)
+    match pins.outstanding() {
+        0 => Ok(()),
+        n => Err(io::Error::new(io::ErrorKind::ResourceBusy, msg(n))),
+    }
+}
+
+impl Held {
+    /// The page's bytes (writable only through a latch).
+    fn bytes(&mut self) -> (*mut u8, usize) {
+        let ro = |b: &[u8]| (b.as_ptr() as *mut u8, b.len());
+        match self {
+            Held::Pin(r) => ro(r),
+            Held::AnonPin(r) => ro(r),
+            Held::Latch(m) => (m.as_mut_ptr(), m.len()),
+            Held::AnonLatch(m) => (m.as_mut_ptr(), m.len()),
+        }
+    }
+}
+
+/// Writes a held page into `*p` (the caller counted it in `pins`).
+#[inline(always)]
+pub(crate) fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
+    let (data, len) = held.bytes();
+    let tag = match held {
+        Held::Pin(_) | Held::AnonPin(_) => HELD_PIN,
+        Held::Latch(_) | Held::AnonLatch(_) => HELD_LATCH,
+    };
+    let hint = match &held {
+        Held::Pin(r) => r.frame_hint().into(),
+        Held::Latch(m) => m.frame_hint().into(),
+        Held::AnonPin(_) | Held::AnonLatch(_) => 0,
+    };
+    // Field by field into the caller's struct: no copy of it on the way
+    // (the private words are left as they are past the `Stored`).
+    // SAFETY: non-null, writable (the caller's contract); the private
+    // words are large and aligned enough (asserted at compile time);
+    // `pc_pin_release` reads the value back exactly once (it clears
+    // `held_`). The page's bytes stay at `data` while it is held (frames
+    // never move).
+    unsafe {
+        let p = &raw mut *p;
+        (&raw mut (*p).data).write(data);
+        (&raw mut (*p).len).write(len);
+        (&raw mut (*p).index).write(index);
+        (&raw mut (*p).hint).write(hint);
+        (&raw mut (*p).held_).write(tag);
+        (&raw mut (*p).private_)
+            .cast::<Stored>()
+            .write(Stored { held, pins });
+    }
+}
+
+/// Releases a pinned or latched page and clears `*pin` (`data` NULL). A
+/// latched page is marked dirty (see `pc_latch_release_clean`).
+/// Releasing a cleared pin again is `-EINVAL` (a copy of the struct
+/// released twice cannot be detected: don't).
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_pin_release(pin: *mut pc_pin) -> c_int {
+    guard("pc_pin_release", || {
+        release_held(pin, "pc_pin_release", true)
+    })
+}
+
+/// Releases a latch whose bytes the holder did not change: the page is
+/// not marked dirty (it stays clean if it was). Also releases a pin, as
+/// `pc_pin_release` does. Writing through `pin->data` and then releasing
+/// with this call loses the write at the page's eviction: don't.
+///
+/// # Safety
+/// As `pc_pin_release`.
+#[no_mangle]
+pub unsafe extern "C" fn pc_latch_release_clean(pin: *mut pc_pin) -> c_int {
+    guard("pc_latch_release_clean", || {
+        release_held(pin, "pc_latch_release_clean", false)
+    })
+}
+
+/// `pc_pin_release` and `pc_latch_release_clean`: `dirty` marks a latched
+/// file page dirty.
+#[inline(always)]
+pub(crate) fn release_held(pin: *mut pc_pin, what: &str, dirty: bool) -> io::Result<()> {
+    let p = out(pin, what, "pin")?;
+    // SAFETY: non-null, a pc_pin (the contract).
+    let pin = unsafe { &mut *p };
+    if pin.held_ != HELD_PIN && pin.held_ != HELD_LATCH {
+        return Err(invalid(format!(
+            "{what}: no page held (page {} released already, or never pinned)",
+            pin.index
+        )));
+    }
+    // SAFETY: `held_` says `hold` stored a `Stored` there, and it is
+    // cleared below, so this is its only read.
+    let mut stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
+    pin.held_ = 0;
+    pin.data = std::ptr::null_mut();
+    pin.len = 0;
+    let pins = stored.pins;
+    if let (Held::Latch(m), true) = (&mut stored.held, dirty) {
+        m.mark_dirty();
+    }
+    drop(stored.held);
+    // SAFETY: the handle is alive: its close or free refuses while
+    // this pin counts.
+    unsafe { &*pins }.sub();
+    Ok(())
+}
