@@ -1,7 +1,7 @@
 /*
  * Probe: what a lookup before a 4 KiB copy costs when the lookup's line
- * misses the CPU's caches. Issue 20's cached set spread over a file:
- * `read_at` of whole pages ran 0.65x a bare memcpy there, 0.85-0.90x for a
+ * misses the CPU's caches. With the cached set spread over a file,
+ * `read_at` of whole pages ran 0.65x a bare memcpy, 0.85-0.90x for a
  * dense set. Here, with nothing of the cache's code: 58 982 random pages of
  * a 230 MiB buffer (huge pages), a 64-byte "descriptor" per page (3.7 MB)
  * whose word is loaded before the copy and again after it (a seqlock

@@ -3,8 +3,7 @@
  * set, without the cache's code. The micro-benchmark's row "scaling:
  * page() random hits" (2 threads against 1, DESIGN target 1.6x, "a bare
  * radix walk + one atomic add/sub scales 1.63x here") read 0.78-0.85x on
- * 2026-11-25/26, against 1.36-1.63x in earlier sessions, at old commits
- * too. 16 384 descriptors of 64 bytes; each operation picks a random page,
+ * some days and 1.36-1.63x on others, at the same commits. 16 384 descriptors of 64 bytes; each operation picks a random page,
  * optionally walks a 3-level table to its frame (read-only, in L1), takes a
  * reference on the descriptor's state word, optionally checks the
  * identity words in the same line (the speculative pin's re-check), and

@@ -2,9 +2,9 @@
  * Probe: the rate of each 16 MiB at the start of one buffered sequential
  * pass (1 MiB preads, the kernel's copy dropped behind in aligned 8 MiB
  * blocks, as the cache's buffered streams do), in C, without the cache.
- * Issue 20: the first ~64 MiB of a scan in a fresh process ran at a third
- * of the later rate through the cache; this shows whether the kernel and
- * the machine do that on their own.
+ * The first ~64 MiB of a scan in a fresh process ran at a third of the
+ * later rate through the cache; this shows whether the kernel and the
+ * machine do that on their own.
  *
  *   gcc -O2 scripts/probe-scan-start.c -o /tmp/probe-scan-start
  *   sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/probe-scan-start FILE

@@ -3,7 +3,7 @@
  * anonymous memory (standing in for the cache's frames), with the kernel's
  * cache dropped first, and how much of the file the kernel's cache holds
  * meanwhile (mincore on a mapping of the file, every 256 MiB, and at the
- * end). Issue 20's scan: which way to read a sequential stream here.
+ * end): which way to read a sequential stream on this machine.
  *
  *   gcc -O2 scripts/probe-scan.c -o /tmp/probe-scan
  *   sync; echo 3 > /proc/sys/vm/drop_caches; /tmp/probe-scan FILE MODE CHUNK_KIB

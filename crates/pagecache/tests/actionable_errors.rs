@@ -60,8 +60,8 @@ fn a_full_disk_during_eviction_is_reported_as_a_full_disk() {
 /// read that needed a frame (eviction's), or a `sync` whose own writes
 /// failed. A `sync` whose writes succeed returns `Ok`: what it returns is
 /// the truth about the disk now, not about an earlier failure whose pages
-/// stayed dirty and are written now (the rule until issue 18 reported an
-/// eviction's error again to the next sync).
+/// stayed dirty and are written now (an eviction's error is not reported
+/// again to the next sync).
 #[test]
 fn each_write_back_error_is_reported_once_to_the_call_that_met_it() {
     let d = TempDir::new("ae");

@@ -362,9 +362,8 @@ fn writers_are_throttled_at_the_dirty_limit() {
 
 /// A failed background write keeps its pages dirty and counts in `Stats`;
 /// the next `sync`, whose own writes succeed, returns `Ok` with every page
-/// on disk. (Until issue 18 this test said the opposite: the flusher's
-/// error was reported again by that sync, once. `sync` now tells the truth
-/// about durability when it returns: DESIGN section 4.)
+/// on disk: `sync` tells the truth about durability when it returns, not
+/// about an earlier failure (DESIGN section 4).
 #[test]
 fn a_failed_background_write_loses_nothing_and_the_next_sync_succeeds() {
     let d = TempDir::new("bgwb-eio");

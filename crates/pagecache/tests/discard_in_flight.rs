@@ -1,7 +1,7 @@
 //! `File::discard` and `PageCache::forget` do not return while a write of a
 //! page they dropped is still in flight: no discarded byte reaches the
 //! disk after they return, so a later `sync` that returned `Ok` still
-//! describes the disk (issue 18's first bug).
+//! describes the disk.
 mod common;
 use common::*;
 use pagecache::{Config, PageCache};

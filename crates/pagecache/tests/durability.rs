@@ -10,7 +10,7 @@ fn synced_data_is_on_disk() {
     // No background write-back: six dirty pages are past the default 10%
     // of 32 frames, and the flusher writing some of them before `sync` (as
     // it may) made this test's "nothing on disk yet" and "one write"
-    // checks fail now and then (seen once in CI, 2026-11-24).
+    // checks fail now and then.
     let c = pagecache::PageCache::new(pagecache::Config {
         capacity: 32 * PS,
         dirty_background_percent: 100,

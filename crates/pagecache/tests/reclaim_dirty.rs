@@ -1,8 +1,8 @@
 //! `OutOfMemory` means every frame is pinned or latched, never that
 //! write-back is busy or slow: reclaim waits for, or does, the write-back
-//! it needs (issue 18's fourth bug). `misses_wait_...` failed before the
-//! fix (2 runs in 3: a writer gave up after a bounded number of yields
-//! while every frame was under a write another writer had started). The
+//! it needs. `misses_wait_...` catches a writer that gives up after a
+//! bounded number of yields while every frame is under a write another
+//! writer started (it failed 2 runs in 3 against such a reclaim). The
 //! B-tree-shaped loads (one thread, at most three pages latched at once,
 //! the file grown page by page and every page dirtied, the flusher on, a
 //! tiny cache, the cores busy) are the reporting client's shape; they

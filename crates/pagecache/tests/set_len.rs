@@ -60,7 +60,7 @@ fn truncate_discards_dirty_pages_past_the_end() {
     let p = d.path("f");
     make_file(&p, 0);
     // No flusher: four dirty pages of 16 are past its threshold, and it
-    // wrote page 0 back before the count below under load (issue 18).
+    // may write page 0 back before the count below under load.
     let c = cache_without_flusher(16);
     let f = c.open(&p).unwrap();
     f.write_at(&vec![7u8; 4 * PS], 0).unwrap();

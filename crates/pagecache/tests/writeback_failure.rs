@@ -36,8 +36,8 @@ fn failed_sync_keeps_pages_dirty_and_a_later_sync_succeeds() {
 use std::io::ErrorKind;
 
 /// The call that needed the frame hears the eviction's error; the pages
-/// stay dirty; the next `sync` writes them and returns `Ok` (until issue 18
-/// it reported the eviction's error again, once).
+/// stay dirty; the next `sync` writes them and returns `Ok` (the error is
+/// not reported a second time).
 #[test]
 fn eviction_write_back_failure_keeps_the_page_and_the_next_sync_writes_it() {
     let d = TempDir::new("wbf");
