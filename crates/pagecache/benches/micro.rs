@@ -474,8 +474,8 @@ fn main() {
     // 1c. write_at of whole cached pages from 1, 2 and 32 threads (no
     // background write-back): what every write writes to lines the file's
     // writers share (its size lock's word; the length only on extension).
-    // No DESIGN target; `docs/benchmarks.md`, "write_at: the file's length
-    // written only when it grows".
+    // No DESIGN target; `docs/benchmarks.md`, "The hit path" (`write_at`
+    // from two CPUs).
     let write4k = |_: usize, r: &mut Rng| {
         let b = [0x5Au8; PS];
         quiet

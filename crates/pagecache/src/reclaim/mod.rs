@@ -22,7 +22,7 @@
 //! * [`S3Fifo`] (`s3fifo.rs`), the default: S3-FIFO (small/main/ghost
 //!   FIFOs) sharded per CPU, insertions submitted in batches per shard-lock
 //!   acquisition, evictions taken in batches of 16. Chosen from measured hit
-//!   ratios (`docs/benchmarks.md`, "Hit ratios").
+//!   ratios (`docs/benchmarks.md`, "Replacement: hit ratios").
 //! * [`Clock`] (`clock.rs`), the first policy, kept as a baseline.
 //! * [`StrictLru`] (`strict_lru.rs`) and [`SmpLru`] (`smp_lru.rs`),
 //!   baselines for the lab: strict LRU under one global lock with

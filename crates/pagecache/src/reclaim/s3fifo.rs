@@ -10,7 +10,7 @@
 //! referenced page gets another round (bit cleared), an unreferenced one is
 //! evicted. A page read once by a scan leaves through small without ever
 //! touching main, which is why a hot set survives a scan twice the cache's
-//! size (`docs/benchmarks.md`, "Hit ratios").
+//! size (`docs/benchmarks.md`, "Replacement: hit ratios").
 //!
 //! # Protocol: batch submission and draining
 //!
