@@ -2,6 +2,7 @@
 //! stripe leaf), upgraded to a latch, changed (I0-I4).
 
 use crate::{corrupt, node, BTree, Coupling, Done, Restart};
+use pagecache::PageMut;
 use std::io;
 use std::sync::atomic::Ordering;
 
@@ -111,25 +112,13 @@ impl BTree {
         if self.coupling == Coupling::Pin {
             return self.update_pinned(key, f);
         }
-        loop {
-            let (_, leaf) = self.descend(key)?;
-            let (pos, found) = match self.checked(&leaf, node::lower_bound(&leaf, key))? {
-                Done(x) => x,
-                Restart => continue,
-            };
-            if !found {
-                return Ok(false);
-            }
-            let pid = leaf.index();
-            // Latched, the view validated: `pos` is still the key's slot.
-            let Some(mut m) = self.latch_view(leaf)? else {
-                continue;
-            };
-            let (off, klen, vlen) = node::slot(&m[..], pos)
-                .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
-            f(&mut m[off + klen..off + klen + vlen]);
-            return Ok(true);
-        }
+        let Some((mut m, pos)) = self.latch_entry(key)? else {
+            return Ok(false);
+        };
+        let (off, klen, vlen) = node::slot(&m[..], pos)
+            .map_err(|_| corrupt(&self.file, m.index(), "inconsistent node"))?;
+        f(&mut m[off + klen..off + klen + vlen]);
+        Ok(true)
     }
 
     /// Removes `key`; returns whether it was present.
@@ -137,6 +126,21 @@ impl BTree {
         if self.coupling == Coupling::Pin {
             return self.remove_pinned(key);
         }
+        let Some((mut m, pos)) = self.latch_entry(key)? else {
+            return Ok(false);
+        };
+        node::remove_at(&mut m, pos)
+            .map_err(|_| corrupt(&self.file, m.index(), "inconsistent node"))?;
+        self.count(-1);
+        Ok(true)
+    }
+
+    /// The leaf holding `key`, latched, and the key's slot in it, or
+    /// `None` if `key` is absent: L1-L3 to the leaf, then I3's upgrade of
+    /// the view the slot was found in (an upgrade that fails restarts:
+    /// the leaf changed since). Latched with the view validated, `pos` is
+    /// still the key's slot.
+    fn latch_entry(&self, key: &[u8]) -> io::Result<Option<(PageMut<'_>, usize)>> {
         loop {
             let (_, leaf) = self.descend(key)?;
             let (pos, found) = match self.checked(&leaf, node::lower_bound(&leaf, key))? {
@@ -144,16 +148,11 @@ impl BTree {
                 Restart => continue,
             };
             if !found {
-                return Ok(false);
+                return Ok(None);
             }
-            let pid = leaf.index();
-            let Some(mut m) = self.latch_view(leaf)? else {
-                continue;
-            };
-            node::remove_at(&mut m, pos)
-                .map_err(|_| corrupt(&self.file, pid, "inconsistent node"))?;
-            self.count(-1);
-            return Ok(true);
+            if let Some(m) = self.latch_view(leaf)? {
+                return Ok(Some((m, pos)));
+            }
         }
     }
 }

@@ -26,14 +26,18 @@
 //!
 //! # Layers
 //!
+//! Each module uses only those listed above it (no import circles):
+//!
 //! | module (private) | layer (`docs/design.md`) | what it holds |
 //! |---|---|---|
+//! | `sync/`, `error.rs`, `stats/` | | atomics, locks and parking (std or loom), lock profiling; the error type; counters |
 //! | `frame/` | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
+//! | `io/` | 6 io | backend trait, `pread`/`pwritev`, the I/O engines, fault injection |
 //! | `index/` | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags, run pins |
-//! | `cache/` | 4 cache | one protocol per file: lookup, miss, read/write, truncate, runs, registry |
+//! | `reclaim/` | 5 reclaim | replacement policies (one file each), the flusher's passes |
+//! | `size_lock.rs` | 4 cache | the per-file size lock over page ranges |
+//! | `cache/` | 4 cache, 5 reclaim | one protocol per file: lookup, miss, read/write, truncate, runs, registry; eviction, write-back, the flusher |
 //! | `anon.rs` | 4 cache | anonymous regions: zero-filled pages in the same budget |
-//! | `reclaim/` | 5 reclaim | replacement policies (one file each), eviction, write-back |
-//! | `io/` | 6 io | backend trait, `pread`/`pwritev`, fault injection |
 //! | `api/` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Optimistic`], [`WritebackHook`], [`Config`] |
 //!
 //! The public surface is what users need: those types (with the hook's

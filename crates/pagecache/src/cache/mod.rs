@@ -534,9 +534,9 @@ impl Drop for FrameLatch<'_> {
         // The page that just became dirty, to tag (D2) under our pin.
         let tag = match self.dirty {
             // An unchanged file page: up to date (a fill may have just read
-            // it), dirty only if it was before.
-            // The latch and the pin go in one RMW (not in the page-mutex
-            // baselines, which release under the mutex).
+            // it), dirty only if it was before. The latch and the pin go in
+            // one RMW (not in the page-mutex baselines, which release under
+            // the mutex).
             Some(_) if self.clean && self.cache.hooks & HOOK_PAGE_LOCKS == 0 => {
                 if d.unlatch_uptodate_release() == Released::Last {
                     self.cache.free_frame(self.frame);

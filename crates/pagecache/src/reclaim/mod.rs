@@ -1,5 +1,7 @@
-//! Layer 5, reclaim: which frames to take back when none is free, and the
-//! eviction and write-back that take them.
+//! Layer 5, reclaim: which frames to take back when none is free. The
+//! eviction and write-back that take them are the cache's own
+//! (`cache/evict.rs`, `cache/writeback/`, `cache/flusher.rs`); this module
+//! knows nothing of the cache.
 //!
 //! A [`ReplacementPolicy`] only *orders* frames and hands back candidates; it
 //! never frees them, takes no page latch and does no I/O. The cache
