@@ -13,9 +13,11 @@ pub use crate::io::{
 };
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
+pub use asynch::{block_on, PageFuture, PageMutFuture, SyncFuture};
 pub use guards::{PageMut, PageRef, PageRun};
 pub use optimistic::Optimistic;
 
+mod asynch;
 mod guards;
 mod optimistic;
 use crate::sync::Ordering;

@@ -411,7 +411,7 @@ impl File {
 
     /// A view of page `index` in `frame` at `version`.
     #[inline(always)]
-    fn view(&self, frame: FrameNo, version: u64, index: u64) -> Optimistic<'_> {
+    pub(super) fn view(&self, frame: FrameNo, version: u64, index: u64) -> Optimistic<'_> {
         let inner = self.inner();
         Optimistic {
             file: self,

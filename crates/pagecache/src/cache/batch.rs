@@ -89,6 +89,14 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A run of one page whose fill began.
+    pub(crate) fn one(fill: Fill) -> Run {
+        Run { fills: vec![fill] }
+    }
+    /// The first page's fill.
+    pub(crate) fn first(&self) -> Fill {
+        self.fills[0]
+    }
     pub(crate) fn len(&self) -> usize {
         self.fills.len()
     }
@@ -183,7 +191,7 @@ impl Inner {
 
     /// Step 2's op for `run` (non-empty): one vectored read of its frames
     /// from the file, completed by `done(run, result)`. Context: any.
-    fn run_op(
+    pub(super) fn run_op(
         &self,
         fs: &FileShared,
         run: Run,
@@ -312,8 +320,7 @@ impl Inner {
                 self.abandon_unlatch(f);
             }
         }
-        // Release: the pages are unlatched; pairs with `wait_runs`.
-        self.filling.fetch_sub(pages, Ordering::Release);
+        self.fills_ended(pages);
     }
 
     /// A batched miss: reads the pages of `run` (non-empty) with one I/O,

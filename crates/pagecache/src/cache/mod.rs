@@ -58,6 +58,8 @@ use crossbeam_utils::CachePadded;
 use std::io;
 use std::sync::{Arc, Weak};
 
+mod asynch;
+pub(crate) use asynch::{GetPage, Handoff};
 mod batch;
 pub(crate) use batch::Readahead;
 mod copy;
@@ -165,6 +167,8 @@ pub(crate) struct Inner {
     /// (C) this cache, for completions that outlive the call that
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
+    /// (A) frame events for futures that found no frame (5.9 F1).
+    pub(crate) async_frames: asynch::FrameEvents,
 }
 
 /// What every user-facing handle (`PageCache`, `File`, `AnonRegion`) holds:
@@ -287,6 +291,7 @@ impl Inner {
             stable_writes: config.stable_writes,
             dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),
+            async_frames: Default::default(),
         })
     }
 

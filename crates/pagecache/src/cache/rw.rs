@@ -295,6 +295,57 @@ impl Inner {
         Ok(total)
     }
 
+    /// `read_at`'s copies that need no wait, for the asynchronous read
+    /// (`File::read_at_async`): from byte `done` of the request on, copies
+    /// pages while each is cached and not latched (5.4, else a pin of 5.1
+    /// that did not have to wait), and returns how far it got (`total`, or
+    /// the start of the first page it would have had to wait for or read).
+    /// Context: any, no sleep, no lock.
+    pub(crate) fn read_cached(
+        &self,
+        fs: &FileShared,
+        buf: &mut [u8],
+        offset: u64,
+        total: usize,
+        mut done: usize,
+    ) -> usize {
+        let ps = self.page_size;
+        let mut optimistic = 0;
+        while done < total {
+            let pos = offset + done as u64;
+            let index = pos >> self.shift;
+            let off = (pos & (ps as u64 - 1)) as usize;
+            let n = (ps - off).min(total - done);
+            let dst = &mut buf[done..done + n];
+            let tried = if n < OPTIMISTIC_MAX {
+                self.read_optimistic(fs, index, off, dst)
+            } else {
+                Optimistic::Miss
+            };
+            if tried == Optimistic::Copied {
+                optimistic += 1;
+                done += n;
+                continue;
+            }
+            if tried == Optimistic::Fallback {
+                self.count(Counter::OptimisticFallbacks);
+            }
+            let Some(f) = self.find_get_fast(fs, index) else {
+                break;
+            };
+            self.count(Counter::Hits);
+            // SAFETY: pinned, so the bytes do not change.
+            let src = unsafe { self.frames.bytes(f) };
+            dst.copy_from_slice(&src[off..off + n]);
+            self.release(f);
+            done += n;
+        }
+        if optimistic > 0 {
+            self.counters.add(Counter::OptimisticReads, optimistic);
+        }
+        done
+    }
+
     /// Context: may sleep (latch and drain waits, reads of partial pages, eviction); takes the size lock shared (recursively); the caller holds no pin of the pages written and no `PageMut` of this file.
     pub(crate) fn write_at(&self, fs: &Arc<FileShared>, buf: &[u8], offset: u64) -> io::Result<()> {
         if buf.is_empty() {

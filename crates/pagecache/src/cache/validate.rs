@@ -53,6 +53,11 @@ impl Inner {
             0,
             "truncated frames still deferred with no run alive (run.rs T3)"
         );
+        assert_eq!(
+            self.async_frames.handed(),
+            0,
+            "pins of completed reads that no future took or gave back (5.9)"
+        );
         let free = self.alloc.free_count();
         let cached = in_index.iter().filter(|&&b| b).count();
         let is_anon: Vec<bool> = (0..self.frames.len() as FrameNo)

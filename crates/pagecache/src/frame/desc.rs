@@ -4,7 +4,9 @@
 //! are in `state.rs`.
 
 use super::state::*;
+use crate::sync::waitq::{self, Registration};
 use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ordering, Witness};
+use std::task::Waker;
 
 /// One frame's descriptor. 64-byte aligned so that pins of neighbouring
 /// frames by different threads never bounce one cache line.
@@ -214,6 +216,9 @@ impl FrameDesc {
     #[cold]
     fn wake_drainer(&self) {
         unpark_all(self.drain_key());
+        // A future may hold the latch and wait for the drain (5.9): it
+        // uses the same bit (drains are rare; one more look at a queue).
+        waitq::wake_all(self.drain_key());
     }
 
     // ----- the latch (5.5) --------------------------------------------------
@@ -269,6 +274,96 @@ impl FrameDesc {
                 let s = self.state.load(Ordering::Relaxed);
                 s & bit != 0 && s & WAITERS != 0 && same()
             });
+        }
+    }
+
+    /// Protocol 5.9 A1-A3 for a future that found page `(owner, index)`
+    /// latched in this frame: advertises a waiting future (`AWAITERS`),
+    /// then leaves `waker` in the frame's queue if, under the queue's lock,
+    /// the latch is still held, the bit still set and the frame still
+    /// holds that page. Returns true if it did (the caller returns
+    /// `Pending`; the unlatch wakes it), false if the latch is gone or the
+    /// frame recycled (the caller retries its lookup). A registration
+    /// `reg` left elsewhere is moved here. Context: no sleep (the queue's
+    /// leaf lock); the caller holds no pin of this page.
+    pub(crate) fn poll_unlatched_as(
+        &self,
+        owner: u64,
+        index: u64,
+        reg: &mut Registration,
+        waker: &Waker,
+    ) -> bool {
+        // Relaxed identity loads: as in `wait_clear` (a hint re-checked
+        // under the queue's lock; a wrong answer costs a retry).
+        let same = || self.identity() == (owner, index);
+        loop {
+            // A1. Acquire: if the latch is gone, the caller's retry reads
+            // what its holder published.
+            let s = self.state.load(Ordering::Acquire);
+            if s & LATCHED == 0 || !same() {
+                waitq::cancel(reg);
+                return false;
+            }
+            // A2. Relaxed: only advertises the future to the unlatch (an
+            // RMW of this word, so the two are ordered); what the caller
+            // acts on is re-read under the queue's lock in A3.
+            if s & AWAITERS == 0
+                && self
+                    .state
+                    .compare_exchange(s, s | AWAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            // A3. Relaxed: under the queue's lock; an unlatch that cleared
+            // the bit before we took the lock is seen (it cleared it before
+            // taking the same lock to wake: lock order), a later one finds
+            // our waker.
+            return waitq::register(reg, self.key(), waker, || {
+                let s = self.state.load(Ordering::Relaxed);
+                s & LATCHED != 0 && s & AWAITERS != 0 && same()
+            });
+        }
+    }
+
+    /// Protocol 5.9 for a future holding the latch (5.5 step 2 without
+    /// sleeping): true once only the holder's own and the base references
+    /// remain (`DRAIN` cleared); else `DRAIN` is set, `waker` is left in
+    /// the drain queue if the pins are still there under its lock, and the
+    /// result is false (the caller returns `Pending` and polls this again
+    /// when woken; a false with nothing registered means "look again").
+    /// Context: no sleep; the caller holds the latch and no other pin of
+    /// this page.
+    pub(crate) fn poll_drained(&self, reg: &mut Registration, waker: &Waker) -> bool {
+        loop {
+            // Acquire: as `wait_drained`.
+            let s = State(self.state.load(Ordering::Acquire));
+            debug_assert!(s.is_latched(), "poll_drained without the latch");
+            if s.refs() <= s.latch_base() {
+                if s.is_draining() {
+                    // Relaxed: a private flag of the latch holder.
+                    self.state.fetch_and(!DRAIN, Ordering::Relaxed);
+                }
+                waitq::cancel(reg);
+                return true;
+            }
+            if !s.is_draining()
+                && self
+                    .state
+                    // Relaxed: as in `wait_drained`.
+                    .compare_exchange(s.0, s.0 | DRAIN, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            // Relaxed: under the queue's lock; releasers drop the count
+            // before they take it to wake (`wake_drainer`).
+            if waitq::register(reg, self.drain_key(), waker, || {
+                let s = State(self.state.load(Ordering::Relaxed));
+                s.is_draining() && s.refs() > s.latch_base()
+            }) {
+                return false;
+            }
         }
     }
 
@@ -390,14 +485,12 @@ impl FrameDesc {
         let old = State(
             self.state
                 .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | WAITERS);
+                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | WAITERS | AWAITERS);
                     Some(if s & DIRTY != 0 { new - 1 } else { new })
                 })
                 .unwrap_or_else(|s| s),
         );
-        if old.0 & WAITERS != 0 {
-            unpark_all(self.key());
-        }
+        self.wake_waiters(old.0);
         if !old.is_dirty() {
             return (old, None);
         }
@@ -433,22 +526,22 @@ impl FrameDesc {
         let old = State(
             self.state
                 .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                    Some(((s | set) & !(LATCHED | WAITERS)) - 1)
+                    // DRAIN too: a holder that gives the latch up while
+                    // waiting for the drain (a future dropped, 5.9).
+                    Some(((s | set) & !(LATCHED | WAITERS | AWAITERS | DRAIN)) - 1)
                 })
                 .unwrap_or_else(|s| s),
         );
         debug_assert!(old.is_latched(), "unlatch without the latch");
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
-        if old.0 & WAITERS != 0 {
-            unpark_all(self.key());
-        }
+        self.wake_waiters(old.0);
         self.after_drop_ref(old)
     }
 
-    /// Atomically sets `set` and clears `clear | WAITERS`, waking parked
-    /// waiters if there were any. Returns the previous state.
+    /// Atomically sets `set` and clears `clear | WAITERS | AWAITERS`,
+    /// waking parked waiters if there were any. Returns the previous state.
     fn update(&self, set: u64, clear: u64) -> State {
-        let clear = clear | WAITERS;
+        let clear = clear | WAITERS | AWAITERS;
         // Release: publishes the bytes written under the latch (and
         // UPTODATE) to the Acquire loads of pinners and waiters.
         let old = self
@@ -457,10 +550,26 @@ impl FrameDesc {
                 Some((s | set) & !clear)
             })
             .unwrap_or_else(|s| s);
+        self.wake_waiters(old);
+        State(old)
+    }
+
+    /// After an RMW that cleared `WAITERS` and `AWAITERS` (`old` is the
+    /// word before it): wakes the threads parked on this frame and the
+    /// futures waiting on it, whichever there were.
+    #[inline(always)]
+    fn wake_waiters(&self, old: u64) {
         if old & WAITERS != 0 {
             unpark_all(self.key());
         }
-        State(old)
+        if old & AWAITERS != 0 {
+            self.wake_futures();
+        }
+    }
+
+    #[cold]
+    fn wake_futures(&self) {
+        waitq::wake_all(self.key());
     }
 
     // ----- write-back ---------------------------------------------------------

@@ -10,10 +10,10 @@
 //! # The state word
 //!
 //! ```text
-//!  63    42  41   40    39      38     37     36    35     34     33     32   31              0
-//! +--------+----+-----+-------+------+------+-----+------+------+------+------+----------------+
-//! |(unused)|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
-//! +--------+----+-----+-------+------+------+-----+------+------+------+------+----------------+
+//!  63    43  42   41   40    39      38     37     36    35     34     33     32   31              0
+//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
+//! |(unused)|AWAI|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
+//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
 //! ```
 //!
 //! * `refcount` (bits 0-31): the cache's own reference (1 while the page is in
@@ -26,6 +26,11 @@
 //! * `WAITERS`: at least one thread is parked on this frame's wait queue
 //!   (key = descriptor address) for `LATCHED` or `WRITEBACK` to clear. Cleared,
 //!   with a wake-up, by whoever clears `LATCHED` or `WRITEBACK`.
+//! * `AWAITERS`: at least one future left its waker in the asynchronous
+//!   wait queue of this frame (same key; `sync/waitq.rs`) for `LATCHED` to
+//!   clear (protocol 5.9). Cleared, with a wake-up of that queue, by
+//!   whoever clears `WAITERS`; a separate bit so that a blocking path with
+//!   no future waiting never looks at the futures' queues.
 //! * `DRAIN`: the latch holder is parked (key = address + 1) until the pins
 //!   drain; every release wakes it while set.
 //! * `UPTODATE`: the bytes hold the page's contents. Never set on a page whose
@@ -86,6 +91,7 @@ pub(super) const ACCESSED: u64 = 1 << 38;
 pub(crate) const REMOVED: u64 = 1 << 39;
 pub(super) const UNEVICTABLE: u64 = 1 << 40;
 pub(super) const STABLE: u64 = 1 << 41;
+pub(super) const AWAITERS: u64 = 1 << 42;
 
 /// Owner id of a frame that holds no page.
 pub const NO_OWNER: u64 = 0;
@@ -211,6 +217,7 @@ impl std::fmt::Debug for State {
             (REMOVED, "REMOVED"),
             (UNEVICTABLE, "UNEVICTABLE"),
             (STABLE, "STABLE"),
+            (AWAITERS, "AWAITERS"),
         ] {
             if self.0 & bit != 0 {
                 write!(f, " {name}")?;

@@ -59,12 +59,15 @@ pub enum LockClass {
     /// Per-file size locks (over page ranges; shared by writes and
     /// write-back, exclusive for `set_len` from the page it cuts).
     SizeLock,
+    /// The futures' wait queues (`sync/waitq.rs`): registrations and
+    /// wake-ups of asynchronous waits.
+    AsyncWaitQueue,
     /// Anything not classified.
     Other,
 }
 
 /// Number of classes.
-pub const NCLASSES: usize = 16;
+pub const NCLASSES: usize = 17;
 
 impl LockClass {
     /// All classes.
@@ -84,6 +87,7 @@ impl LockClass {
         LockClass::PageLockHash,
         LockClass::Registry,
         LockClass::SizeLock,
+        LockClass::AsyncWaitQueue,
         LockClass::Other,
     ];
 
@@ -105,6 +109,7 @@ impl LockClass {
             LockClass::PageLockHash => "page locks (hashed)",
             LockClass::Registry => "file registry (rwlock)",
             LockClass::SizeLock => "file size lock (range lock)",
+            LockClass::AsyncWaitQueue => "async wait queues",
             LockClass::Other => "other",
         }
     }

@@ -16,6 +16,7 @@
 //! concurrent writer exactly where the seqlock must catch it.
 
 pub mod lockstat;
+pub(crate) mod waitq;
 
 #[cfg(loom)]
 #[allow(unused_imports)]

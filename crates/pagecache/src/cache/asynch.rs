@@ -1,0 +1,537 @@
+//! Protocol 5.9: asynchronous waits. The misses of 5.3 and the latch
+//! waits of 5.1 and 5.5 for a caller that must not block its thread (a
+//! future on an async runtime, a C event loop): where a thread would park,
+//! a future leaves its waker where the thread that ends the wait will find
+//! it, and returns `Pending`.
+//!
+//! ```text
+//!  future (GetPage::poll)                   completer (any thread)
+//!  L. 5.1 steps 1-3 once (pin_as)
+//!     hit -> Ready (no allocation)
+//!     latched -> A1; miss -> M1
+//!  A1. load the state (Acquire): not
+//!      LATCHED, or not our page any more
+//!      -> cancel, retry from L
+//!  A2. CAS AWAITERS into the word (on
+//!      the state A1 saw; failure -> A1)     C1. the RMW that clears LATCHED
+//!  A3. lock the queue's bucket (key: the        clears AWAITERS too, and
+//!      descriptor); re-check under it          returns the word before
+//!      LATCHED && AWAITERS && identity;     C2. AWAITERS was set -> lock the
+//!      yes -> leave (or refresh) the            bucket, take every waker of
+//!      waker, Pending; no -> retry from L       the key, unlock, wake them
+//!
+//!  M1. 5.3 steps 1-2 without waiting for
+//!      a frame (try_insert, impatient); no
+//!      frame while reads are in flight or
+//!      pages are handed over -> F1
+//!  M2. a hand-off slot holding the waker;
+//!      submit one read of the page (the
+//!      engine), Pending                     H1. the read's completion: 5.3
+//!                                              step 4 (complete_fill); a
+//!                                              reader's page is unlatched
+//!                                              (C1-C2 for others waiting);
+//!  M3. lock the slot: a result -> take it,     lock the slot: the future was
+//!      Ready (the pin, and for page_mut        dropped -> give the pin (and
+//!      the latch, are ours now); none ->       latch) back; else leave the
+//!      refresh the waker, Pending              result, take the waker,
+//!                                              unlock, wake
+//!  D. drop: registered -> remove our entry
+//!     (a wake may have taken it: nothing
+//!     to do); reading -> lock the slot,
+//!     mark it dropped, give back a result
+//!     already there; draining (page_mut)
+//!     -> unlatch, unpin (DRAIN cleared)
+//! ```
+//!
+//! Why no wake-up is lost (A against C): A2 and C1 are RMWs of one word.
+//! If C1 comes first, A2's CAS fails (it expected `LATCHED`), or A1 sees
+//! the latch gone. If A2 comes first, C1 sees `AWAITERS` and C2 takes the
+//! bucket's lock: after A3's unlock, it finds the waker; before A3's lock,
+//! its RMW happens-before A3's re-check (unlock-lock order), which then
+//! reads `LATCHED` or `AWAITERS` clear (or a later latch, whose own C1
+//! will see the bit A3 saw) and retries. The same two sides as parking
+//! (`FrameDesc::wait_clear`), with the waker in place of the thread: the
+//! model `async_waiter_vs_completion` (`tests/loom.rs`) fails without A3's
+//! re-check.
+//!
+//! Why a dropped future strands nothing (D against H1): the slot's mutex
+//! orders them. H1 first: D finds the result and gives its pin back. D
+//! first: H1 finds `dropped` and gives the pin back itself. Either way the
+//! read's frame ends cached and unpinned (or removed, on error), and the
+//! other waiters of the page were woken by C1-C2, not by the dropped
+//! future. A dropped waiter's entry (A3) is removed, or already taken by a
+//! wake-up that then wakes a future that no longer exists (wakers allow
+//! it). So dropping a future at any await point leaks no pin, latch or
+//! frame (`async_drop_vs_completion`, `tests/async_cancel.rs`).
+//!
+//! Frames (F1): a future that finds no frame does not wait in reclaim (a
+//! thread would; its frames may be pinned by completions handed to
+//! futures of its own thread, which only it can poll). While reads are in
+//! flight or completed pins wait for their futures, it registers on the
+//! cache's frame queue with the count of frame events it saw before
+//! trying; every end of a fill and every claim of a hand-off bumps the
+//! count (SeqCst) and then wakes the queue if a waiter set the flag
+//! (SeqCst, before its re-check): a Dekker handshake, so one of the two
+//! sees the other. With nothing in flight, the error is the blocking
+//! path's `OutOfMemory` (every frame pinned).
+//!
+//! What still blocks a thread: reclaim writing a dirty victim back (the
+//! blocking path's eviction, in the future's poll), a writer waiting for a
+//! run (5.7 W3) over its page, and the dirty throttle of `page_mut_async`
+//! and `write_at_async`.
+
+use super::miss::Fill;
+use super::{FileShared, Inner};
+use crate::frame::state::PinFail;
+use crate::frame::FrameNo;
+use crate::stats::Counter;
+use crate::sync::waitq::{self, Registration};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
+use std::io;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use super::PinMiss;
+
+/// Frozen-frame retries before waiting for the remover on the tree lock
+/// (as `lookup.rs`).
+const SPIN_RETRIES: u32 = 4;
+
+/// A value handed from a completion to the future that waits for it
+/// (M2-M3, H1, D): a mutex, so "completed" and "dropped" are ordered.
+#[derive(Debug)]
+pub(crate) struct Handoff<T> {
+    slot: Mutex<Slot<T>>,
+}
+
+#[derive(Debug)]
+struct Slot<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+    dropped: bool,
+}
+
+impl<T> Handoff<T> {
+    /// An empty slot that wakes `waker` when completed.
+    pub(crate) fn new(waker: &Waker) -> Arc<Handoff<T>> {
+        Arc::new(Handoff {
+            slot: Mutex::with_class(
+                Slot {
+                    value: None,
+                    waker: Some(waker.clone()),
+                    dropped: false,
+                },
+                crate::sync::LockClass::AsyncWaitQueue,
+            ),
+        })
+    }
+
+    /// H1: leaves `v` for the future and wakes it; returns `v` back if the
+    /// future was dropped (the caller disposes of it). Context: no sleep.
+    pub(crate) fn complete(&self, v: T) -> Option<T> {
+        let mut g = self.slot.lock();
+        if g.dropped {
+            return Some(v);
+        }
+        g.value = Some(v);
+        let w = g.waker.take();
+        drop(g);
+        if let Some(w) = w {
+            w.wake();
+        }
+        None
+    }
+
+    /// M3: the value if it is there, else the waker refreshed.
+    pub(crate) fn poll(&self, waker: &Waker) -> Poll<T> {
+        let mut g = self.slot.lock();
+        if let Some(v) = g.value.take() {
+            return Poll::Ready(v);
+        }
+        match &g.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => g.waker = Some(waker.clone()),
+        }
+        Poll::Pending
+    }
+
+    /// D: the future is dropped; returns a value completed and not taken
+    /// (the caller disposes of it). Context: no sleep.
+    pub(crate) fn cancel(&self) -> Option<T> {
+        let mut g = self.slot.lock();
+        g.dropped = true;
+        g.waker = None;
+        g.value.take()
+    }
+}
+
+/// F1's state: frame events and the futures waiting for one.
+#[derive(Debug, Default)]
+pub(crate) struct FrameEvents {
+    /// (A) ends of fills and claims of hand-offs so far.
+    events: AtomicU64,
+    /// (A) a future registered (or is about to) on this queue.
+    waiting: AtomicBool,
+    /// (A) pins of completed reads not yet taken by their futures: frames
+    /// that come back by themselves once those futures run. A hint, as
+    /// `Inner::filling`.
+    handed: crate::sync::unmodelled::AtomicUsize,
+}
+
+impl FrameEvents {
+    fn key(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Pins of completed reads waiting for their futures (`validate`).
+    pub(crate) fn handed(&self) -> usize {
+        // Relaxed: a snapshot for tests.
+        self.handed.load(Ordering::Relaxed)
+    }
+
+    /// The count to hand to [`FrameEvents::wait`] (read before trying).
+    fn seen(&self) -> u64 {
+        // SeqCst: one side of the handshake with `event`.
+        self.events.load(Ordering::SeqCst)
+    }
+
+    /// A fill ended or a hand-off was taken: frames may be evictable now.
+    /// Context: no sleep (the queue's leaf lock when someone waits).
+    pub(crate) fn event(&self) {
+        // SeqCst (both): the count, then the flag; a waiter sets the flag,
+        // then reads the count (F1's handshake).
+        self.events.fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) && self.waiting.swap(false, Ordering::SeqCst) {
+            waitq::wake_all(self.key());
+        }
+    }
+
+    /// Registers `waker` until the next event after `seen`; false if one
+    /// came already (look again). Context: no sleep.
+    fn wait(&self, seen: u64, reg: &mut Registration, waker: &Waker) -> bool {
+        // SeqCst: see `event`.
+        self.waiting.store(true, Ordering::SeqCst);
+        waitq::register(reg, self.key(), waker, || {
+            self.events.load(Ordering::SeqCst) == seen
+        })
+    }
+}
+
+/// Where a [`GetPage`] is.
+#[derive(Debug)]
+enum St {
+    /// L: look the page up (again).
+    Look,
+    /// M2-M3: our read of the page is in flight.
+    Read(Arc<Handoff<io::Result<FrameNo>>>),
+    /// `page_mut`: latched and pinned, waiting for older pins to drain.
+    Drain(FrameNo),
+    /// Returned its page (or error).
+    Done,
+}
+
+/// The one future behind the asynchronous page calls: a pinned page
+/// (unlatched), or with `latch` a pinned, latched and drained one (5.5
+/// steps 1-2), reading it on a miss. Poll it with the cache and file it
+/// was made for; [`GetPage::cancel`] must run if it is dropped unfinished.
+#[derive(Debug)]
+pub(crate) struct GetPage {
+    index: u64,
+    latch: bool,
+    st: St,
+    reg: Registration,
+    retries: u32,
+}
+
+impl GetPage {
+    pub(crate) fn new(index: u64, latch: bool) -> GetPage {
+        GetPage {
+            index,
+            latch,
+            st: St::Look,
+            reg: Registration::default(),
+            retries: 0,
+        }
+    }
+
+    /// The page it gets.
+    #[inline]
+    pub(crate) fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Whether it still holds or waits for something (the caller's drop
+    /// must call [`GetPage::cancel`]).
+    #[inline]
+    pub(crate) fn is_live(&self) -> bool {
+        !matches!(self.st, St::Look | St::Done) || self.reg.is_registered()
+    }
+
+    /// L, then A1-A3 / M1-M3 as needed. Ready with the frame pinned (and
+    /// latched and drained with `latch`; a reader's page up to date), or
+    /// with the error a blocking call would return.
+    /// Context: no sleep but reclaim's (see the module docs).
+    #[inline]
+    pub(crate) fn poll(
+        &mut self,
+        c: &Inner,
+        fs: &Arc<FileShared>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<FrameNo>> {
+        // A hit, first time round: 5.1 once, no waiting, nothing stored.
+        if matches!(self.st, St::Look) && !self.latch && !self.reg.is_registered() {
+            if let Some(f) = c.find_get_fast(fs, self.index) {
+                c.count(Counter::Hits);
+                self.st = St::Done;
+                return Poll::Ready(Ok(f));
+            }
+        }
+        self.poll_slow(c, fs, cx)
+    }
+
+    #[inline(never)]
+    fn poll_slow(
+        &mut self,
+        c: &Inner,
+        fs: &Arc<FileShared>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<FrameNo>> {
+        let index = self.index;
+        loop {
+            match &self.st {
+                St::Done => {
+                    return Poll::Ready(Err(io::Error::other(format!(
+                        "{}: page {index}: future polled after it completed",
+                        fs.path.display()
+                    ))))
+                }
+                St::Read(h) => {
+                    let r = match h.poll(cx.waker()) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(r) => r,
+                    };
+                    self.st = St::Done;
+                    if r.is_ok() {
+                        c.async_frames.claimed();
+                    }
+                    return Poll::Ready(r);
+                }
+                St::Drain(f) => {
+                    let f = *f;
+                    let d = c.desc(f);
+                    if !d.poll_drained(&mut self.reg, cx.waker()) {
+                        return Poll::Pending;
+                    }
+                    // 5.7 W2-W3: a run may be reading it (waits blocking,
+                    // see the module docs).
+                    if c.wait_run_pins(fs, index, f) {
+                        self.st = St::Done;
+                        return Poll::Ready(Ok(f));
+                    }
+                    d.unlatch();
+                    c.release(f);
+                    self.st = St::Look;
+                }
+                St::Look => {
+                    if let Some(p) = self.look(c, fs, cx) {
+                        return p;
+                    }
+                    self.retries += 1;
+                    c.count(Counter::LookupRetries);
+                    crate::sync::retry_point();
+                }
+            }
+        }
+    }
+
+    /// L and what follows it; `None`: retry from L.
+    fn look(
+        &mut self,
+        c: &Inner,
+        fs: &Arc<FileShared>,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<io::Result<FrameNo>>> {
+        let index = self.index;
+        let Some(f) = fs.tree.lookup(&c.nodes, index) else {
+            return self.miss(c, fs, cx);
+        };
+        match c.pin_as(f, fs.id, index) {
+            Ok(f) => {
+                waitq::cancel(&mut self.reg);
+                c.count(Counter::Hits);
+                if !self.latch {
+                    self.st = St::Done;
+                    return Some(Poll::Ready(Ok(f)));
+                }
+                // 5.5 step 1 as `latch_pinned`, without waiting.
+                let d = c.desc(f);
+                if !d.try_latch() {
+                    c.release(f);
+                    return d
+                        .poll_unlatched_as(fs.id, index, &mut self.reg, cx.waker())
+                        .then_some(Poll::Pending);
+                }
+                if d.snapshot().is_removed() {
+                    d.unlatch();
+                    c.release(f);
+                    return None;
+                }
+                self.st = St::Drain(f);
+                None
+            }
+            Err(PinMiss::Stale) if f as usize >= c.frames.len() => self.miss(c, fs, cx),
+            Err(PinMiss::Stale) => None,
+            Err(PinMiss::Fail(PinFail::Free)) => {
+                if self.retries >= SPIN_RETRIES {
+                    // The remover holds the tree lock until the slot is
+                    // cleared: a short wait, as the blocking lookup's.
+                    drop(fs.tree.lock());
+                }
+                None
+            }
+            // A1-A3.
+            Err(PinMiss::Fail(PinFail::Latched)) => c
+                .desc(f)
+                .poll_unlatched_as(fs.id, index, &mut self.reg, cx.waker())
+                .then_some(Poll::Pending),
+            Err(PinMiss::Fail(PinFail::Overflow)) => Some(Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: page {index}: too many pins on one page",
+                    fs.path.display()
+                ),
+            )))),
+        }
+    }
+
+    /// M1-M2 (and F1); `None`: retry from L.
+    fn miss(
+        &mut self,
+        c: &Inner,
+        fs: &Arc<FileShared>,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<io::Result<FrameNo>>> {
+        let index = self.index;
+        let seen = c.async_frames.seen();
+        let f = match c.try_insert(fs, index, false) {
+            Ok(Some(f)) => f,
+            Ok(None) => return None, // another's page: look it up
+            Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
+                // F1. Relaxed: hints (frames that come back by themselves);
+                // a stale non-zero costs one wait until the next event.
+                let in_flight = c.filling.load(Ordering::Relaxed)
+                    + c.async_frames.handed.load(Ordering::Relaxed);
+                if in_flight == 0 {
+                    return Some(Poll::Ready(Err(e)));
+                }
+                return c
+                    .async_frames
+                    .wait(seen, &mut self.reg, cx.waker())
+                    .then_some(Poll::Pending);
+            }
+            Err(e) => return Some(Poll::Ready(Err(e))),
+        };
+        waitq::cancel(&mut self.reg);
+        // Relaxed: a hint for reclaim (as `insert_run`).
+        c.filling.fetch_add(1, Ordering::Relaxed);
+        let fill = c.begin_fill(fs, index, f);
+        let latch = self.latch;
+        let me = c.me.get().and_then(std::sync::Weak::upgrade);
+        let (Some(_), Some(me)) = (fill.read_offset(c.shift), me) else {
+            // Past end of file (zeros), or the cache is going away (its
+            // engine with it): no read to wait for.
+            let res = c.read_fill(fs, &fill);
+            let r = c.complete_fill(fs, fill, res);
+            c.fills_ended(1);
+            self.st = St::Done;
+            if r.is_ok() && !latch {
+                c.desc(f).unlatch_uptodate();
+            }
+            return Some(Poll::Ready(r.map(|()| f)));
+        };
+        let h = Handoff::new(cx.waker());
+        let (done, file) = (h.clone(), fs.clone());
+        let op = c.fill_op(fs, fill, move |fill, res| {
+            // H1. 5.3 step 4: on error the page leaves the index, unlatched.
+            let r = me.complete_fill(&file, fill, res).map(|()| fill.frame);
+            drop(file);
+            if r.is_ok() && !latch {
+                me.desc(fill.frame).unlatch_uptodate();
+            }
+            // Handed over before the fill's end is counted: frames in
+            // flight never read as none while a pin waits for its future.
+            if r.is_ok() {
+                me.async_frames.handed.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(Ok(f)) = done.complete(r) {
+                me.async_frames.give_back(&me, f, latch);
+            }
+            me.fills_ended(1);
+        });
+        c.engine.submit(vec![op]);
+        self.st = St::Read(h);
+        Some(Poll::Pending)
+    }
+
+    /// D: gives back whatever the future holds or waits for. Context: no
+    /// sleep. Idempotent.
+    pub(crate) fn cancel(&mut self, c: &Inner) {
+        waitq::cancel(&mut self.reg);
+        match std::mem::replace(&mut self.st, St::Done) {
+            St::Read(h) => {
+                if let Some(Ok(f)) = h.cancel() {
+                    c.async_frames.give_back(c, f, self.latch);
+                }
+            }
+            St::Drain(f) => {
+                // DRAIN is cleared with the latch (`unlatch_release`).
+                if c.desc(f).unlatch_release() == crate::frame::state::Released::Last {
+                    c.free_frame(f);
+                }
+            }
+            St::Look | St::Done => {}
+        }
+    }
+}
+
+impl FrameEvents {
+    /// A hand-off's pin was taken by its future. Context: no sleep.
+    fn claimed(&self) {
+        // Relaxed: a hint (see the field).
+        self.handed.fetch_sub(1, Ordering::Relaxed);
+        self.event();
+    }
+
+    /// A completed read whose future was dropped: its pin (and with
+    /// `latch` its latch; the page is up to date) go back, and the frame
+    /// may be evicted. Context: no sleep.
+    fn give_back(&self, c: &Inner, f: FrameNo, latch: bool) {
+        if latch {
+            c.desc(f).unlatch_uptodate();
+        }
+        c.release(f);
+        self.claimed();
+    }
+}
+
+impl Inner {
+    /// The end of `n` fills (read or failed, unlatched or handed over):
+    /// reclaim's count, and F1's event. Context: no sleep.
+    pub(crate) fn fills_ended(&self, n: usize) {
+        // Release: the pages are unlatched; pairs with `wait_runs`.
+        self.filling.fetch_sub(n, Ordering::Release);
+        self.async_frames.event();
+    }
+
+    /// An asynchronous read of one latched page whose fill began
+    /// (`begin_fill`), completed by `done` on the engine's thread.
+    pub(crate) fn fill_op(
+        &self,
+        fs: &FileShared,
+        fill: Fill,
+        done: impl FnOnce(Fill, io::Result<usize>) + Send + 'static,
+    ) -> crate::io::engine::Op {
+        let run = super::batch::Run::one(fill);
+        self.run_op(fs, run, false, move |run, res| done(run.first(), res))
+    }
+}
