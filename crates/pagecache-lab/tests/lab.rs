@@ -473,6 +473,63 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
 }
 
 #[test]
+fn async_has_every_design_the_device_beside_and_cpu_per_read() {
+    let tables = (scenarios::find("async").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(
+        t.columns,
+        [
+            "design",
+            "in flight",
+            "rate",
+            "p50",
+            "p99",
+            "CPU per read",
+            "vs device"
+        ]
+    );
+    assert_eq!(t.rows.len(), 9);
+    assert!(t.title.contains("8 x the budget"), "{}", t.title);
+    let designs: Vec<&str> = (0..t.rows.len())
+        .map(|r| t.cell(r, "design").unwrap())
+        .collect();
+    for d in [
+        "device: O_DIRECT, io_uring, 1 thread",
+        "pagecache page_async, tokio 1 thread",
+        "pagecache page_async, tokio 2 threads",
+        "pagecache page(), blocking threads",
+        "buffered pread on tokio's blocking pool (tokio::fs)",
+        "kernel buffered pread, threads",
+    ] {
+        assert!(designs.contains(&d), "{d}");
+    }
+    for r in 0..t.rows.len() {
+        let num = |col: &str| -> f64 {
+            t.cell(r, col)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert!(num("rate") > 0.0, "row {r}: {:?}", t.rows[r]);
+        assert!(num("CPU per read") > 0.0, "row {r}: {:?}", t.rows[r]);
+        if t.cell(r, "design").unwrap().starts_with("device") {
+            assert_eq!(t.cell(r, "vs device"), Some("1.00x"));
+        } else {
+            assert!(
+                t.cell(r, "vs device").unwrap().ends_with('x')
+                    || t.cell(r, "vs device").unwrap().contains("x (depth"),
+                "row {r}: {:?}",
+                t.rows[r]
+            );
+        }
+    }
+    assert_eq!(t.series.len(), 9);
+}
+
+#[test]
 fn btree_tables_cover_both_designs_sizes_and_thread_counts() {
     let tables = (scenarios::find("btree").unwrap().run)(&tiny()).unwrap();
     assert_eq!(

@@ -543,6 +543,53 @@ fn main() {
             ],
         ));
     }
+    // 2a. page_async of a cached page (one poll, Ready) vs page(): the
+    // asynchronous hit's cost (DESIGN section 6: at most 1.1x).
+    if let Some(r) = measure(
+        &o,
+        "page_async() hit (one poll) vs page(), random keys, 1 thread",
+        "ns/op",
+        vec![
+            (
+                "pagecache page_async() polled once".into(),
+                Box::new(|| {
+                    struct Noop;
+                    impl std::task::Wake for Noop {
+                        fn wake(self: Arc<Self>) {}
+                    }
+                    let waker = std::task::Waker::from(Arc::new(Noop));
+                    let mut cx = std::task::Context::from_waker(&waker);
+                    rate1(o.dur, |r| {
+                        let mut fut = std::pin::pin!(file.page_async(rnd_page(r)));
+                        match std::future::Future::poll(fut.as_mut(), &mut cx) {
+                            std::task::Poll::Ready(p) => {
+                                black_box(p.unwrap().index());
+                            }
+                            std::task::Poll::Pending => panic!("a cached page was not ready"),
+                        }
+                    })
+                }),
+            ),
+            (
+                "pagecache page()".into(),
+                Box::new(|| {
+                    rate1(o.dur, |r| {
+                        black_box(file.page(rnd_page(r)).unwrap().index());
+                    })
+                }),
+            ),
+        ],
+    ) {
+        rows.push((
+            r,
+            vec![(
+                0,
+                1,
+                "page_async rate / page() rate (target: cost <= 1.1x)",
+                1.0 / 1.1,
+            )],
+        ));
+    }
     // 2b. optimistic + validate vs HashMap lookup (DESIGN section 6's
     // index-structure row): no pin, no shared write, page data not touched
     // (as the page() row); with a frame hint (what an index keeps per

@@ -138,6 +138,21 @@ pub mod internals {
         file.background_pass()
     }
 
+    /// Loom models only: reads and writes of the cache's I/O engine wait
+    /// for [`run_deferred_io`] (on a thread of the model's choosing, as the
+    /// reaper would run them) instead of completing on their submitter.
+    #[cfg(loom)]
+    pub fn defer_io(cache: &crate::PageCache, defer: bool) {
+        cache.inner.engine.defer(defer);
+    }
+
+    /// Loom models only: completes the I/O waiting (see [`defer_io`]) on
+    /// this thread; returns how many ops ran.
+    #[cfg(loom)]
+    pub fn run_deferred_io(cache: &crate::PageCache) -> usize {
+        cache.inner.engine.run_deferred()
+    }
+
     /// Pages of `path` resident in the kernel's page cache: `mincore` over
     /// a fresh read-only mapping (the tests' and the lab's check that
     /// direct I/O leaves no second copy there).

@@ -42,7 +42,7 @@ fn hit_is_ready_on_the_first_poll() {
     let c = cache(16);
     let f = c.open(&p).unwrap();
     drop(f.page(1).unwrap());
-    let waker = std::task::Waker::noop();
+    let waker = &noop_waker();
     let mut cx = std::task::Context::from_waker(waker);
     let mut fut = std::pin::pin!(f.page_async(1));
     match fut.as_mut().poll(&mut cx) {

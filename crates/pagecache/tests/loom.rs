@@ -1341,3 +1341,146 @@ fn size_lock_excludes_holders_that_reach_the_cut() {
         assert_eq!(cut.with(|p| unsafe { *p }), 11);
     });
 }
+
+/// Drives `fut` on this model thread, sleeping between polls until its
+/// waker runs: a lost wake-up leaves it asleep for good, which loom
+/// reports as a deadlock. (Loom's own `block_on` may wake spuriously,
+/// which would hide exactly that.)
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    // A flag under a mutex and a condition variable (loom's wait has no
+    // spurious returns; its thread unpark can drop the token of a thread
+    // that just yielded).
+    #[derive(Default)]
+    struct Flag {
+        woken: loom::sync::Mutex<bool>,
+        cv: loom::sync::Condvar,
+    }
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            *self.woken.lock().unwrap() = true;
+            self.cv.notify_one();
+        }
+    }
+    let flag = std::sync::Arc::new(Flag::default());
+    let waker = std::task::Waker::from(flag.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let mut w = flag.woken.lock().unwrap();
+        while !*w {
+            w = flag.cv.wait(w).unwrap();
+        }
+        *w = false;
+    }
+}
+
+/// 5.9 "waker registered vs read completing": a future wants page 0 while
+/// a blocking reader misses it (inserts it latched, reads, unlatches). The
+/// future meets the latch and registers (A1-A3), or misses first and reads
+/// it itself, or hits; in every interleaving it is woken and gets the
+/// page's bytes (a lost wake-up is a deadlock loom reports: `block_on`
+/// parks until woken). Fails with A3's re-check under the queue's lock
+/// removed.
+#[test]
+fn async_waiter_vs_completion() {
+    model(2, || {
+        let t = TempFile::new(1);
+        let c = cache();
+        let f = open(&c, &t);
+        let f2 = f.clone();
+        let reader = thread::spawn(move || f2.page(0).unwrap()[1]);
+        // The reader may run first without spending a preemption: the
+        // bound then covers a switch after its insert and one inside A.
+        thread::yield_now();
+        let p = block_on(f.page_async(0)).unwrap();
+        assert!(p.iter().all(|&b| b == 1), "page 0's bytes");
+        drop(p);
+        assert_eq!(reader.join().unwrap(), 1);
+        assert_eq!(c.stats().reads, 1, "one read for two misses");
+        c.validate();
+    });
+}
+
+/// 5.9 against a writer: a future reads page 0 while a `PageMut` holder
+/// rewrites it. The future sees the old bytes or the new, whole, and is
+/// woken if it waited for the latch.
+#[test]
+fn async_waiter_vs_writer() {
+    model(2, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let f2 = f.clone();
+        let writer = thread::spawn(move || {
+            let mut m = f2.page_mut(0).unwrap();
+            m.fill(7);
+        });
+        let p = block_on(f.page_async(0)).unwrap();
+        assert!(
+            p.iter().all(|&b| b == 1) || p.iter().all(|&b| b == 7),
+            "a torn page"
+        );
+        drop(p);
+        writer.join().unwrap();
+        c.validate();
+    });
+}
+
+/// 5.9 "future dropped vs read completing": a future misses page 0 (its
+/// read waits for the model's reaper thread), is polled once and dropped;
+/// a second future wants the same page (meets the latch and waits, or
+/// misses first and its read is the one in flight); the reaper completes
+/// the reads meanwhile. The dropped future's pin is given back whichever
+/// comes first (D vs H1), the other future is woken and gets the bytes,
+/// and afterwards nothing is pinned or latched and every frame is free or
+/// cached. Fails with the dropped-slot check of H1 removed.
+#[test]
+fn async_drop_vs_completion() {
+    use std::future::Future;
+    model(2, || {
+        let t = TempFile::new(1);
+        let c = Arc::new(cache());
+        let f = open(&c, &t);
+        pagecache::internals::defer_io(&c, true);
+        let done = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let (c2, done2) = (c.clone(), done.clone());
+        let reaper = thread::spawn(move || {
+            while done2.load(Ordering::Acquire) < 2 {
+                if pagecache::internals::run_deferred_io(&c2) == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        let (f2, done3) = (f.clone(), done.clone());
+        let waiter = thread::spawn(move || {
+            let p = block_on(f2.page_async(0)).unwrap();
+            assert!(p.iter().all(|&b| b == 1), "page 0's bytes");
+            drop(p);
+            done3.fetch_add(1, Ordering::Release);
+        });
+        {
+            let mut fut = Box::pin(f.page_async(0));
+            struct Noop;
+            impl std::task::Wake for Noop {
+                fn wake(self: std::sync::Arc<Self>) {}
+            }
+            let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+            let mut cx = std::task::Context::from_waker(&waker);
+            if let std::task::Poll::Ready(p) = fut.as_mut().poll(&mut cx) {
+                assert!(p.unwrap().iter().all(|&b| b == 1));
+            }
+            drop(fut);
+        }
+        done.fetch_add(1, Ordering::Release);
+        waiter.join().unwrap();
+        reaper.join().unwrap();
+        pagecache::internals::run_deferred_io(&c);
+        c.validate();
+        let m = f.try_latch(0).unwrap();
+        assert!(m.is_some(), "page 0 still pinned or latched");
+    });
+}

@@ -6,6 +6,7 @@ use crate::runner::{Opts, Table};
 use std::io;
 
 pub mod anon_fault;
+pub mod async_reads;
 pub mod btree;
 pub mod out_of_memory;
 pub mod own_part;
@@ -63,6 +64,11 @@ pub const ALL: &[Scenario] = &[
         name: "out-of-memory",
         about: "CIDR 2022 / vmcache: a file 8x the budget, cold, in a memory cgroup; random reads, prefetch, scans, writes: pagecache vs buffered pread, mmap, O_DIRECT (the device)",
         run: out_of_memory::run,
+    },
+    Scenario {
+        name: "async",
+        about: "misses that never block a thread: random page reads of a file 8x the budget, cold; page_async on tokio (1 thread, 32/64 tasks; 2 threads) vs the device through io_uring at the same depth, blocking page() at 1 and 32 threads, tokio::fs-style pread, the kernel's pread; CPU per read",
+        run: async_reads::run,
     },
     Scenario {
         name: "btree",

@@ -29,14 +29,14 @@ const PS: usize = 4096;
 
 /// Sizes and durations.
 #[derive(Debug, Clone, Copy)]
-struct Size {
-    budget: usize,
-    file: u64,
-    secs: f64,
-    runs: usize,
+pub(crate) struct Size {
+    pub(crate) budget: usize,
+    pub(crate) file: u64,
+    pub(crate) secs: f64,
+    pub(crate) runs: usize,
 }
 
-fn size(o: &Opts) -> Size {
+pub(crate) fn size(o: &Opts) -> Size {
     if o.tiny {
         Size {
             budget: 4 << 20,
@@ -63,16 +63,16 @@ fn size(o: &Opts) -> Size {
 
 /// A memory cgroup the lab process enters for a measurement.
 #[derive(Debug)]
-struct Cgroup {
+pub(crate) struct Cgroup {
     dir: PathBuf,
     /// Where the process was (its `cgroup.procs`), to go back.
     home: PathBuf,
-    version: u8,
+    pub(crate) version: u8,
 }
 
 impl Cgroup {
     /// Creates `pagecache-lab-<pid>` limited to `limit` bytes, v1 or v2.
-    fn create(limit: usize) -> Result<Cgroup, String> {
+    pub(crate) fn create(limit: usize) -> Result<Cgroup, String> {
         let v1 = Path::new("/sys/fs/cgroup/memory");
         if v1.join("memory.limit_in_bytes").exists() {
             return Self::make(v1, "memory", 1, "memory.limit_in_bytes", limit);
@@ -104,14 +104,14 @@ impl Cgroup {
         Ok(cg)
     }
 
-    fn enter(&self) -> Result<(), String> {
+    pub(crate) fn enter(&self) -> Result<(), String> {
         write(
             &self.dir.join("cgroup.procs"),
             &std::process::id().to_string(),
         )
     }
 
-    fn leave(&self) {
+    pub(crate) fn leave(&self) {
         let _ = write(&self.home, &std::process::id().to_string());
     }
 }
@@ -169,6 +169,9 @@ impl Aligned {
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null(), "out of memory");
         Aligned { ptr, len }
+    }
+    pub(crate) fn ptr(&mut self) -> *mut u8 {
+        self.ptr
     }
     pub(crate) fn buf(&mut self) -> &mut [u8] {
         // SAFETY: `len` bytes allocated above, owned by `self`.
@@ -236,16 +239,16 @@ impl Drop for Map {
 }
 
 /// A tiny per-thread random generator (xorshift*).
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn page(&mut self, pages: u64) -> u64 {
+    pub(crate) fn page(&mut self, pages: u64) -> u64 {
         self.next() % pages
     }
 }
@@ -264,11 +267,11 @@ struct Result_ {
 /// Latencies in a log-linear histogram (16 buckets per power of two, so
 /// within 6%): constant memory however many operations a run does.
 #[derive(Debug, Clone)]
-struct Hist(Vec<u64>);
+pub(crate) struct Hist(Vec<u64>);
 
 impl Hist {
     const SUB: u32 = 16;
-    fn new() -> Hist {
+    pub(crate) fn new() -> Hist {
         Hist(vec![0; (64 * Self::SUB) as usize])
     }
     fn bucket(ns: u64) -> usize {
@@ -287,15 +290,15 @@ impl Hist {
         }
         (Self::SUB as u64 + sub) << (top - 1)
     }
-    fn record(&mut self, d: Duration) {
+    pub(crate) fn record(&mut self, d: Duration) {
         self.0[Self::bucket(d.as_nanos().min(u64::MAX as u128) as u64)] += 1;
     }
-    fn merge(&mut self, o: &Hist) {
+    pub(crate) fn merge(&mut self, o: &Hist) {
         for (a, b) in self.0.iter_mut().zip(&o.0) {
             *a += b;
         }
     }
-    fn percentile(&self, q: f64) -> Duration {
+    pub(crate) fn percentile(&self, q: f64) -> Duration {
         let n: u64 = self.0.iter().sum();
         if n == 0 {
             return Duration::ZERO;
@@ -314,7 +317,7 @@ impl Hist {
 
 /// Runs `op` on `threads` threads until `secs` pass; each call is one
 /// operation of `unit` bytes (0: count operations) and is timed.
-fn timed<F>(threads: usize, secs: f64, op: F) -> io::Result<(f64, Hist)>
+pub(crate) fn timed<F>(threads: usize, secs: f64, op: F) -> io::Result<(f64, Hist)>
 where
     F: Fn(usize, &mut Rng) -> io::Result<u64> + Sync,
 {
@@ -401,7 +404,7 @@ impl Work {
 }
 
 /// Fills `path` with `len` non-zero bytes (not sparse).
-fn make_file(path: &Path, len: u64) -> io::Result<()> {
+pub(crate) fn make_file(path: &Path, len: u64) -> io::Result<()> {
     let mut f = File::create(path)?;
     let chunk: Vec<u8> = (0..1usize << 20).map(|i| (i % 251 + 1) as u8).collect();
     let mut left = len;
@@ -607,7 +610,7 @@ fn run_one(
     })
 }
 
-fn fmt_lat(d: Duration) -> String {
+pub(crate) fn fmt_lat(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us >= 1000.0 {
         format!("{:.1} ms", us / 1000.0)

@@ -212,7 +212,7 @@ impl Config {
 /// ```
 #[derive(Debug, Clone)]
 pub struct PageCache {
-    inner: Arc<Handle>,
+    pub(crate) inner: Arc<Handle>,
     /// (C) `Config::direct_io`.
     direct_io: bool,
 }

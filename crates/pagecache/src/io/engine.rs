@@ -224,6 +224,11 @@ impl<T: Send + 'static> Oneshot<T> {
 #[derive(Debug)]
 pub(crate) struct Engine {
     kind: IoEngine,
+    /// Loom only: whether ops wait in `deferred` for a model's own
+    /// "reaper" thread ([`Engine::run_deferred`]) instead of running on
+    /// the submitter, and the ops waiting.
+    #[cfg(loom)]
+    deferred: crate::sync::Mutex<(bool, Vec<Op>)>,
     #[cfg(not(loom))]
     uring: Option<uring::Uring>,
     #[cfg(not(loom))]
@@ -252,7 +257,13 @@ impl Engine {
         #[cfg(loom)]
         {
             let _ = threads;
-            Ok(Engine { kind: asked })
+            Ok(Engine {
+                kind: asked,
+                deferred: crate::sync::Mutex::with_class(
+                    (false, Vec::new()),
+                    crate::sync::LockClass::Other,
+                ),
+            })
         }
         #[cfg(not(loom))]
         {
@@ -284,8 +295,16 @@ impl Engine {
     /// pages), no tree lock.
     pub(crate) fn submit(&self, ops: Vec<Op>) {
         #[cfg(loom)]
-        for op in ops {
-            op.run();
+        {
+            let mut q = self.deferred.lock();
+            if q.0 {
+                q.1.extend(ops);
+                return;
+            }
+            drop(q);
+            for op in ops {
+                op.run();
+            }
         }
         #[cfg(not(loom))]
         {
@@ -295,6 +314,25 @@ impl Engine {
             };
             self.pool.submit(rest);
         }
+    }
+
+    /// Loom only: from now on ops wait for [`Engine::run_deferred`]
+    /// (`defer`), or run on their submitter again.
+    #[cfg(loom)]
+    pub(crate) fn defer(&self, defer: bool) {
+        self.deferred.lock().0 = defer;
+    }
+
+    /// Loom only: runs the ops waiting, on this thread (a model's reaper);
+    /// returns how many.
+    #[cfg(loom)]
+    pub(crate) fn run_deferred(&self) -> usize {
+        let ops = std::mem::take(&mut self.deferred.lock().1);
+        let n = ops.len();
+        for op in ops {
+            op.run();
+        }
+        n
     }
 
     /// Waits for every op in flight, then stops the threads and closes the

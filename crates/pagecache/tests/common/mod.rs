@@ -115,3 +115,13 @@ pub fn faulty(frames: usize) -> (PageCache, std::sync::Arc<pagecache::Faults>) {
     .unwrap();
     (c, faults)
 }
+
+/// A waker that does nothing (`std::task::Waker::noop` is newer than the
+/// crate's minimum Rust).
+pub fn noop_waker() -> std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    std::sync::Arc::new(Noop).into()
+}

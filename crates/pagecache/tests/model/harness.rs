@@ -11,6 +11,7 @@ use pagecache::{
     WritebackCause, WritebackDecision, WritebackHook,
 };
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -405,6 +406,10 @@ impl Harness {
         let f = self.handle(rng);
         let len = self.model.len() as u64;
         let span = (len + 2 * PS as u64).min(MAX_PAGES * PS as u64);
+        // The asynchronous twin of the call (protocol 5.9), driven to its
+        // end on this thread: the same bytes and errors are expected.
+        let asy = rng.chance(40);
+        let sfx = if asy { "_async" } else { "" };
         match rng.below(108) {
             0..=24 => {
                 let off = rng.below(span);
@@ -413,9 +418,14 @@ impl Harness {
                 } else {
                     rng.below(3 * PS as u64)
                 } as usize;
-                self.log.op(format!("read_at({off}, {n})"));
+                self.log.op(format!("read_at{sfx}({off}, {n})"));
                 let mut buf = vec![0xEEu8; n];
-                match f.read_at(&mut buf, off) {
+                let res = if asy {
+                    pagecache::block_on(f.read_at_async(&mut buf, off))
+                } else {
+                    f.read_at(&mut buf, off)
+                };
+                match res {
                     Ok(got) => {
                         let want = self.expect(off, n);
                         self.log.check(got == want.len(), || {
@@ -438,9 +448,13 @@ impl Harness {
                 } as usize;
                 let data = rng.bytes(n);
                 self.log
-                    .op(format!("write_at({off}, {n} bytes {:#x}..)", data[0]));
+                    .op(format!("write_at{sfx}({off}, {n} bytes {:#x}..)", data[0]));
                 let t = Instant::now();
-                let res = f.write_at(&data, off);
+                let res = if asy {
+                    pagecache::block_on(f.write_at_async(&data, off))
+                } else {
+                    f.write_at(&data, off)
+                };
                 self.check_stall(t, "write_at");
                 match res {
                     Ok(()) => self.apply_write(off, &data),
@@ -468,11 +482,16 @@ impl Harness {
                 }
             }
             58..=61 => {
-                self.log.op("sync".into());
+                self.log.op(format!("sync{sfx}"));
                 // `Ok` exactly when the disk holds the model: an earlier
                 // write-back error (eviction's, the flusher's) is never
                 // reported again once the pages are written.
-                match f.sync() {
+                let res = if asy {
+                    pagecache::block_on(f.sync_async())
+                } else {
+                    f.sync()
+                };
+                match res {
                     Ok(()) => {
                         self.log
                             .check(f.dirty_pages() == 0 || self.handles.len() > 1, || {
@@ -486,8 +505,34 @@ impl Harness {
             62..=73 => {
                 let pages = len.div_ceil(PS as u64);
                 let i = rng.below(pages + 1);
-                self.log.op(format!("page({i})"));
-                match f.page(i) {
+                if asy && rng.chance(30) {
+                    // A future polled once (a miss starts its read, a
+                    // latch holder registers it), then dropped: nothing
+                    // changes, nothing stays pinned or latched.
+                    let what = rng.below(3);
+                    self.log
+                        .op(format!("future {what} of page {i} polled once, dropped"));
+                    let waker = &super::common::noop_waker();
+                    let mut cx = std::task::Context::from_waker(waker);
+                    let mut buf = vec![0u8; PS + 10];
+                    match what {
+                        0 => drop(Box::pin(f.page_async(i)).as_mut().poll(&mut cx)),
+                        1 => drop(Box::pin(f.page_mut_async(i)).as_mut().poll(&mut cx)),
+                        _ => drop(
+                            Box::pin(f.read_at_async(&mut buf, i * PS as u64 + 5))
+                                .as_mut()
+                                .poll(&mut cx),
+                        ),
+                    }
+                    return;
+                }
+                self.log.op(format!("page{sfx}({i})"));
+                let res = if asy {
+                    pagecache::block_on(f.page_async(i))
+                } else {
+                    f.page(i)
+                };
+                match res {
                     Ok(p) => {
                         if p[..] != self.model_page(i)[..] {
                             self.log.fail(format!("page({i}) has wrong bytes"));
@@ -510,9 +555,14 @@ impl Harness {
                 let edits: Vec<(usize, u8)> = (0..1 + rng.below(8))
                     .map(|_| (rng.below(PS as u64) as usize, rng.next() as u8))
                     .collect();
-                self.log.op(format!("page_mut({i}), {} edits", edits.len()));
+                self.log
+                    .op(format!("page_mut{sfx}({i}), {} edits", edits.len()));
                 let t = Instant::now();
-                let res = f.page_mut(i);
+                let res = if asy {
+                    pagecache::block_on(f.page_mut_async(i))
+                } else {
+                    f.page_mut(i)
+                };
                 self.check_stall(t, "page_mut");
                 match res {
                     Ok(mut p) => {

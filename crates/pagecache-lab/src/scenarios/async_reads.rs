@@ -1,0 +1,376 @@
+//! `async`: misses that never block a thread (DESIGN section 4,
+//! "Asynchronous misses"; protocol 5.9). Random 4 KiB page reads of a file
+//! 8x the budget, cold, by one thread keeping many reads in flight, against
+//! the device's own rate at the same depth in the same run:
+//!
+//! - the device: `O_DIRECT` reads through io_uring, 32 and 64 in flight,
+//!   one thread (what an engine of its own would get);
+//! - pagecache's `page_async` on tokio: one thread (`current_thread`) with
+//!   32 and 64 tasks, and two worker threads with 64 tasks;
+//! - pagecache's blocking `page()` at 1 and 32 threads;
+//! - `tokio::fs`-style reads: buffered `pread` on tokio's blocking pool,
+//!   64 tasks on one thread (what a tokio service does today);
+//! - the kernel's buffered `pread` with 32 threads.
+//!
+//! The kernel's designs run in a memory cgroup of the budget plus 64 MiB,
+//! pagecache within its capacity (as `out-of-memory`). The CPU column is
+//! the process's CPU time (user + system, every thread: the I/O engine's
+//! reaper, tokio's pool) per read.
+
+use super::out_of_memory::{
+    drop_cache, fmt_lat, make_file, size, timed, Aligned, Cgroup, Hist, Rng, Size,
+};
+use crate::runner::{median, Opts, Series, Table};
+use pagecache::{Config, PageCache};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PS: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Design {
+    /// O_DIRECT reads through io_uring, `depth` in flight.
+    Device,
+    /// `page_async` on a tokio runtime: 0 workers = `current_thread`.
+    Async { workers: usize },
+    /// Blocking `page()` on `depth` threads.
+    Blocking,
+    /// Buffered `pread` on tokio's blocking pool (`tokio::fs`'s way).
+    TokioFs,
+    /// Buffered `pread` on `depth` threads.
+    Kernel,
+}
+
+impl Design {
+    fn name(self) -> String {
+        match self {
+            Design::Device => "device: O_DIRECT, io_uring, 1 thread".into(),
+            Design::Async { workers: 0 } => "pagecache page_async, tokio 1 thread".into(),
+            Design::Async { workers } => {
+                format!("pagecache page_async, tokio {workers} threads")
+            }
+            Design::Blocking => "pagecache page(), blocking threads".into(),
+            Design::TokioFs => "buffered pread on tokio's blocking pool (tokio::fs)".into(),
+            Design::Kernel => "kernel buffered pread, threads".into(),
+        }
+    }
+    fn in_cgroup(self) -> bool {
+        matches!(self, Design::TokioFs | Design::Kernel)
+    }
+}
+
+/// One measured configuration.
+struct Measured {
+    rate: f64,
+    lat: Hist,
+    /// CPU seconds of the process per read.
+    cpu_per_read: f64,
+}
+
+/// The process's CPU time so far (every thread, user + system).
+fn cpu_now() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 * 1e-6;
+    t(r.ru_utime) + t(r.ru_stime)
+}
+
+/// The device: `depth` random `O_DIRECT` reads in flight through one
+/// io_uring, resubmitted as each completes, for `secs`.
+fn device(data: &Path, pages: u64, depth: usize, secs: f64) -> io::Result<(u64, Hist)> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(data)?;
+    let fd = io_uring::types::Fd(f.as_raw_fd());
+    let mut ring = io_uring::IoUring::new((depth as u32).next_power_of_two())?;
+    let mut bufs: Vec<Aligned> = (0..depth).map(|_| Aligned::new(PS)).collect();
+    let mut started = vec![Instant::now(); depth];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut hist = Hist::new();
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let push = |ring: &mut io_uring::IoUring, k: usize, buf: *mut u8, rng: &mut Rng| {
+        let off = rng.page(pages) * PS as u64;
+        let e = io_uring::opcode::Read::new(fd, buf, PS as u32)
+            .offset(off)
+            .build()
+            .user_data(k as u64);
+        // SAFETY: `buf` is one of `bufs`, which outlive every read: all
+        // are reaped below before `bufs` drops.
+        unsafe { ring.submission().push(&e) }.map_err(|_| io::Error::other("ring full"))
+    };
+    for (k, b) in bufs.iter_mut().enumerate() {
+        started[k] = Instant::now();
+        push(&mut ring, k, b.ptr(), &mut rng)?;
+    }
+    let mut inflight = depth;
+    let mut done = 0u64;
+    let mut err = None;
+    while inflight > 0 {
+        ring.submit_and_wait(1)?;
+        let cqes: Vec<(usize, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data() as usize, c.result()))
+            .collect();
+        for (k, res) in cqes {
+            inflight -= 1;
+            if res != PS as i32 && err.is_none() {
+                err = Some(if res < 0 {
+                    io::Error::from_raw_os_error(-res)
+                } else {
+                    io::Error::other(format!("short read of {res} bytes"))
+                });
+            }
+            hist.record(started[k].elapsed());
+            done += 1;
+            if err.is_none() && Instant::now() < deadline {
+                started[k] = Instant::now();
+                let p = bufs[k].ptr();
+                push(&mut ring, k, p, &mut rng)?;
+                inflight += 1;
+            }
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok((done, hist)),
+    }
+}
+
+/// `tasks` tasks, each reading random pages with `read` until `secs`
+/// pass, on a tokio runtime of `workers` threads (0: `current_thread`).
+fn on_tokio<F, Fut>(workers: usize, tasks: usize, secs: f64, read: F) -> io::Result<(u64, Hist)>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = io::Result<()>> + Send,
+{
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(tasks)
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .max_blocking_threads(tasks)
+            .build()?
+    };
+    let read = Arc::new(read);
+    let lat = Arc::new(Mutex::new(Hist::new()));
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let (read, lat) = (read.clone(), lat.clone());
+            handles.push(tokio::spawn(async move {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC_DEF1));
+                let mut mine = Hist::new();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    read(rng.next()).await?;
+                    mine.record(t0.elapsed());
+                    n += 1;
+                }
+                lat.lock().unwrap().merge(&mine);
+                Ok::<u64, io::Error>(n)
+            }));
+        }
+        let mut total = 0;
+        for h in handles {
+            total += h.await.map_err(io::Error::other)??;
+        }
+        let lat = lat.lock().unwrap().clone();
+        Ok((total, lat))
+    })
+}
+
+/// One configuration, cold on entry.
+fn run_one(design: Design, depth: usize, sz: &Size, data: &Path) -> io::Result<Measured> {
+    let pages = sz.file / PS as u64;
+    let cpu0 = cpu_now();
+    let t0 = Instant::now();
+    let (reads, lat) = match design {
+        Design::Device => device(data, pages, depth, sz.secs)?,
+        Design::Async { workers } => {
+            let c = PageCache::new(Config {
+                capacity: sz.budget,
+                ..Config::default()
+            })?;
+            let f = Arc::new(c.open(data)?);
+            on_tokio(workers, depth, sz.secs, move |x| {
+                let f = f.clone();
+                async move {
+                    let p = f.page_async(x % pages).await?;
+                    std::hint::black_box(p[0]);
+                    Ok(())
+                }
+            })?
+        }
+        Design::TokioFs => {
+            let f = Arc::new(File::open(data)?);
+            on_tokio(0, depth, sz.secs, move |x| {
+                let f = f.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        let mut b = vec![0u8; PS];
+                        f.read_exact_at(&mut b, (x % pages) * PS as u64)
+                    })
+                    .await
+                    .map_err(io::Error::other)?
+                }
+            })?
+        }
+        Design::Blocking => {
+            let c = PageCache::new(Config {
+                capacity: sz.budget,
+                ..Config::default()
+            })?;
+            let f = c.open(data)?;
+            let (rate, lat) = timed(depth, sz.secs, |_, rng| {
+                let p = f.page(rng.page(pages))?;
+                std::hint::black_box(p[0]);
+                Ok(1)
+            })?;
+            ((rate * t0.elapsed().as_secs_f64()) as u64, lat)
+        }
+        Design::Kernel => {
+            let f = File::open(data)?;
+            let (rate, lat) = timed(depth, sz.secs, |_, rng| {
+                let mut b = [0u8; PS];
+                f.read_exact_at(&mut b, rng.page(pages) * PS as u64)?;
+                Ok(1)
+            })?;
+            ((rate * t0.elapsed().as_secs_f64()) as u64, lat)
+        }
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_now() - cpu0;
+    Ok(Measured {
+        rate: reads as f64 / wall,
+        lat,
+        cpu_per_read: cpu / reads.max(1) as f64,
+    })
+}
+
+/// Runs the scenario.
+pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
+    let sz = size(o);
+    let dir = crate::TempDir::new("async")?;
+    let data = dir.0.join("data.bin");
+    make_file(&data, sz.file)?;
+    let limit = sz.budget + (64 << 20);
+    let cgroup = if o.tiny {
+        Err("not in test runs".to_string())
+    } else {
+        Cgroup::create(limit)
+    };
+    let root = drop_cache(&data);
+    let (d1, d2) = if o.tiny { (8, 16) } else { (32, 64) };
+    let mut t = Table::new(
+        format!(
+            "async: random 4 KiB page reads, file {} MiB, {} x the budget of {} MiB, cold; {}; {}",
+            sz.file >> 20,
+            sz.file / sz.budget as u64,
+            sz.budget >> 20,
+            match &cgroup {
+                Ok(c) => format!(
+                    "the kernel's designs in a memory cgroup v{} of {} MiB, pagecache in its budget",
+                    c.version,
+                    limit >> 20
+                ),
+                Err(e) => format!("no memory cgroup ({e})"),
+            },
+            if root {
+                "kernel caches dropped before each configuration"
+            } else {
+                "not root: the file dropped with POSIX_FADV_DONTNEED only"
+            }
+        ),
+        &[
+            "design",
+            "in flight",
+            "rate",
+            "p50",
+            "p99",
+            "CPU per read",
+            "vs device",
+        ],
+    );
+    let plan: Vec<(Design, usize)> = vec![
+        (Design::Device, d1),
+        (Design::Device, d2),
+        (Design::Async { workers: 0 }, d1),
+        (Design::Async { workers: 0 }, d2),
+        (Design::Async { workers: 2 }, d2),
+        (Design::Blocking, 1),
+        (Design::Blocking, d1),
+        (Design::TokioFs, d2),
+        (Design::Kernel, d1),
+    ];
+    let mut devices: Vec<(usize, f64)> = Vec::new();
+    for (i, &(design, depth)) in plan.iter().enumerate() {
+        crate::runner::progress("async", i, plan.len());
+        let mut rates = Vec::new();
+        let mut cpus = Vec::new();
+        let mut last = None;
+        for _ in 0..sz.runs {
+            drop_cache(&data);
+            let confined = cgroup.as_ref().ok().filter(|_| design.in_cgroup());
+            if let Some(c) = confined {
+                c.enter().map_err(io::Error::other)?;
+            }
+            let r = run_one(design, depth, &sz, &data);
+            if let Some(c) = confined {
+                c.leave();
+            }
+            let r = r?;
+            rates.push(r.rate);
+            cpus.push(r.cpu_per_read);
+            last = Some(r);
+        }
+        let last = last.expect("at least one run");
+        let m = median(&mut rates.clone());
+        if design == Design::Device {
+            devices.push((depth, m));
+        }
+        // Against the device at the same depth; a blocking thread's depth
+        // is 1, against the shallowest device row.
+        let vs = devices
+            .iter()
+            .find(|(d, _)| *d == depth)
+            .or(devices.first())
+            .map(|(d, r)| {
+                if *d == depth {
+                    format!("{:.2}x", m / r)
+                } else {
+                    format!("{:.2}x (depth {d})", m / r)
+                }
+            })
+            .unwrap_or_else(|| "-".into());
+        t.row(vec![
+            design.name(),
+            depth.to_string(),
+            format!("{:.1} k reads/s", m / 1e3),
+            fmt_lat(last.lat.percentile(0.5)),
+            fmt_lat(last.lat.percentile(0.99)),
+            format!("{:.1} us", median(&mut cpus) * 1e6),
+            vs,
+        ]);
+        t.series.push(Series::new(
+            &design.name(),
+            depth,
+            rates.iter().map(|r| r / 1e3).collect(),
+            "k reads/s",
+        ));
+    }
+    crate::runner::progress("async", plan.len(), plan.len());
+    drop(cgroup);
+    Ok(vec![t])
+}
