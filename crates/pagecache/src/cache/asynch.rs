@@ -468,7 +468,7 @@ impl GetPage {
             }
             me.fills_ended(1);
         });
-        c.engine.submit(vec![op]);
+        c.engine.submit_batched(vec![op]);
         self.st = St::Read(h);
         Some(Poll::Pending)
     }

@@ -309,7 +309,26 @@ impl Engine {
         #[cfg(not(loom))]
         {
             let rest = match &self.uring {
-                Some(u) => u.submit(ops),
+                Some(u) => u.submit_as(ops, false),
+                None => ops,
+            };
+            self.pool.submit(rest);
+        }
+    }
+
+    /// As [`Engine::submit`], for callers that do not wait on this thread
+    /// (futures): with io_uring and ops already in flight, the entries are
+    /// queued without entering the kernel, and the reaper submits every
+    /// queued entry when it next wakes (at the next completion, or within
+    /// [`uring::BATCH_WAIT`]): one system call, one device notification,
+    /// for the reads many futures started meanwhile. Context: as `submit`.
+    pub(crate) fn submit_batched(&self, ops: Vec<Op>) {
+        #[cfg(loom)]
+        self.submit(ops);
+        #[cfg(not(loom))]
+        {
+            let rest = match &self.uring {
+                Some(u) => u.submit_as(ops, true),
                 None => ops,
             };
             self.pool.submit(rest);
@@ -479,6 +498,12 @@ mod uring {
     /// Submission queue entries; the completion queue is four times as big
     /// and the kernel keeps overflowing completions (`IORING_FEAT_NODROP`).
     const ENTRIES: u32 = 256;
+    /// Ops in flight from which a batched submission leaves its entries to
+    /// the reaper (fewer: completions may be far apart).
+    const BATCH_MIN_INFLIGHT: usize = 4;
+    /// The longest the reaper waits for a completion while entries may be
+    /// queued: the bound on a batched entry's wait for submission.
+    pub(crate) const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
     /// `user_data` of the no-op that tells the reaper to stop.
     const STOP: u64 = u64::MAX;
 
@@ -488,6 +513,9 @@ mod uring {
         sq: Mutex<()>,
         /// Ops submitted and not yet completed.
         inflight: AtomicUsize,
+        /// The kernel takes a timeout with a wait (`IORING_FEAT_EXT_ARG`):
+        /// batched submissions are possible.
+        timed_wait: bool,
     }
 
     impl std::fmt::Debug for Shared {
@@ -510,10 +538,12 @@ mod uring {
             let ring = IoUring::builder()
                 .setup_cqsize(ENTRIES * 4)
                 .build(ENTRIES)?;
+            let timed_wait = ring.params().is_feature_ext_arg();
             let shared = Arc::new(Shared {
                 ring,
                 sq: Mutex::new(()),
                 inflight: AtomicUsize::new(0),
+                timed_wait,
             });
             let s = shared.clone();
             let reaper = std::thread::Builder::new()
@@ -526,12 +556,18 @@ mod uring {
         }
 
         /// Pushes every op the backend lets the ring do; returns the others
-        /// (for the thread pool). Ops failed at once complete here.
-        pub(super) fn submit(&self, ops: Vec<Op>) -> Vec<Op> {
+        /// (for the thread pool). Ops failed at once complete here. With
+        /// `batched`, and enough in flight already, the entries are left
+        /// for the reaper to submit (`Engine::submit_batched`).
+        pub(super) fn submit_as(&self, ops: Vec<Op>, batched: bool) -> Vec<Op> {
             let mut blocking = Vec::new();
             let mut failed = Vec::new();
             let s = &*self.shared;
             let g = s.sq.lock();
+            // Relaxed: a hint; the reaper submits queued entries at its
+            // next wake-up whatever this reads.
+            let batched =
+                batched && s.timed_wait && s.inflight.load(Ordering::Relaxed) >= BATCH_MIN_INFLIGHT;
             if self.reaper.lock().is_none() {
                 return ops; // shut down: the pool runs them on this thread
             }
@@ -576,7 +612,9 @@ mod uring {
                 s.inflight.fetch_add(1, Ordering::Relaxed);
                 push(s, &entry);
             }
-            enter(s);
+            if !batched {
+                enter(s);
+            }
             drop(g);
             for (op, e) in failed {
                 op.complete(Err(e));
@@ -630,9 +668,25 @@ mod uring {
     fn reap(s: &Shared) {
         let mut stopping = false;
         let mut done = Vec::new();
+        let limit = io_uring::types::Timespec::from(BATCH_WAIT);
+        let timed = io_uring::types::SubmitArgs::new().timespec(&limit);
         loop {
-            if let Err(e) = s.ring.submit_and_wait(1) {
-                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
+            // Submits what batched submitters queued, then waits; with ops
+            // in flight (batched entries may be queued meanwhile), for at
+            // most BATCH_WAIT.
+            // Relaxed: a hint (a wait without the timeout only delays a
+            // batched entry to the next completion).
+            let r = if s.timed_wait && s.inflight.load(Ordering::Relaxed) > 0 {
+                s.ring.submitter().submit_with_args(1, &timed)
+            } else {
+                s.ring.submit_and_wait(1)
+            };
+            if let Err(e) = r {
+                let code = e.raw_os_error();
+                if code != Some(libc::EINTR)
+                    && code != Some(libc::EBUSY)
+                    && code != Some(libc::ETIME)
+                {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
