@@ -144,23 +144,33 @@ fn device(data: &Path, pages: u64, depth: usize, secs: f64) -> io::Result<(u64, 
     }
 }
 
-/// `tasks` tasks, each reading random pages with `read` until `secs`
-/// pass, on a tokio runtime of `workers` threads (0: `current_thread`).
-fn on_tokio<F, Fut>(workers: usize, tasks: usize, secs: f64, read: F) -> io::Result<(u64, Hist)>
+/// A tokio runtime of `workers` threads (0: `current_thread`) whose
+/// blocking pool holds `blocking` threads.
+fn runtime(workers: usize, blocking: usize) -> io::Result<tokio::runtime::Runtime> {
+    if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(blocking)
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .max_blocking_threads(blocking)
+            .build()
+    }
+}
+
+/// `tasks` tasks on `rt`, each reading random pages with `read` until
+/// `secs` pass.
+fn on_tokio<F, Fut>(
+    rt: &tokio::runtime::Runtime,
+    tasks: usize,
+    secs: f64,
+    read: F,
+) -> io::Result<(u64, Hist)>
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = io::Result<()>> + Send,
 {
-    let rt = if workers == 0 {
-        tokio::runtime::Builder::new_current_thread()
-            .max_blocking_threads(tasks)
-            .build()?
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .max_blocking_threads(tasks)
-            .build()?
-    };
     let read = Arc::new(read);
     let lat = Arc::new(Mutex::new(Hist::new()));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -191,31 +201,46 @@ where
     })
 }
 
-/// One configuration, cold on entry.
+/// A cache of the budget, its arena faulted in at creation (so that the
+/// measured window holds reads, not the arena's first touches).
+fn cache(sz: &Size) -> io::Result<PageCache> {
+    PageCache::new(Config {
+        capacity: sz.budget,
+        populate: true,
+        ..Config::default()
+    })
+}
+
+/// One configuration, cold on entry. Setup (the cache, the runtime) is
+/// outside the measured window and its CPU time.
 fn run_one(design: Design, depth: usize, sz: &Size, data: &Path) -> io::Result<Measured> {
     let pages = sz.file / PS as u64;
-    let cpu0 = cpu_now();
-    let t0 = Instant::now();
-    let (reads, lat) = match design {
-        Design::Device => device(data, pages, depth, sz.secs)?,
+    let start = || (cpu_now(), Instant::now());
+    let ((cpu0, t0), (reads, lat)) = match design {
+        Design::Device => {
+            let s = start();
+            (s, device(data, pages, depth, sz.secs)?)
+        }
         Design::Async { workers } => {
-            let c = PageCache::new(Config {
-                capacity: sz.budget,
-                ..Config::default()
-            })?;
+            let c = cache(sz)?;
             let f = Arc::new(c.open(data)?);
-            on_tokio(workers, depth, sz.secs, move |x| {
+            let rt = runtime(workers, 1)?;
+            let s = start();
+            let r = on_tokio(&rt, depth, sz.secs, move |x| {
                 let f = f.clone();
                 async move {
                     let p = f.page_async(x % pages).await?;
                     std::hint::black_box(p[0]);
                     Ok(())
                 }
-            })?
+            })?;
+            (s, r)
         }
         Design::TokioFs => {
             let f = Arc::new(File::open(data)?);
-            on_tokio(0, depth, sz.secs, move |x| {
+            let rt = runtime(0, depth)?;
+            let s = start();
+            let r = on_tokio(&rt, depth, sz.secs, move |x| {
                 let f = f.clone();
                 async move {
                     tokio::task::spawn_blocking(move || {
@@ -225,29 +250,29 @@ fn run_one(design: Design, depth: usize, sz: &Size, data: &Path) -> io::Result<M
                     .await
                     .map_err(io::Error::other)?
                 }
-            })?
+            })?;
+            (s, r)
         }
         Design::Blocking => {
-            let c = PageCache::new(Config {
-                capacity: sz.budget,
-                ..Config::default()
-            })?;
+            let c = cache(sz)?;
             let f = c.open(data)?;
+            let s = start();
             let (rate, lat) = timed(depth, sz.secs, |_, rng| {
                 let p = f.page(rng.page(pages))?;
                 std::hint::black_box(p[0]);
                 Ok(1)
             })?;
-            ((rate * t0.elapsed().as_secs_f64()) as u64, lat)
+            (s, ((rate * s.1.elapsed().as_secs_f64()) as u64, lat))
         }
         Design::Kernel => {
             let f = File::open(data)?;
+            let s = start();
             let (rate, lat) = timed(depth, sz.secs, |_, rng| {
                 let mut b = [0u8; PS];
                 f.read_exact_at(&mut b, rng.page(pages) * PS as u64)?;
                 Ok(1)
             })?;
-            ((rate * t0.elapsed().as_secs_f64()) as u64, lat)
+            (s, ((rate * s.1.elapsed().as_secs_f64()) as u64, lat))
         }
     };
     let wall = t0.elapsed().as_secs_f64();
@@ -314,13 +339,15 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         (Design::TokioFs, d2),
         (Design::Kernel, d1),
     ];
-    let mut devices: Vec<(usize, f64)> = Vec::new();
-    for (i, &(design, depth)) in plan.iter().enumerate() {
-        crate::runner::progress("async", i, plan.len());
-        let mut rates = Vec::new();
-        let mut cpus = Vec::new();
-        let mut last = None;
-        for _ in 0..sz.runs {
+    // Rounds: every configuration once per round, in order, so that the
+    // device's drift (this machine's disk moves by a third within minutes)
+    // falls on every row alike; each row's ratio is its rate over the
+    // device row of the same depth in the same round, the median of those.
+    let mut results: Vec<Vec<Measured>> = plan.iter().map(|_| Vec::new()).collect();
+    let total = plan.len() * sz.runs;
+    for round in 0..sz.runs {
+        for (i, &(design, depth)) in plan.iter().enumerate() {
+            crate::runner::progress("async", round * plan.len() + i, total);
             drop_cache(&data);
             let confined = cgroup.as_ref().ok().filter(|_| design.in_cgroup());
             if let Some(c) = confined {
@@ -330,36 +357,44 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             if let Some(c) = confined {
                 c.leave();
             }
-            let r = r?;
-            rates.push(r.rate);
-            cpus.push(r.cpu_per_read);
-            last = Some(r);
+            results[i].push(r?);
         }
-        let last = last.expect("at least one run");
+    }
+    for (i, &(design, depth)) in plan.iter().enumerate() {
+        let rates: Vec<f64> = results[i].iter().map(|m| m.rate).collect();
         let m = median(&mut rates.clone());
-        if design == Design::Device {
-            devices.push((depth, m));
-        }
-        // Against the device at the same depth; a blocking thread's depth
-        // is 1, against the shallowest device row.
-        let vs = devices
+        // Against the device row of the same depth (a blocking thread's
+        // depth is 1: against the shallowest).
+        let dev = plan
             .iter()
-            .find(|(d, _)| *d == depth)
-            .or(devices.first())
-            .map(|(d, r)| {
-                if *d == depth {
-                    format!("{:.2}x", m / r)
+            .position(|&(d, k)| d == Design::Device && k == depth)
+            .or_else(|| plan.iter().position(|&(d, _)| d == Design::Device));
+        let vs = dev
+            .map(|j| {
+                let mut ratios: Vec<f64> = results[i]
+                    .iter()
+                    .zip(&results[j])
+                    .map(|(a, b)| a.rate / b.rate)
+                    .collect();
+                let r = median(&mut ratios);
+                if plan[j].1 == depth {
+                    format!("{r:.2}x")
                 } else {
-                    format!("{:.2}x (depth {d})", m / r)
+                    format!("{r:.2}x (depth {})", plan[j].1)
                 }
             })
             .unwrap_or_else(|| "-".into());
+        let mut cpus: Vec<f64> = results[i].iter().map(|m| m.cpu_per_read).collect();
+        let mut lat = Hist::new();
+        for r in &results[i] {
+            lat.merge(&r.lat);
+        }
         t.row(vec![
             design.name(),
             depth.to_string(),
             format!("{:.1} k reads/s", m / 1e3),
-            fmt_lat(last.lat.percentile(0.5)),
-            fmt_lat(last.lat.percentile(0.99)),
+            fmt_lat(lat.percentile(0.5)),
+            fmt_lat(lat.percentile(0.99)),
             format!("{:.1} us", median(&mut cpus) * 1e6),
             vs,
         ]);
@@ -370,7 +405,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             "k reads/s",
         ));
     }
-    crate::runner::progress("async", plan.len(), plan.len());
+    crate::runner::progress("async", total, total);
     drop(cgroup);
     Ok(vec![t])
 }

@@ -72,8 +72,11 @@
 //! trying; every end of a fill and every claim of a hand-off bumps the
 //! count (SeqCst) and then wakes the queue if a waiter set the flag
 //! (SeqCst, before its re-check): a Dekker handshake, so one of the two
-//! sees the other. With nothing in flight, the error is the blocking
-//! path's `OutOfMemory` (every frame pinned).
+//! sees the other. While other reclaimers hold candidates or a truncate
+//! frees frames (no event marks their end) it yields (wakes itself and
+//! returns `Pending`). With nothing of that under way, the error is the
+//! blocking path's `OutOfMemory` (every frame pinned or latched by its
+//! holders, which a future holding a page across an await is).
 //!
 //! What still blocks a thread: reclaim writing a dirty victim back (the
 //! blocking path's eviction, in the future's poll), a writer waiting for a
@@ -84,6 +87,7 @@ use super::miss::Fill;
 use super::{FileShared, Inner};
 use crate::frame::state::PinFail;
 use crate::frame::FrameNo;
+use crate::io::engine::Ticket;
 use crate::stats::Counter;
 use crate::sync::waitq::{self, Registration};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
@@ -222,8 +226,9 @@ impl FrameEvents {
 enum St {
     /// L: look the page up (again).
     Look,
-    /// M2-M3: our read of the page is in flight.
-    Read(Arc<Handoff<io::Result<FrameNo>>>),
+    /// M2-M3: our read of the page is in flight (or queued: the ticket
+    /// to submit it with on the next poll, `Engine::submit_batched`).
+    Read(Arc<Handoff<io::Result<FrameNo>>>, Option<Ticket>),
     /// `page_mut`: latched and pinned, waiting for older pins to drain.
     Drain(FrameNo),
     /// Returned its page (or error).
@@ -305,7 +310,15 @@ impl GetPage {
                         fs.path.display()
                     ))))
                 }
-                St::Read(h) => {
+                St::Read(h, ticket) => {
+                    if let Some(t) = *ticket {
+                        // Polled again after the executor's other ready
+                        // tasks queued their reads: submit them all.
+                        c.engine.flush(t);
+                        let h = h.clone();
+                        self.st = St::Read(h, None);
+                        continue;
+                    }
                     let r = match h.poll(cx.waker()) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(r) => r,
@@ -421,6 +434,16 @@ impl GetPage {
                 // a stale non-zero costs one wait until the next event.
                 let in_flight = c.filling.load(Ordering::Relaxed)
                     + c.async_frames.handed.load(Ordering::Relaxed);
+                // Other reclaimers holding candidates, truncates freeing
+                // frames: they end in a moment, with no event to wait for
+                // (a patient thread waits for them in reclaim): yield.
+                // RMW reads: the latest counts, as reclaim reads them.
+                if c.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+                    || c.freeing.fetch_add(0, Ordering::AcqRel) > 0
+                {
+                    cx.waker().wake_by_ref();
+                    return Some(Poll::Pending);
+                }
                 if in_flight == 0 {
                     return Some(Poll::Ready(Err(e)));
                 }
@@ -468,8 +491,13 @@ impl GetPage {
             }
             me.fills_ended(1);
         });
-        c.engine.submit_batched(vec![op]);
-        self.st = St::Read(h);
+        let ticket = c.engine.submit_batched(vec![op]);
+        if ticket.is_some() {
+            // Queued, not submitted: poll again once the executor has run
+            // the other ready tasks (their misses queue theirs).
+            cx.waker().wake_by_ref();
+        }
+        self.st = St::Read(h, ticket);
         Some(Poll::Pending)
     }
 
@@ -478,7 +506,12 @@ impl GetPage {
     pub(crate) fn cancel(&mut self, c: &Inner) {
         waitq::cancel(&mut self.reg);
         match std::mem::replace(&mut self.st, St::Done) {
-            St::Read(h) => {
+            St::Read(h, ticket) => {
+                // A queued read must still be submitted: its page is
+                // latched until it completes.
+                if let Some(t) = ticket {
+                    c.engine.flush(t);
+                }
                 if let Some(Ok(f)) = h.cancel() {
                     c.async_frames.give_back(c, f, self.latch);
                 }

@@ -62,6 +62,11 @@ pub(crate) enum Dir {
     Write,
 }
 
+/// A batched submission's place in the ring's sequence of enters
+/// ([`Engine::submit_batched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket(u64);
+
 /// What to do when an op finishes: its result (bytes transferred, which
 /// is less than asked only at end of file for reads).
 pub(crate) type Done = Box<dyn FnOnce(io::Result<usize>) + Send>;
@@ -309,7 +314,7 @@ impl Engine {
         #[cfg(not(loom))]
         {
             let rest = match &self.uring {
-                Some(u) => u.submit_as(ops, false),
+                Some(u) => u.submit_as(ops, false).0,
                 None => ops,
             };
             self.pool.submit(rest);
@@ -317,22 +322,43 @@ impl Engine {
     }
 
     /// As [`Engine::submit`], for callers that do not wait on this thread
-    /// (futures): with io_uring and ops already in flight, the entries are
-    /// queued without entering the kernel, and the reaper submits every
-    /// queued entry when it next wakes (at the next completion, or within
-    /// [`uring::BATCH_WAIT`]): one system call, one device notification,
-    /// for the reads many futures started meanwhile. Context: as `submit`.
-    pub(crate) fn submit_batched(&self, ops: Vec<Op>) {
+    /// (futures): with io_uring the entries are queued without entering
+    /// the kernel, and the returned ticket is handed to [`Engine::flush`]
+    /// a moment later (a future wakes itself and flushes when polled
+    /// again, after its executor ran the other ready tasks, which queue
+    /// theirs): one system call and one device notification for the reads
+    /// of a whole round of tasks. An enter by anyone since (another
+    /// flush, a blocking submission, the reaper's wait) submits them too;
+    /// the reaper also submits what is queued each time it wakes, so an
+    /// entry whose ticket is never flushed waits at most until the next
+    /// completion or [`uring::BATCH_WAIT`]. `None`: nothing to flush.
+    /// Context: as `submit`.
+    pub(crate) fn submit_batched(&self, ops: Vec<Op>) -> Option<Ticket> {
         #[cfg(loom)]
-        self.submit(ops);
+        {
+            self.submit(ops);
+            None
+        }
         #[cfg(not(loom))]
         {
-            let rest = match &self.uring {
+            let (rest, ticket) = match &self.uring {
                 Some(u) => u.submit_as(ops, true),
-                None => ops,
+                None => (ops, None),
             };
             self.pool.submit(rest);
+            ticket
         }
+    }
+
+    /// Submits the entries queued with `ticket` unless an enter since did.
+    /// Context: no sleep but the submission mutex and one system call.
+    pub(crate) fn flush(&self, ticket: Ticket) {
+        #[cfg(not(loom))]
+        if let Some(u) = &self.uring {
+            u.flush(ticket);
+        }
+        #[cfg(loom)]
+        let _ = ticket;
     }
 
     /// Loom only: from now on ops wait for [`Engine::run_deferred`]
@@ -486,7 +512,7 @@ mod pool {
 mod uring {
     //! The io_uring engine.
 
-    use super::{Dir, Op};
+    use super::{Dir, Op, Ticket};
     use crate::io::IoPlan;
     use crate::sync::unmodelled::Mutex;
     use io_uring::{opcode, squeue, types, IoUring};
@@ -498,9 +524,6 @@ mod uring {
     /// Submission queue entries; the completion queue is four times as big
     /// and the kernel keeps overflowing completions (`IORING_FEAT_NODROP`).
     const ENTRIES: u32 = 256;
-    /// Ops in flight from which a batched submission leaves its entries to
-    /// the reaper (fewer: completions may be far apart).
-    const BATCH_MIN_INFLIGHT: usize = 4;
     /// The longest the reaper waits for a completion while entries may be
     /// queued: the bound on a batched entry's wait for submission.
     pub(crate) const BATCH_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
@@ -509,8 +532,10 @@ mod uring {
 
     struct Shared {
         ring: IoUring,
-        /// Serialises pushes to the submission queue.
-        sq: Mutex<()>,
+        /// Serialises pushes to the submission queue, and counts the
+        /// enters that submit (a batched entry pushed before an enter's
+        /// count was bumped is submitted by that enter).
+        sq: Mutex<u64>,
         /// Ops submitted and not yet completed.
         inflight: AtomicUsize,
         /// The kernel takes a timeout with a wait (`IORING_FEAT_EXT_ARG`):
@@ -541,7 +566,7 @@ mod uring {
             let timed_wait = ring.params().is_feature_ext_arg();
             let shared = Arc::new(Shared {
                 ring,
-                sq: Mutex::new(()),
+                sq: Mutex::new(0),
                 inflight: AtomicUsize::new(0),
                 timed_wait,
             });
@@ -557,20 +582,18 @@ mod uring {
 
         /// Pushes every op the backend lets the ring do; returns the others
         /// (for the thread pool). Ops failed at once complete here. With
-        /// `batched`, and enough in flight already, the entries are left
-        /// for the reaper to submit (`Engine::submit_batched`).
-        pub(super) fn submit_as(&self, ops: Vec<Op>, batched: bool) -> Vec<Op> {
+        /// `batched`, the entries are queued, not submitted, and the
+        /// ticket to flush them is returned (`Engine::submit_batched`).
+        pub(super) fn submit_as(&self, ops: Vec<Op>, batched: bool) -> (Vec<Op>, Option<Ticket>) {
             let mut blocking = Vec::new();
             let mut failed = Vec::new();
             let s = &*self.shared;
-            let g = s.sq.lock();
-            // Relaxed: a hint; the reaper submits queued entries at its
-            // next wake-up whatever this reads.
-            let batched =
-                batched && s.timed_wait && s.inflight.load(Ordering::Relaxed) >= BATCH_MIN_INFLIGHT;
+            let mut g = s.sq.lock();
+            let batched = batched && s.timed_wait;
             if self.reaper.lock().is_none() {
-                return ops; // shut down: the pool runs them on this thread
+                return (ops, None); // shut down: the pool runs them on this thread
             }
+            let mut queued = false;
             for op in ops {
                 let stream = op.stream && op.dir == Dir::Read;
                 let plan = if stream {
@@ -610,16 +633,31 @@ mod uring {
                 }
                 .user_data(data);
                 s.inflight.fetch_add(1, Ordering::Relaxed);
-                push(s, &entry);
+                push(s, &mut g, &entry);
+                queued = true;
             }
-            if !batched {
-                enter(s);
-            }
+            let ticket = if batched && queued {
+                Some(Ticket(*g))
+            } else {
+                if queued {
+                    enter(s, &mut g);
+                }
+                None
+            };
             drop(g);
             for (op, e) in failed {
                 op.complete(Err(e));
             }
-            blocking
+            (blocking, ticket)
+        }
+
+        /// Submits what was queued with `ticket` unless an enter since did.
+        pub(super) fn flush(&self, ticket: Ticket) {
+            let s = &*self.shared;
+            let mut g = s.sq.lock();
+            if *g == ticket.0 {
+                enter(s, &mut g);
+            }
         }
 
         pub(super) fn shutdown(&self) {
@@ -627,17 +665,21 @@ mod uring {
                 return;
             };
             {
-                let _g = self.shared.sq.lock();
-                push(&self.shared, &opcode::Nop::new().build().user_data(STOP));
-                enter(&self.shared);
+                let mut g = self.shared.sq.lock();
+                push(
+                    &self.shared,
+                    &mut g,
+                    &opcode::Nop::new().build().user_data(STOP),
+                );
+                enter(&self.shared, &mut g);
             }
             let _ = h.join();
         }
     }
 
     /// Pushes one entry, submitting to make room when the queue is full.
-    /// The caller holds the submission mutex.
-    fn push(s: &Shared, entry: &squeue::Entry) {
+    /// The caller holds the submission mutex (`enters`).
+    fn push(s: &Shared, enters: &mut u64, entry: &squeue::Entry) {
         loop {
             // SAFETY: the submission mutex is held, so this is the only
             // submission queue handle; `entry`'s buffers follow the
@@ -651,6 +693,7 @@ mod uring {
             if pushed.is_ok() {
                 return;
             }
+            *enters += 1;
             if s.ring.submit().is_err() {
                 // The kernel is busy flushing completions: let the reaper
                 // drain them.
@@ -660,8 +703,10 @@ mod uring {
     }
 
     /// Submits what is queued; errors leave entries for the reaper, whose
-    /// wait submits them too.
-    fn enter(s: &Shared) {
+    /// wait submits them too. The caller holds the submission mutex
+    /// (`enters`, bumped first: entries pushed before are this enter's).
+    fn enter(s: &Shared, enters: &mut u64) {
+        *enters += 1;
         let _ = s.ring.submit();
     }
 
@@ -676,6 +721,10 @@ mod uring {
             // most BATCH_WAIT.
             // Relaxed: a hint (a wait without the timeout only delays a
             // batched entry to the next completion).
+            // The enter's count first, under the mutex: entries pushed
+            // before it are submitted by the wait below, so their tickets
+            // need no flush.
+            *s.sq.lock() += 1;
             let r = if s.timed_wait && s.inflight.load(Ordering::Relaxed) > 0 {
                 s.ring.submitter().submit_with_args(1, &timed)
             } else {
