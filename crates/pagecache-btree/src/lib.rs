@@ -215,6 +215,15 @@ enum Step<T> {
 
 use Step::{Done, Restart};
 
+/// The outcome of one attempt that may not wait for I/O (the
+/// asynchronous descents): as [`Step`], or the page that must be read
+/// first.
+enum Reach<T> {
+    Done(T),
+    Restart,
+    Missing(u64),
+}
+
 thread_local! {
     static STRIPE: usize = {
         static NEXT: AtomicU64 = AtomicU64::new(0);

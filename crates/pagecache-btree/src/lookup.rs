@@ -2,32 +2,48 @@
 //! the protocol in `lib.rs`) and point lookups.
 
 use crate::node::Bytes;
-use crate::{corrupt, node, BTree, Corrupt, Coupling, Done, Restart, Step, META, M_ROOT};
+use crate::{corrupt, node, BTree, Corrupt, Coupling, Done, Reach, Restart, Step, META, M_ROOT};
 use pagecache::{Optimistic, PageMut};
 use std::io::{self, ErrorKind};
 
 impl BTree {
-    /// A view of node `pid`, read in if needed; a page past the end of the
-    /// file (a corrupt pointer, followed only after validation) is
-    /// `InvalidData`.
-    pub(super) fn view(&self, pid: u64) -> io::Result<Optimistic<'_>> {
-        match self.file.optimistic_hinted(pid, self.hints.get(pid)) {
-            Some(o) => Ok(o),
-            None => self.view_unhinted(pid),
+    /// A view of node `pid` (through its frame hint, else the cache's index
+    /// walk, the hint refreshed), read in if needed; a page past the end
+    /// of the file (a corrupt pointer, followed only after validation) is
+    /// `InvalidData`. With `WAIT` false, `None` where the page would have
+    /// to be read (or a latch holder waited for): no I/O, no wait.
+    #[inline]
+    pub(super) fn view_as<const WAIT: bool>(&self, pid: u64) -> io::Result<Option<Optimistic<'_>>> {
+        if let Some(o) = self.file.optimistic_hinted(pid, self.hints.get(pid)) {
+            return Ok(Some(o));
         }
+        if WAIT {
+            return self.view_unhinted(pid).map(Some);
+        }
+        let o = self
+            .file
+            .try_optimistic(pid)
+            .map_err(|e| self.past_end(pid, e))?;
+        if let Some(o) = &o {
+            self.hints.set(pid, o.frame_hint());
+        }
+        Ok(o)
     }
 
     /// A view of the page `p` points to, through the frame the pointer
     /// recorded if the page is still there (no side-table lookup), else as
-    /// [`BTree::view`]. Only for a pointer read from a validated view.
-    pub(super) fn view_ptr(&self, p: node::Ptr) -> io::Result<Optimistic<'_>> {
+    /// [`BTree::view_as`]. Only for a pointer read from a validated view.
+    pub(super) fn view_ptr_as<const WAIT: bool>(
+        &self,
+        p: node::Ptr,
+    ) -> io::Result<Option<Optimistic<'_>>> {
         match self.file.optimistic_hinted(p.pid, p.hint) {
-            Some(o) => Ok(o),
-            None => self.view(p.pid),
+            Some(o) => Ok(Some(o)),
+            None => self.view_as::<WAIT>(p.pid),
         }
     }
 
-    /// [`BTree::view`] past a missing or stale hint: the cache's index
+    /// [`BTree::view_as`] past a missing or stale hint: the cache's index
     /// walk (or a read), and the hint refreshed.
     pub(super) fn view_unhinted(&self, pid: u64) -> io::Result<Optimistic<'_>> {
         let o = self
@@ -66,9 +82,30 @@ impl BTree {
         node: &Optimistic<'a>,
         key: &[u8],
     ) -> io::Result<Step<Optimistic<'a>>> {
+        Ok(match self.step_as::<true>(node, key)? {
+            Reach::Done(c) => Done(c),
+            Reach::Restart => Restart,
+            Reach::Missing(_) => unreachable!("a waiting step reads its child"),
+        })
+    }
+
+    /// [`BTree::step`]; with `WAIT` false, `Missing(pid)` (the node
+    /// validated: a real page number) where the child would have to be
+    /// read.
+    #[inline]
+    pub(super) fn step_as<'a, const WAIT: bool>(
+        &'a self,
+        node: &Optimistic<'a>,
+        key: &[u8],
+    ) -> io::Result<Reach<Optimistic<'a>>> {
         let ptr = match node::child_for(node, key) {
             Ok(ptr) => ptr,
-            Err(e) => return self.checked(node, Err(e)),
+            Err(e) => {
+                return Ok(match self.checked::<()>(node, Err(e))? {
+                    Restart => Reach::Restart,
+                    Done(()) => unreachable!("an error is never done"),
+                })
+            }
         };
         let pid = ptr.pid;
         // The child's header and first slots on their way while the cache
@@ -83,16 +120,19 @@ impl BTree {
             None => {
                 if !node.validate() {
                     self.restarted();
-                    return Ok(Restart);
+                    return Ok(Reach::Restart);
                 }
-                self.view_unhinted(pid)?
+                match self.view_as::<WAIT>(pid)? {
+                    Some(o) => o,
+                    None => return Ok(Reach::Missing(pid)),
+                }
             }
         };
         if !node.validate() {
             self.restarted();
-            return Ok(Restart);
+            return Ok(Reach::Restart);
         }
-        Ok(Done(child))
+        Ok(Reach::Done(child))
     }
 
     /// I3 / S2: the view's page latched if it is unchanged since the view
@@ -128,33 +168,71 @@ impl BTree {
     /// current when taken.
     #[inline]
     pub(super) fn root_views(&self) -> io::Result<Step<(Optimistic<'_>, Optimistic<'_>)>> {
-        let meta = self.view(META)?;
+        Ok(match self.root_views_as::<true>()? {
+            Reach::Done(v) => Done(v),
+            Reach::Restart => Restart,
+            Reach::Missing(_) => unreachable!("a waiting descent reads its pages"),
+        })
+    }
+
+    /// [`BTree::root_views`], or `Missing` as [`BTree::step_as`].
+    #[inline]
+    fn root_views_as<const WAIT: bool>(
+        &self,
+    ) -> io::Result<Reach<(Optimistic<'_>, Optimistic<'_>)>> {
+        let Some(meta) = self.view_as::<WAIT>(META)? else {
+            return Ok(Reach::Missing(META));
+        };
         let root = meta.u64(M_ROOT);
         if !meta.validate() {
             self.restarted();
-            return Ok(Restart);
+            return Ok(Reach::Restart);
         }
-        let node = self.view(root)?;
+        let Some(node) = self.view_as::<WAIT>(root)? else {
+            return Ok(if meta.validate() {
+                Reach::Missing(root)
+            } else {
+                Reach::Restart
+            });
+        };
         if !meta.validate() {
             self.restarted();
-            return Ok(Restart);
+            return Ok(Reach::Restart);
         }
-        Ok(Done((meta, node)))
+        Ok(Reach::Done((meta, node)))
     }
 
     /// L1-L2: views of the leaf for `key` and of its parent (the metadata
     /// page when the root is a leaf), both current when taken.
     pub(super) fn descend(&self, key: &[u8]) -> io::Result<(Optimistic<'_>, Optimistic<'_>)> {
+        match self.descend_as::<true>(key)? {
+            Ok(v) => Ok(v),
+            Err(_) => unreachable!("a waiting descent reads its pages"),
+        }
+    }
+
+    /// [`BTree::descend`]; with `WAIT` false, `Err(pid)` where a page of
+    /// the path would have to be read (the node that points to it
+    /// validated: a real page number), with no I/O and no wait.
+    #[inline]
+    pub(super) fn descend_as<const WAIT: bool>(
+        &self,
+        key: &[u8],
+    ) -> io::Result<Result<(Optimistic<'_>, Optimistic<'_>), u64>> {
         'restart: loop {
-            let Done((mut parent, mut node)) = self.root_views()? else {
-                continue;
+            let (mut parent, mut node) = match self.root_views_as::<WAIT>()? {
+                Reach::Done(v) => v,
+                Reach::Restart => continue,
+                Reach::Missing(pid) => return Ok(Err(pid)),
             };
             loop {
                 if node::is_leaf(&node) {
-                    return Ok((parent, node));
+                    return Ok(Ok((parent, node)));
                 }
-                let Done(child) = self.step(&node, key)? else {
-                    continue 'restart;
+                let child = match self.step_as::<WAIT>(&node, key)? {
+                    Reach::Done(c) => c,
+                    Reach::Restart => continue 'restart,
+                    Reach::Missing(pid) => return Ok(Err(pid)),
                 };
                 parent = node;
                 node = child;
@@ -174,8 +252,50 @@ impl BTree {
         if self.coupling == Coupling::Pin {
             return self.get_pinned(key, out);
         }
+        match self.get_as::<true>(key, out)? {
+            Ok(found) => Ok(found),
+            Err(_) => unreachable!("a waiting descent reads its pages"),
+        }
+    }
+
+    /// [`BTree::get`] as a future: a descent that meets a node not in the
+    /// cache does not block its thread: it awaits the node's read
+    /// (`File::page_async`) and descends again from the root (the upper
+    /// levels are cached, so a descent costs little next to a read), so
+    /// one thread keeps as many lookups in flight as it has tasks, as
+    /// LeanStore's user-level threads do. Cancel-safe. Both couplings take
+    /// the optimistic descent here.
+    pub async fn get_async(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let mut v = Vec::new();
+        Ok(self.get_into_async(key, &mut v).await?.then_some(v))
+    }
+
+    /// [`BTree::get_into`] as a future (see [`BTree::get_async`]).
+    pub async fn get_into_async(&self, key: &[u8], out: &mut Vec<u8>) -> io::Result<bool> {
         loop {
-            let (_, leaf) = self.descend(key)?;
+            match self.get_as::<false>(key, out)? {
+                Ok(found) => return Ok(found),
+                Err(pid) => {
+                    let page = self.file.page_async(pid).await;
+                    drop(page.map_err(|e| self.past_end(pid, e))?);
+                }
+            }
+        }
+    }
+
+    /// A lookup; with `WAIT` false, `Err(pid)` where page `pid` would have
+    /// to be read first.
+    #[inline]
+    fn get_as<const WAIT: bool>(
+        &self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> io::Result<Result<bool, u64>> {
+        loop {
+            let leaf = match self.descend_as::<WAIT>(key)? {
+                Ok((_, leaf)) => leaf,
+                Err(pid) => return Ok(Err(pid)),
+            };
             let r = node::lower_bound(&leaf, key).and_then(|(pos, found)| {
                 if found {
                     node::value_at(&leaf, pos, out)?;
@@ -183,7 +303,7 @@ impl BTree {
                 Ok(found)
             });
             if let Done(found) = self.checked(&leaf, r)? {
-                return Ok(found);
+                return Ok(Ok(found));
             }
         }
     }

@@ -49,6 +49,26 @@ impl Batch {
     }
 }
 
+/// Where a scan is: the key to go on from, whether that key itself is
+/// still to be given, the batch buffer and its size.
+struct ScanAt {
+    from: Vec<u8>,
+    inclusive: bool,
+    batch: Batch,
+    want: usize,
+}
+
+impl ScanAt {
+    fn new(from: &[u8]) -> ScanAt {
+        ScanAt {
+            from: from.to_vec(),
+            inclusive: true,
+            batch: Batch::default(),
+            want: 4,
+        }
+    }
+}
+
 impl BTree {
     /// Calls `f` with each entry whose key is `>= from`, in key order,
     /// until it returns false or the entries run out. Entries inserted or
@@ -58,42 +78,76 @@ impl BTree {
         if self.coupling == Coupling::Pin {
             return self.scan_pinned(from, f);
         }
-        let mut from = from.to_vec();
-        let mut inclusive = true;
+        match self.scan_as::<true>(&mut ScanAt::new(from), &mut f)? {
+            None => Ok(()),
+            Some(_) => unreachable!("a waiting scan reads its pages"),
+        }
+    }
+
+    /// [`BTree::scan`] as a future: a leaf (or a node of the descent) not
+    /// in the cache is awaited (`File::page_async`) without blocking the
+    /// thread, and the scan goes on after the last entry `f` was given.
+    /// Both couplings take the optimistic descent here. Cancel-safe.
+    pub async fn scan_async(
+        &self,
+        from: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> io::Result<()> {
+        let mut at = ScanAt::new(from);
+        while let Some(pid) = self.scan_as::<false>(&mut at, &mut f)? {
+            let page = self.file.page_async(pid).await;
+            drop(page.map_err(|e| self.past_end(pid, e))?);
+        }
+        Ok(())
+    }
+
+    /// The scan from `at`; `Some(pid)` (only without `WAIT`) where page
+    /// `pid` must be read first: `at` then says where to go on.
+    fn scan_as<const WAIT: bool>(
+        &self,
+        at: &mut ScanAt,
+        f: &mut impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> io::Result<Option<u64>> {
         // Entries are copied out of a leaf a batch at a time (a scan that
         // wants one entry copies a few, not the leaf), into one buffer
         // reused for the whole scan (no allocation per entry), and handed
         // to `f` once the leaf's view validates.
-        let mut batch = Batch::default();
-        let mut want = 4;
         'restart: loop {
-            let (_, mut leaf) = self.descend(&from)?;
+            let mut leaf = match self.descend_as::<WAIT>(&at.from)? {
+                Ok((_, leaf)) => leaf,
+                Err(pid) => return Ok(Some(pid)),
+            };
             loop {
-                let r = batch.collect(&leaf, &from, inclusive, want);
+                let r = at.batch.collect(&leaf, &at.from, at.inclusive, at.want);
                 let (next, rest) = match self.checked(&leaf, r)? {
                     Done(n) => n,
                     Restart => continue 'restart,
                 };
-                for (k, v) in batch.entries() {
+                for (k, v) in at.batch.entries() {
                     if !f(k, v) {
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
-                if let Some((k, _)) = batch.entries().last() {
-                    from.clear();
-                    from.extend_from_slice(k);
-                    inclusive = false;
+                if let Some((k, _)) = at.batch.entries().last() {
+                    at.from.clear();
+                    at.from.extend_from_slice(k);
+                    at.inclusive = false;
                 }
-                want = (want * 4).min(1024);
+                at.want = (at.want * 4).min(1024);
                 if rest {
                     // More of this leaf: the same view again (a change
                     // since fails its validation: restart after `from`).
                     continue;
                 }
                 if next.pid == 0 {
-                    return Ok(());
+                    return Ok(None);
                 }
-                leaf = self.view_ptr(next)?;
+                leaf = match self.view_ptr_as::<WAIT>(next)? {
+                    Some(o) => o,
+                    // Every entry before the link was given: going on from
+                    // `from` lands on this leaf's successor.
+                    None => return Ok(Some(next.pid)),
+                };
                 if !node::is_leaf(&leaf) {
                     if !leaf.validate() {
                         continue 'restart;

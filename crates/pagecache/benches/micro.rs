@@ -192,9 +192,9 @@ impl Row {
             let verdict = if target == 0.0 {
                 String::new()
             } else if m >= target {
-                format!(" (target >= {target}x: met)")
+                format!(" (target >= {target:.2}x: met)")
             } else {
-                format!(" (target >= {target}x: MISSED)")
+                format!(" (target >= {target:.2}x: MISSED)")
             };
             println!(
                 "\n{label}: **{m:.2}x** (runs {:.2}..{:.2}){verdict}",

@@ -344,6 +344,25 @@ impl File {
         Some(self.view(frame, version, index))
     }
 
+    /// A view of page `index` if it is cached and not latched right now,
+    /// else `None`: never reads, never waits (the cache's index walk, then
+    /// [`File::optimistic_hinted`]'s checks). For an index structure
+    /// descending from a task that must not block: on `None` it awaits
+    /// [`File::page_async`] (or [`File::optimistic_async`]) of the page and
+    /// descends again, as the B+tree's `get_async` does.
+    /// `UnexpectedEof` at or past the last page.
+    #[inline]
+    pub fn try_optimistic(&self, index: u64) -> io::Result<Option<Optimistic<'_>>> {
+        self.check_page(index)?;
+        let inner = self.inner();
+        Ok(self
+            .shared
+            .tree
+            .lookup(&inner.nodes, index)
+            .and_then(|f| inner.optimistic_hinted(&self.shared, index, f))
+            .map(|(frame, version)| self.view(frame, version, index)))
+    }
+
     /// Pins page `index` unless that would wait for another holder: `None`
     /// if a writer holds it (or is reading it in). A miss is read (waits
     /// for the read only). For index structures that hold other pages and

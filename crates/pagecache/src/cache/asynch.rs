@@ -25,8 +25,14 @@
 //!      frame while reads are in flight or
 //!      pages are handed over -> F1
 //!  M2. a hand-off slot holding the waker;
-//!      submit one read of the page (the
-//!      engine), Pending                     H1. the read's completion: 5.3
+//!      queue one read of the page (the
+//!      engine; with io_uring not yet
+//!      submitted: wake ourselves), Pending
+//!  M2'. polled again (the executor ran its
+//!      other ready tasks, which queued
+//!      theirs): submit every queued read
+//!      with one enter, unless an enter
+//!      since did                            H1. the read's completion: 5.3
 //!                                              step 4 (complete_fill); a
 //!                                              reader's page is unlatched
 //!                                              (C1-C2 for others waiting);
@@ -37,7 +43,8 @@
 //!                                              unlock, wake
 //!  D. drop: registered -> remove our entry
 //!     (a wake may have taken it: nothing
-//!     to do); reading -> lock the slot,
+//!     to do); queued -> submit (M2');
+//!     reading -> lock the slot,
 //!     mark it dropped, give back a result
 //!     already there; draining (page_mut)
 //!     -> unlatch, unpin (DRAIN cleared)
@@ -63,6 +70,17 @@
 //! wake-up that then wakes a future that no longer exists (wakers allow
 //! it). So dropping a future at any await point leaks no pin, latch or
 //! frame (`async_drop_vs_completion`, `tests/async_cancel.rs`).
+//!
+//! Submission (M2-M2'): a miss's read is queued in the ring and its
+//! future wakes itself; executors run the other ready tasks before
+//! polling it again, so the reads a round of tasks starts go to the kernel
+//! with one `io_uring_enter` and one device notification (on this
+//! machine's virtio disk a notification costs more CPU than the rest of a
+//! read). Any enter after the queueing submits it (a blocking submission,
+//! another future's flush, the reaper's wait, which is bounded by
+//! `BATCH_WAIT` while ops are in flight), so a future that is never
+//! polled again delays its read by at most that; a dropped one submits it
+//! (its page stays latched until the read ends).
 //!
 //! Frames (F1): a future that finds no frame does not wait in reclaim (a
 //! thread would; its frames may be pinned by completions handed to
