@@ -527,6 +527,21 @@ fn async_has_every_design_the_device_beside_and_cpu_per_read() {
         }
     }
     assert_eq!(t.series.len(), 9);
+    let b = &tables[1];
+    assert_eq!(b.rows.len(), 4);
+    for r in 0..b.rows.len() {
+        let rate: f64 = b
+            .cell(r, "lookups/s")
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rate > 0.0, "row {r}: {:?}", b.rows[r]);
+    }
+    assert_eq!(b.cell(0, "vs blocking, 1 thread"), Some("1.00x"));
+    assert_eq!(b.cell(1, "vs blocking, 32 threads"), Some("1.00x"));
 }
 
 #[test]

@@ -12,6 +12,10 @@
 //!   64 tasks on one thread (what a tokio service does today);
 //! - the kernel's buffered `pread` with 32 threads.
 //!
+//! And a second table: lookups in a B+tree four times its pool, cold, by
+//! `get_async` on tokio (one thread, two) against the blocking `get` at 1
+//! and 32 threads.
+//!
 //! The kernel's designs run in a memory cgroup of the budget plus 64 MiB,
 //! pagecache within its capacity (as `out-of-memory`). The CPU column is
 //! the process's CPU time (user + system, every thread: the I/O engine's
@@ -20,7 +24,7 @@
 use super::out_of_memory::{
     drop_cache, fmt_lat, make_file, size, timed, Aligned, Cgroup, Hist, Rng, Size,
 };
-use crate::runner::{median, Opts, Series, Table};
+use crate::runner::{median, progress, Opts, Series, Table};
 use pagecache::{Config, PageCache};
 use std::fs::File;
 use std::io;
@@ -284,6 +288,152 @@ fn run_one(design: Design, depth: usize, sz: &Size, data: &Path) -> io::Result<M
     })
 }
 
+/// Bytes of a tuple's value; its first 8 repeat the key (checked).
+const VALUE: usize = 120;
+
+/// The B+tree part: vmcache's RNDREAD tuples (8-byte keys, 120-byte
+/// values) in a tree four times the pool, then random lookups, cold:
+/// blocking `get` at 1 and 32 threads, `get_async` on tokio with `tasks`
+/// tasks on one thread and on two.
+fn btree(o: &Opts, sz: &Size, dir: &Path, tasks: usize) -> io::Result<Table> {
+    use pagecache_btree::BTree;
+    let (tuples, pool) = if o.tiny {
+        (8_000u64, 300usize << 10)
+    } else if o.quick {
+        (400_000, 16 << 20)
+    } else {
+        (2_000_000, 64 << 20)
+    };
+    let path = dir.join("tree");
+    let open = |pool: usize| -> io::Result<(PageCache, BTree)> {
+        let c = PageCache::new(Config {
+            capacity: pool,
+            populate: true,
+            ..Config::default()
+        })?;
+        let f = c.open_with(
+            &path,
+            pagecache::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true),
+        )?;
+        let t = BTree::open(f)?;
+        Ok((c, t))
+    };
+    {
+        // The load, in key order, in a pool as large as the tree (so that
+        // it is not what is measured), then written back.
+        let (c, t) = open(pool * 8)?;
+        let mut v = [0u8; VALUE];
+        for k in 0..tuples {
+            v[..8].copy_from_slice(&k.to_be_bytes());
+            t.insert(&k.to_be_bytes(), &v)?;
+        }
+        t.sync()?;
+        drop(t);
+        drop(c);
+    }
+    let tree_bytes = std::fs::metadata(&path)?.len();
+    let check = |k: u64, v: Option<Vec<u8>>| -> io::Result<()> {
+        match v {
+            Some(v) if v.len() == VALUE && v[..8] == k.to_be_bytes() => Ok(()),
+            _ => Err(io::Error::other(format!(
+                "lookup of key {k}: wrong or missing"
+            ))),
+        }
+    };
+    let plan: Vec<(Option<usize>, usize)> =
+        vec![(None, 1), (None, 32), (Some(0), tasks), (Some(2), tasks)];
+    let name = |d: Option<usize>| match d {
+        None => "blocking get(), threads".to_string(),
+        Some(0) => "get_async, tokio 1 thread".to_string(),
+        Some(w) => format!("get_async, tokio {w} threads"),
+    };
+    let mut results: Vec<Vec<(f64, f64)>> = plan.iter().map(|_| Vec::new()).collect();
+    let total = plan.len() * sz.runs;
+    for round in 0..sz.runs {
+        for (i, &(design, depth)) in plan.iter().enumerate() {
+            progress("async: btree", round * plan.len() + i, total);
+            drop_cache(&path);
+            let (c, t) = open(pool)?;
+            let t = Arc::new(t);
+            let cpu0 = cpu_now();
+            let t0 = Instant::now();
+            let n = match design {
+                None => {
+                    let (rate, _) = timed(depth, sz.secs, |_, rng| {
+                        let k = rng.next() % tuples;
+                        check(k, t.get(&k.to_be_bytes())?)?;
+                        Ok(1)
+                    })?;
+                    rate * t0.elapsed().as_secs_f64()
+                }
+                Some(workers) => {
+                    let rt = runtime(workers, 1)?;
+                    let t = t.clone();
+                    on_tokio(&rt, depth, sz.secs, move |x| {
+                        let t = t.clone();
+                        async move {
+                            let k = x % tuples;
+                            check(k, t.get_async(&k.to_be_bytes()).await?)
+                        }
+                    })?
+                    .0 as f64
+                }
+            };
+            let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_now() - cpu0);
+            results[i].push((n / wall, cpu / n.max(1.0)));
+            drop(t);
+            drop(c);
+        }
+    }
+    let mut t = Table::new(
+        format!(
+            "async: B+tree lookups out of memory, cold: {tuples} tuples of 8 + {VALUE} bytes, tree {} MiB, pool {} MiB ({} rounds, medians; ratios paired per round)",
+            tree_bytes >> 20,
+            pool >> 20,
+            sz.runs
+        ),
+        &[
+            "design",
+            "in flight",
+            "lookups/s",
+            "CPU per lookup",
+            "vs blocking, 1 thread",
+            "vs blocking, 32 threads",
+        ],
+    );
+    let ratio = |i: usize, j: usize| {
+        let mut r: Vec<f64> = results[i]
+            .iter()
+            .zip(&results[j])
+            .map(|(a, b)| a.0 / b.0)
+            .collect();
+        format!("{:.2}x", median(&mut r))
+    };
+    for (i, &(design, depth)) in plan.iter().enumerate() {
+        let mut rates: Vec<f64> = results[i].iter().map(|r| r.0).collect();
+        let mut cpus: Vec<f64> = results[i].iter().map(|r| r.1).collect();
+        t.row(vec![
+            name(design),
+            depth.to_string(),
+            format!("{:.1} k", median(&mut rates) / 1e3),
+            format!("{:.1} us", median(&mut cpus) * 1e6),
+            ratio(i, 0),
+            ratio(i, 1),
+        ]);
+        t.series.push(Series::new(
+            &name(design),
+            depth,
+            results[i].iter().map(|r| r.0 / 1e3).collect(),
+            "k lookups/s",
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(t)
+}
+
 /// Runs the scenario.
 pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     let sz = size(o);
@@ -407,5 +557,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     }
     crate::runner::progress("async", total, total);
     drop(cgroup);
-    Ok(vec![t])
+    let _ = std::fs::remove_file(&data);
+    let tree = btree(o, &sz, &dir.0, d2)?;
+    Ok(vec![t, tree])
 }

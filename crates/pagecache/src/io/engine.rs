@@ -721,10 +721,21 @@ mod uring {
             // most BATCH_WAIT.
             // Relaxed: a hint (a wait without the timeout only delays a
             // batched entry to the next completion).
-            // The enter's count first, under the mutex: entries pushed
-            // before it are submitted by the wait below, so their tickets
-            // need no flush.
-            *s.sq.lock() += 1;
+            // What batched submitters queued, submitted under the mutex
+            // with the enters' count (their tickets need no flush now):
+            // never a count bumped ahead of a system call the reaper may
+            // be preempted before making, which would leave a flushed
+            // ticket's entry queued meanwhile. The wait below submits too
+            // (entries queued since, whose futures flush them as well: an
+            // enter with nothing left to submit costs a system call).
+            {
+                let mut g = s.sq.lock();
+                // SAFETY: a length read of the submission queue under the
+                // submission mutex (no other handle pushes meanwhile).
+                if unsafe { s.ring.submission_shared().len() } > 0 {
+                    enter(s, &mut g);
+                }
+            }
             let r = if s.timed_wait && s.inflight.load(Ordering::Relaxed) > 0 {
                 s.ring.submitter().submit_with_args(1, &timed)
             } else {
