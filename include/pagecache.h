@@ -41,8 +41,9 @@
 // `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
 // `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
 // (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
-// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole).
-#define PC_ABI_VERSION 10
+// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
+// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`).
+#define PC_ABI_VERSION 11
 
 // `pc_config.io_engine`: io_uring where the kernel allows it, else the
 // thread pool (the environment variable `PAGECACHE_IO_ENGINE` may choose).
@@ -130,6 +131,10 @@
 // Words of private storage in a `pc_run`.
 #define PC_RUN_PRIVATE_WORDS 14
 
+// `pc_queue_page_pin` / `pc_queue_page_latch` result: the request is in
+// flight; its completion will be collected by `pc_queue_collect`.
+#define PC_PENDING 1
+
 // An anonymous region: pages of a cache's budget that belong to no file,
 // zero-filled on first touch, written nowhere (`pc_anon_new`).
 typedef struct pc_anon pc_anon;
@@ -139,6 +144,11 @@ typedef struct pc_cache pc_cache;
 
 // An open file of a cache.
 typedef struct pc_file pc_file;
+
+// A completion queue (opaque): requests in flight and the eventfd that
+// says some are ready. Used by one thread at a time (the event loop's);
+// completions are signalled from the cache's I/O threads.
+typedef struct pc_queue pc_queue;
 
 // A cache's settings. Fill it with `pc_config_default`, then change what
 // you need.
@@ -335,6 +345,19 @@ typedef struct pc_run {
   // Private to the library: the run itself.
   uint64_t private_[PC_RUN_PRIVATE_WORDS];
 } pc_run;
+
+// One collected request: the `user_data` it was started with, its
+// result (0, or a negative `errno`: then `pc_last_error()` after the
+// collect describes the last failed one), and on success the page held
+// in `pin` (released with `pc_pin_release`, as any pin).
+typedef struct pc_completion {
+  // What the caller gave when it started the request.
+  uint64_t user_data;
+  // 0, or a negative `errno`.
+  int result;
+  // The page, when `result` is 0.
+  struct pc_pin pin;
+} pc_completion;
 
 #ifdef __cplusplus
 extern "C" {
@@ -721,6 +744,83 @@ int pc_anon_latch(const struct pc_anon *region, uint64_t index, struct pc_pin *p
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_anon_release_pages(const struct pc_anon *region, uint64_t start, uint64_t end);
+
+// Creates a completion queue and stores it in `*out`. Its eventfd
+// (`pc_queue_fd`) becomes readable when requests are ready to collect.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above.
+int pc_queue_new(struct pc_queue **out_queue);
+
+// The queue's eventfd: add it to the loop's epoll set (`EPOLLIN`) or
+// poll it with io_uring; readable when requests are ready to collect.
+// The library reads it in `pc_queue_collect` (the caller need not).
+// `-EINVAL` for a NULL queue.
+//
+// The reads a round of requests starts are submitted to io_uring by the
+// thread that calls `pc_queue_collect`, and the kernel finishes them with
+// task work on that thread: its blocking call (`epoll_wait`, `poll`)
+// may return `EINTR` when they complete. Retry it, as event loops do
+// for signals.
+//
+// # Safety
+// `queue` is NULL or from `pc_queue_new`, not yet freed.
+int pc_queue_fd(const struct pc_queue *queue);
+
+// Requests in flight (started, not yet collected), or `-EINVAL`.
+//
+// # Safety
+// `queue` is NULL or from `pc_queue_new`, not yet freed.
+int pc_queue_pending(const struct pc_queue *queue);
+
+// Starts pinning page `index` of `file`: returns 0 with the page in
+// `*pin` if it is cached and free (a hit), `PC_PENDING` if it is being
+// read or written (the request's completion, with `user_data`, comes
+// out of `pc_queue_collect`; `*pin` is untouched), or a negative errno
+// (`-ENXIO` past the last page). Never blocks on I/O or on another
+// holder. The file cannot be closed while requests on it are in flight
+// (`-EBUSY`).
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_queue_page_pin(const struct pc_queue *queue,
+                      const struct pc_file *file_,
+                      uint64_t index,
+                      uint64_t user_data,
+                      struct pc_pin *pin);
+
+// As `pc_queue_page_pin`, latching the page for writing (as
+// `pc_page_latch`: every other pin of it drained first; dirty when
+// released). `-EACCES` through a read-only handle.
+//
+// # Safety
+// As `pc_queue_page_pin`.
+int pc_queue_page_latch(const struct pc_queue *queue,
+                        const struct pc_file *file_,
+                        uint64_t index,
+                        uint64_t user_data,
+                        struct pc_pin *pin);
+
+// Collects up to `max` finished requests into `out[0..n]` and returns
+// `n` (0 if none is ready: not an error), or a negative errno. Polls the
+// requests whose state changed since the last call (which also submits
+// the reads the previous round queued); call it whenever the eventfd is
+// readable (it clears it, and signals it again if more than `max` are
+// ready). A completion with `result` 0 holds its page in `pin`.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid: `out` has room for
+// `max` completions.
+int pc_queue_collect(const struct pc_queue *queue, struct pc_completion *out_, size_t max);
+
+// Frees the queue. Requests still in flight are cancelled: their reads
+// finish in the background and leave the pages cached, and no page is
+// handed to anyone. Returns how many were cancelled, or `-EINVAL`.
+//
+// # Safety
+// `queue` is NULL or from `pc_queue_new`, not yet freed; not used after.
+int pc_queue_free(struct pc_queue *queue);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1046,6 +1047,131 @@ static void test_upgrade_race(void) {
   OK(pc_cache_free(c));
 }
 
+
+/* The completion queue in an epoll loop: 32 requests in flight over a file
+ * 12x the cache, every page's bytes checked, more started as each is
+ * collected; a latch through the queue; errors; a file with requests in
+ * flight cannot be closed; freeing the queue cancels what is in flight. */
+#define QPAGES 200
+#define QINFLIGHT 32
+#define QTOTAL 600
+
+static int qcheck(const pc_pin *pin, uint64_t index) {
+  if (!pin->data || pin->len != PS || pin->index != index) return 0;
+  for (size_t k = 0; k < PS; k += 509)
+    if (pin->data[k] != pattern(index * PS + k)) return 0;
+  return 1;
+}
+
+static void test_queue_epoll(void) {
+  pc_cache *c = small_cache(16);
+  pc_file *f = open_new(c, "queue.bin");
+  unsigned char *buf = malloc(QPAGES * PS);
+  for (size_t i = 0; i < QPAGES * PS; i++) buf[i] = pattern(i);
+  OK(pc_file_write_at(f, buf, QPAGES * PS, 0));
+  OK(pc_file_sync(f));
+  free(buf);
+
+  pc_queue *q = NULL;
+  OK(pc_queue_new(&q));
+  int fd = pc_queue_fd(q);
+  EXPECT(fd >= 0);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN};
+  EXPECT(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0);
+
+  uint64_t x = 88172645463325252ull;
+  int started = 0, done = 0, inflight = 0, hits = 0, bad = 0;
+  pc_pin pin;
+  while (done < QTOTAL) {
+    while (inflight < QINFLIGHT && started < QTOTAL) {
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      uint64_t i = x % QPAGES;
+      int rc = pc_queue_page_pin(q, f, i, i, &pin);
+      started++;
+      if (rc == 0) {           /* a hit: the page at once */
+        hits++;
+        done++;
+        if (!qcheck(&pin, i)) bad++;
+        OK(pc_pin_release(&pin));
+      } else if (rc == PC_PENDING) {
+        inflight++;
+      } else {
+        EXPECT(rc == 0 || rc == PC_PENDING);
+        done++;
+      }
+    }
+    if (inflight == 0) continue;
+    struct epoll_event got;
+    int n = epoll_wait(ep, &got, 1, 10000);
+    /* The collecting thread submits the reads; io_uring finishes them with
+     * task work on it, which interrupts its waits: retry. */
+    if (n < 0 && errno == EINTR) continue;
+    EXPECT(n == 1); /* a completion within 10 s */
+    if (n != 1) break;
+    pc_completion comps[8];
+    int k = pc_queue_collect(q, comps, 8);
+    EXPECT(k >= 0);
+    for (int j = 0; j < k; j++) {
+      EXPECT(comps[j].result == 0);
+      if (comps[j].result == 0) {
+        if (!qcheck(&comps[j].pin, comps[j].user_data)) bad++;
+        OK(pc_pin_release(&comps[j].pin));
+      }
+      inflight--;
+      done++;
+    }
+  }
+  EXPECT(bad == 0);
+  EXPECT(hits < QTOTAL); /* most were misses */
+  EXPECT(pc_queue_pending(q) == 0);
+
+  /* A latch through the queue: written, then read back. */
+  int rc = pc_queue_page_latch(q, f, 7, 77, &pin);
+  EXPECT(rc == 0 || rc == PC_PENDING);
+  if (rc == PC_PENDING) {
+    pc_completion comp;
+    int k = 0;
+    for (int tries = 0; k == 0 && tries < 1000; tries++) {
+      struct epoll_event got;
+      epoll_wait(ep, &got, 1, 100);
+      k = pc_queue_collect(q, &comp, 1);
+    }
+    EXPECT(k == 1 && comp.user_data == 77 && comp.result == 0);
+    pin = comp.pin;
+  }
+  EXPECT(pin.data != NULL);
+  if (pin.data) {
+    pin.data[5] = 0xEE;
+    OK(pc_pin_release(&pin));
+  }
+  unsigned char b = 0;
+  size_t nread = 0;
+  EXPECT(pc_file_read_at(f, &b, 1, 7 * PS + 5, &nread) == 0 && nread == 1);
+  EXPECT(b == 0xEE);
+
+  /* Errors: past the end at once; bad arguments. */
+  EXPECT(pc_queue_page_pin(q, f, QPAGES, 1, &pin) == -ENXIO);
+  EXPECT(pc_queue_page_pin(NULL, f, 0, 1, &pin) == -EINVAL);
+  EXPECT(pc_queue_page_pin(q, NULL, 0, 1, &pin) == -EINVAL);
+  EXPECT(pc_queue_page_pin(q, f, 0, 1, NULL) == -EINVAL);
+  EXPECT(pc_queue_collect(q, NULL, 1) == -EINVAL);
+  EXPECT(pc_queue_fd(NULL) == -EINVAL);
+
+  /* Requests in flight keep the file open; freeing the queue cancels. */
+  int pending = 0;
+  for (uint64_t i = 100; i < 140; i++) {
+    int r = pc_queue_page_pin(q, f, i, i, &pin);
+    if (r == 0) OK(pc_pin_release(&pin));
+    else if (r == PC_PENDING) pending++;
+  }
+  if (pending > 0) EXPECT(pc_file_close(f) == -EBUSY);
+  EXPECT(pc_queue_free(q) == pending);
+  OK(pc_file_close(f));
+  close(ep);
+  OK(pc_cache_free(c));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
@@ -1073,6 +1199,7 @@ int main(int argc, char **argv) {
   test_discard();
   test_enospc_reaches_the_caller();
   test_threads();
+  test_queue_epoll();
   test_last_error_is_per_thread();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);

@@ -53,6 +53,8 @@ mod run;
 
 mod anon;
 
+mod queue;
+
 // The C-visible items of each module, at the crate root (where the
 // linker and cbindgen see them).
 pub use anon::*;
@@ -64,6 +66,7 @@ pub use hook::*;
 pub use optimistic::*;
 pub use page::*;
 pub use pins::*;
+pub use queue::*;
 pub use run::*;
 
 /// The version of this ABI: bumped when a struct's layout or a function's
@@ -77,8 +80,9 @@ pub use run::*;
 /// `stream_reads` to `PC_STREAM_MEASURE`, not `PC_STREAM_DIRECT`; 10:
 /// `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
 /// (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
-/// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole).
-pub const PC_ABI_VERSION: u32 = 10;
+/// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
+/// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`).
+pub const PC_ABI_VERSION: u32 = 11;
 
 /// The `PC_ABI_VERSION` this library was built with: compare it with the
 /// header's to catch a stale library.
