@@ -182,6 +182,28 @@ impl File {
         Ok(Run::new(self.get()?, start, max, true))
     }
 
+    /// `await f.page_async(i)`: the page pinned without blocking the
+    /// event loop's thread (a miss is read while other tasks run); the
+    /// `Page` is held already: `with page as view:` gives its bytes.
+    /// Must be called from a coroutine on a running asyncio loop.
+    fn page_async(&self, py: Python<'_>, index: u64) -> PyResult<Py<PyAny>> {
+        crate::aio::page_async(py, self.get()?, index, false)
+    }
+
+    /// `await f.page_mut_async(i)`: the page latched for writing (every
+    /// other pin of it drained first), without blocking the loop's
+    /// thread; dirty when its `with` block ends.
+    fn page_mut_async(&self, py: Python<'_>, index: u64) -> PyResult<Py<PyAny>> {
+        crate::aio::page_async(py, self.get()?, index, true)
+    }
+
+    /// `await f.read_at_async(offset, n)`: up to `n` bytes at `offset`
+    /// (fewer only at end of file), the missing pages read without
+    /// blocking the loop's thread.
+    fn read_at_async(&self, py: Python<'_>, offset: u64, n: usize) -> PyResult<Py<PyAny>> {
+        crate::aio::read_at_async(py, self.get()?, offset, n)
+    }
+
     /// Whether the file is read and written with direct I/O.
     #[getter]
     fn direct_io(&self) -> PyResult<bool> {

@@ -21,6 +21,7 @@
 //! `Arc`s themselves are dropped with the GIL released (a file's last
 //! handle writes back).
 
+mod aio;
 mod anon;
 mod cache;
 mod error;
@@ -46,6 +47,7 @@ fn _pagecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AnonRegion>()?;
     m.add_class::<Run>()?;
     m.add_class::<RunPage>()?;
-    m.add("ABI_VERSION", 3)?;
+    m.add_class::<aio::AsyncQueue>()?;
+    m.add("ABI_VERSION", 4)?;
     Ok(())
 }

@@ -71,6 +71,14 @@ impl Page {
         }
     }
 
+    /// A page whose guard is held already (an awaited `page_async`): its
+    /// `with` block gives the view without pinning again.
+    pub(crate) fn held(owner: Owner, index: u64, writable: bool, guard: PageGuard) -> Page {
+        let p = Page::new(owner, index, writable);
+        lock_held(&p.state).guard = Some(guard);
+        p
+    }
+
     fn path(&self) -> String {
         match &*self.owner {
             Owner::File(f) => format!("{:?}", f.path()),
@@ -96,6 +104,12 @@ impl Page {
         let me = slf.get();
         enter_once(&me.state, "Page")?;
         let (index, writable) = (me.index, me.writable);
+        if lock_held(&me.state).guard.is_some() {
+            // Held already (an awaited `page_async`).
+            let view = PyMemoryView::from(slf.as_any())?;
+            lock_held(&me.state).views = vec![view.clone().unbind()];
+            return Ok(view);
+        }
         let guard = match &*me.owner {
             Owner::File(f) => {
                 // SAFETY: `me.owner` lives as long as `me`, and the guard

@@ -17,8 +17,29 @@ may block.
 ...         view[0] = ord("H")
 ...     with f.run(0, 16) as pages:                 # up to 16 pages, one pin
 ...         sum(len(p) for p in pages)
+
+In asyncio code, ``await f.page_async(i)`` (a ``Page`` held already: ``with
+page as view:``), ``await f.page_mut_async(i)`` and ``await f.read_at_async(off,
+n)`` never block the loop's thread on a miss.
 """
 
-from ._pagecache import ABI_VERSION, AnonRegion, File, Page, PageCache, Run
+import weakref
+
+from ._pagecache import ABI_VERSION, AnonRegion, File, Page, PageCache, Run, _AsyncQueue
 
 __all__ = ["PageCache", "File", "AnonRegion", "Page", "Run", "ABI_VERSION"]
+
+# One queue of requests per asyncio event loop: its eventfd is watched by
+# the loop, whose callback resolves the awaitables of ``File.page_async``,
+# ``page_mut_async`` and ``read_at_async`` (the GIL is not held while a
+# read is in flight, and no thread waits for one).
+_queues: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _queue_for(loop):
+    q = _queues.get(loop)
+    if q is None:
+        q = _AsyncQueue()
+        loop.add_reader(q.fd(), q.collect)
+        _queues[loop] = q
+    return q

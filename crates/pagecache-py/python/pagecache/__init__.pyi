@@ -3,7 +3,7 @@
 from collections.abc import Buffer
 from os import PathLike
 from types import TracebackType
-from typing import Literal
+from typing import Awaitable, Literal
 
 ABI_VERSION: int
 
@@ -96,6 +96,18 @@ class File:
         it). The page is dirty when the block ends; others' reads and
         writes of it wait for the block. ``PermissionError`` through a
         read-only file."""
+    def page_async(self, index: int) -> Awaitable[Page]:
+        """``await f.page_async(i)``: page ``i`` pinned without blocking the
+        running asyncio loop's thread (a miss is read while other tasks
+        run; no thread waits for it); the ``Page`` is held already: ``with
+        page as view:`` gives its bytes. A resolved page stays pinned until
+        its block ends: keep more frames than tasks holding pages."""
+    def page_mut_async(self, index: int) -> Awaitable[Page]:
+        """``await f.page_mut_async(i)``: page ``i`` latched for writing
+        without blocking the loop's thread; dirty when its block ends."""
+    def read_at_async(self, offset: int, n: int) -> Awaitable[bytes]:
+        """``await f.read_at_async(offset, n)``: up to ``n`` bytes at
+        ``offset``, missing pages read without blocking the loop."""
     def pages(self, start: int, max: int = 16) -> Run:
         """A gang lookup: up to ``max`` (at most 16) consecutive pages from
         ``start``, each pinned on its own, as a context manager yielding a

@@ -1,0 +1,362 @@
+//! asyncio: `await f.page_async(i)`, `await f.page_mut_async(i)`,
+//! `await f.read_at_async(offset, n)`. Each call is one of the cache's
+//! futures (protocol 5.9), driven by an `AsyncQueue` per event loop
+//! (`pagecache._queue_for`): the future's waker, run on the cache's I/O
+//! thread without the GIL, queues the request on a ready list and signals
+//! an eventfd the loop watches (`loop.add_reader`); the loop's callback
+//! (`AsyncQueue.collect`, GIL held, on the loop's thread) polls the ready
+//! requests and resolves their asyncio futures. So no thread waits for a
+//! miss, the GIL is not held while a read is in flight, and a hit resolves
+//! at once (the first poll). A cancelled asyncio future drops its request
+//! (cancel-safe: what it held or waited for is given back).
+
+use crate::error::os_err;
+use crate::held::drop_detached;
+use crate::page::{Owner, Page, PageGuard};
+use pagecache::{PageFuture, PageMutFuture};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyTuple};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// The ready list and the eventfd, reached by wakers (no GIL).
+struct Shared {
+    ready: Mutex<Vec<usize>>,
+    efd: i32,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: our own eventfd, closed once.
+        unsafe { libc::close(self.efd) };
+    }
+}
+
+struct Wakeup {
+    shared: Arc<Shared>,
+    slot: usize,
+    queued: AtomicBool,
+}
+
+impl Wake for Wakeup {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // AcqRel: as in the C queue (`pagecache-ffi/src/queue.rs`).
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            let mut r = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
+            let first = r.is_empty();
+            r.push(self.slot);
+            drop(r);
+            if first {
+                let one: u64 = 1;
+                // SAFETY: an 8-byte write to our eventfd.
+                unsafe { libc::write(self.shared.efd, (&raw const one).cast(), 8) };
+            }
+        }
+    }
+}
+
+/// What a request waits for.
+enum Kind {
+    Pin(PageFuture<'static>),
+    Mut(PageMutFuture<'static>),
+    /// `read_at_async`: the future borrows `buf` (a box owned by the
+    /// request, dropped after the future).
+    Read {
+        fut: Pin<Box<dyn Future<Output = io::Result<usize>> + Send>>,
+        buf: *mut [u8],
+    },
+}
+
+/// One request in flight. Field order: the future drops before the
+/// buffer it borrows and the file it borrows.
+struct Request {
+    /// `None` only while being dropped.
+    kind: Option<Kind>,
+    file: Option<Arc<pagecache::File>>,
+    index: u64,
+    pyfut: Py<PyAny>,
+    wakeup: Arc<Wakeup>,
+    waker: Waker,
+    /// Distinguishes this request from a later one in the same slot.
+    id: u64,
+}
+
+// SAFETY: the futures are `Send`; `buf` is a box owned by the request,
+// touched only by its future and by the request's drop.
+unsafe impl Send for Request {}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        // The future first (it may borrow the buffer and the file).
+        if let Some(Kind::Read { fut, buf }) = self.kind.take() {
+            drop(fut);
+            // SAFETY: made by `Box::into_raw` in `read_at_async`; the
+            // future that borrowed it is gone.
+            drop(unsafe { Box::from_raw(buf) });
+        }
+        if let Some(f) = self.file.take() {
+            drop_detached(f);
+        }
+    }
+}
+
+impl Request {
+    fn poll(&mut self) -> Poll<io::Result<Done>> {
+        let mut cx = Context::from_waker(&self.waker);
+        match self.kind.as_mut().expect("a live request has its future") {
+            Kind::Pin(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Done::Ref)),
+            Kind::Mut(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Done::Mut)),
+            Kind::Read { fut, buf } => fut.as_mut().poll(&mut cx).map(|r| {
+                r.map(|n| {
+                    // SAFETY: the future finished: nothing borrows the box.
+                    let b = unsafe { &**buf };
+                    Done::Bytes(b[..n].to_vec())
+                })
+            }),
+        }
+    }
+}
+
+enum Done {
+    Ref(pagecache::PageRef<'static>),
+    Mut(pagecache::PageMut<'static>),
+    Bytes(Vec<u8>),
+}
+
+#[derive(Default)]
+struct Slots {
+    reqs: Vec<Option<Request>>,
+    free: Vec<usize>,
+    next_id: u64,
+}
+
+/// The requests of one event loop (one per loop: `pagecache._queue_for`).
+#[pyclass(module = "pagecache", name = "_AsyncQueue", frozen)]
+pub(crate) struct AsyncQueue {
+    shared: Arc<Shared>,
+    reqs: Arc<Mutex<Slots>>,
+}
+
+impl AsyncQueue {
+    /// Starts `kind` for an asyncio future of `loop_`, which it returns:
+    /// resolved already on a hit.
+    fn start(
+        &self,
+        py: Python<'_>,
+        loop_: &Bound<'_, PyAny>,
+        file: Arc<pagecache::File>,
+        index: u64,
+        make: impl FnOnce(&'static pagecache::File) -> Kind,
+    ) -> PyResult<Py<PyAny>> {
+        let pyfut = loop_.call_method0("create_future")?;
+        // SAFETY: the request keeps the `Arc` and drops it after the
+        // future that borrows it (`Request::drop`): 'static is never
+        // outlived.
+        let sf: &'static pagecache::File = unsafe { &*Arc::as_ptr(&file) };
+        let mut slots = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = slots.free.pop().unwrap_or(slots.reqs.len());
+        let id = slots.next_id;
+        slots.next_id += 1;
+        let wakeup = Arc::new(Wakeup {
+            shared: self.shared.clone(),
+            slot,
+            queued: AtomicBool::new(false),
+        });
+        let mut r = Request {
+            kind: Some(make(sf)),
+            file: Some(file),
+            index,
+            pyfut: pyfut.clone().unbind(),
+            waker: Waker::from(wakeup.clone()),
+            wakeup,
+            id,
+        };
+        match r.poll() {
+            Poll::Ready(res) => {
+                slots.free.push(slot);
+                drop(slots);
+                resolve(py, &mut r, res)?;
+            }
+            Poll::Pending => {
+                if slot == slots.reqs.len() {
+                    slots.reqs.push(Some(r));
+                } else {
+                    slots.reqs[slot] = Some(r);
+                }
+                drop(slots);
+                // A cancelled asyncio future drops its request at once.
+                let reqs = self.reqs.clone();
+                let cb = PyCFunction::new_closure(
+                    py,
+                    None,
+                    None,
+                    move |args: &Bound<'_, PyTuple>,
+                          _kw: Option<&Bound<'_, PyDict>>|
+                          -> PyResult<()> {
+                        let f = args.get_item(0)?;
+                        if f.call_method0("cancelled")?.is_truthy()? {
+                            let gone = {
+                                let mut s = reqs.lock().unwrap_or_else(|e| e.into_inner());
+                                let ours = s
+                                    .reqs
+                                    .get(slot)
+                                    .is_some_and(|x| x.as_ref().is_some_and(|r| r.id == id));
+                                if ours {
+                                    s.free.push(slot);
+                                    s.reqs[slot].take()
+                                } else {
+                                    None
+                                }
+                            };
+                            drop(gone);
+                        }
+                        Ok(())
+                    },
+                )?;
+                pyfut.call_method1("add_done_callback", (cb,))?;
+            }
+        }
+        Ok(pyfut.unbind())
+    }
+}
+
+/// Resolves the request's asyncio future with `res` (a `Page` held, or
+/// bytes, or the error), unless it was cancelled (then what it got is
+/// dropped with the request).
+fn resolve(py: Python<'_>, r: &mut Request, res: io::Result<Done>) -> PyResult<()> {
+    let fut = r.pyfut.bind(py);
+    if fut.call_method0("done")?.is_truthy()? {
+        return Ok(()); // cancelled: `res` drops here, before the file
+    }
+    match res {
+        Err(e) => {
+            fut.call_method1("set_exception", (os_err(e).into_value(py),))?;
+        }
+        Ok(Done::Bytes(b)) => {
+            fut.call_method1("set_result", (PyBytes::new(py, &b),))?;
+        }
+        Ok(done) => {
+            let file = r.file.take().expect("a page request has its file");
+            let (guard, writable) = match done {
+                Done::Ref(g) => (PageGuard::Ref(g), false),
+                Done::Mut(g) => (PageGuard::Mut(g), true),
+                Done::Bytes(_) => unreachable!("handled above"),
+            };
+            let page = Page::held(Owner::File(file), r.index, writable, guard);
+            fut.call_method1("set_result", (Py::new(py, page)?,))?;
+        }
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl AsyncQueue {
+    #[new]
+    fn new() -> PyResult<AsyncQueue> {
+        // SAFETY: eventfd has no memory arguments.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(os_err(io::Error::last_os_error()));
+        }
+        Ok(AsyncQueue {
+            shared: Arc::new(Shared {
+                ready: Mutex::new(Vec::new()),
+                efd,
+            }),
+            reqs: Arc::default(),
+        })
+    }
+
+    /// The eventfd the loop watches.
+    fn fd(&self) -> i32 {
+        self.shared.efd
+    }
+
+    /// Requests in flight.
+    fn pending(&self) -> usize {
+        let s = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
+        s.reqs.iter().filter(|r| r.is_some()).count()
+    }
+
+    /// The loop's reader callback: polls the requests whose state changed
+    /// and resolves those that finished.
+    fn collect(&self, py: Python<'_>) -> PyResult<()> {
+        let mut buf = 0u64;
+        // SAFETY: an 8-byte read of our nonblocking eventfd.
+        unsafe { libc::read(self.shared.efd, (&raw mut buf).cast(), 8) };
+        let ready =
+            std::mem::take(&mut *self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()));
+        for slot in ready {
+            let mut slots = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(Some(r)) = slots.reqs.get_mut(slot) else {
+                continue;
+            };
+            // Release: cleared before the poll, so a wake during it queues
+            // the request again.
+            r.wakeup.queued.store(false, Ordering::Release);
+            let res = match r.poll() {
+                Poll::Pending => continue,
+                Poll::Ready(res) => res,
+            };
+            let mut r = slots.reqs[slot].take().expect("polled above");
+            slots.free.push(slot);
+            drop(slots);
+            resolve(py, &mut r, res)?;
+        }
+        Ok(())
+    }
+}
+
+/// `File.page_async` and friends: the loop's queue.
+fn queue_for<'py>(py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, AsyncQueue>)> {
+    let loop_ = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let q = py
+        .import("pagecache")?
+        .getattr("_queue_for")?
+        .call1((&loop_,))?;
+    Ok((loop_, q.cast_into::<AsyncQueue>()?))
+}
+
+/// `File.page_async(i)`: an awaitable of a pinned `Page`.
+pub(crate) fn page_async(
+    py: Python<'_>,
+    file: Arc<pagecache::File>,
+    index: u64,
+    writable: bool,
+) -> PyResult<Py<PyAny>> {
+    let (loop_, q) = queue_for(py)?;
+    q.get().start(py, &loop_, file, index, move |f| {
+        if writable {
+            Kind::Mut(f.page_mut_async(index))
+        } else {
+            Kind::Pin(f.page_async(index))
+        }
+    })
+}
+
+/// `File.read_at_async(offset, n)`: an awaitable of bytes.
+pub(crate) fn read_at_async(
+    py: Python<'_>,
+    file: Arc<pagecache::File>,
+    offset: u64,
+    n: usize,
+) -> PyResult<Py<PyAny>> {
+    let (loop_, q) = queue_for(py)?;
+    q.get().start(py, &loop_, file, offset, move |f| {
+        let buf: *mut [u8] = Box::into_raw(vec![0u8; n].into_boxed_slice());
+        // SAFETY: the box lives in the request until after this future
+        // (`Request::drop`), and nothing else touches it meanwhile.
+        let b: &'static mut [u8] = unsafe { &mut *buf };
+        Kind::Read {
+            fut: Box::pin(f.read_at_async(b, offset)),
+            buf,
+        }
+    })
+}
