@@ -14,6 +14,7 @@ cc "${CFLAGS[@]}" tests/c/test_pagecache.c "$lib/libpagecache.a" -lpthread -ldl 
 # Shared: the example, and the suite again.
 cc "${CFLAGS[@]}" tests/c/test_pagecache.c -L"$lib" -lpagecache -lpthread -o "$out/test_shared"
 cc "${CFLAGS[@]}" examples/c/example.c -L"$lib" -lpagecache -o "$out/example"
+cc "${CFLAGS[@]}" examples/c/async_reads.c -L"$lib" -lpagecache -o "$out/async_reads"
 mkdir -p "$out/scratch"
 echo "== C tests (static library)"
 "$out/test_static" "$out/scratch"
@@ -21,6 +22,9 @@ echo "== C tests (shared library)"
 LD_LIBRARY_PATH="$lib" "$out/test_shared" "$out/scratch"
 echo "== C example"
 LD_LIBRARY_PATH="$lib" "$out/example" "$out/scratch/example.bin"
+echo "== C example: reads in flight through the completion queue"
+head -c $((8 << 20)) /dev/urandom > "$out/scratch/async.bin"
+LD_LIBRARY_PATH="$lib" "$out/async_reads" "$out/scratch/async.bin" 1 16 0.3
 if command -v valgrind >/dev/null 2>&1; then
   echo "== C tests under valgrind"
   # The thread-pool engine: valgrind does not model memory the kernel

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   pagecache list
   pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH]
-  pagecache compare A.json B.json";
+  pagecache compare A.json B.json
+  pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)";
 
 fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
     eprintln!("pagecache: {msg}");
@@ -27,12 +28,35 @@ fn main() -> ExitCode {
         }
         Some("bench") => bench(&args[1..]),
         Some("compare") => compare(&args[1..]),
+        Some("device") => device(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
         Some(other) => fail(format!("unknown command '{other}'\n{USAGE}"), 2),
         None => fail(USAGE, 2),
+    }
+}
+
+/// `pagecache device FILE DEPTH SECONDS`: the reference of the C and
+/// Python asynchronous benchmarks, one line: reads per second and CPU
+/// microseconds per read.
+fn device(args: &[String]) -> ExitCode {
+    let [file, depth, secs] = args else {
+        return fail(format!("device needs FILE DEPTH SECONDS\n{USAGE}"), 2);
+    };
+    let (Ok(depth), Ok(secs)) = (depth.parse::<usize>(), secs.parse::<f64>()) else {
+        return fail("device: DEPTH is a count, SECONDS a number", 2);
+    };
+    if depth == 0 || secs <= 0.0 {
+        return fail("device: DEPTH and SECONDS must be positive", 2);
+    }
+    match scenarios::async_reads::device_rate(std::path::Path::new(file), depth, secs) {
+        Ok((rate, cpu)) => {
+            println!("{rate:.0} reads/s {:.2} us/read", cpu * 1e6);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("{file}: {e}"), 1),
     }
 }
 

@@ -86,6 +86,19 @@ fn cpu_now() -> f64 {
     t(r.ru_utime) + t(r.ru_stime)
 }
 
+/// The device's rate (reads per second) and CPU time per read (seconds)
+/// at `depth` random 4 KiB `O_DIRECT` reads in flight through one
+/// io_uring, for `secs`: `pagecache device`, the reference the C and
+/// Python asynchronous benchmarks (`scripts/bench-async.sh`) measure
+/// beside their own runs.
+pub fn device_rate(data: &Path, depth: usize, secs: f64) -> io::Result<(f64, f64)> {
+    let pages = std::fs::metadata(data)?.len() / PS as u64;
+    let (cpu0, t0) = (cpu_now(), Instant::now());
+    let (reads, _) = device(data, pages, depth, secs)?;
+    let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_now() - cpu0);
+    Ok((reads as f64 / wall, cpu / reads.max(1) as f64))
+}
+
 /// The device: `depth` random `O_DIRECT` reads in flight through one
 /// io_uring, resubmitted as each completes, for `secs`.
 fn device(data: &Path, pages: u64, depth: usize, secs: f64) -> io::Result<(u64, Hist)> {
