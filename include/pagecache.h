@@ -814,6 +814,16 @@ int pc_queue_page_latch(const struct pc_queue *queue,
 // `max` completions.
 int pc_queue_collect(const struct pc_queue *queue, struct pc_completion *out_, size_t max);
 
+// Cancels the requests in flight started with `user_data` (a timeout
+// of the caller's, a client gone): their reads finish in the background
+// and leave the pages cached, and they will not be collected. Returns how
+// many were cancelled (0 if none was in flight: finished ones are
+// collected, not cancelled), or `-EINVAL`.
+//
+// # Safety
+// `queue` is NULL or from `pc_queue_new`, not yet freed.
+int pc_queue_cancel(const struct pc_queue *queue, uint64_t user_data);
+
 // Frees the queue. Requests still in flight are cancelled: their reads
 // finish in the background and leave the pages cached, and no page is
 // handed to anyone. Returns how many were cancelled, or `-EINVAL`.

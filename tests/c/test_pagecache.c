@@ -1158,6 +1158,20 @@ static void test_queue_epoll(void) {
   EXPECT(pc_queue_collect(q, NULL, 1) == -EINVAL);
   EXPECT(pc_queue_fd(NULL) == -EINVAL);
 
+  /* Cancelling by user_data: in flight, never collected. */
+  {
+    int r = pc_queue_page_pin(q, f, 150, 4242, &pin);
+    if (r == 0) {
+      OK(pc_pin_release(&pin));
+    } else {
+      EXPECT(r == PC_PENDING);
+      EXPECT(pc_queue_cancel(q, 4242) == 1);
+      EXPECT(pc_queue_cancel(q, 4242) == 0);
+      EXPECT(pc_queue_pending(q) == 0);
+    }
+    EXPECT(pc_queue_cancel(NULL, 1) == -EINVAL);
+  }
+
   /* Requests in flight keep the file open; freeing the queue cancels. */
   int pending = 0;
   for (uint64_t i = 100; i < 140; i++) {

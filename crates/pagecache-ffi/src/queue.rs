@@ -448,6 +448,57 @@ pub unsafe extern "C" fn pc_queue_collect(
     }
 }
 
+/// Cancels the requests in flight started with `user_data` (a timeout
+/// of the caller's, a client gone): their reads finish in the background
+/// and leave the pages cached, and they will not be collected. Returns how
+/// many were cancelled (0 if none was in flight: finished ones are
+/// collected, not cancelled), or `-EINVAL`.
+///
+/// # Safety
+/// `queue` is NULL or from `pc_queue_new`, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_queue_cancel(queue: *const pc_queue, user_data: u64) -> c_int {
+    let mut cancelled = 0;
+    let rc = guard("pc_queue_cancel", || {
+        // SAFETY: the contract.
+        let q = unsafe { arg(queue, "pc_queue_cancel", "queue") }?;
+        let gone: Vec<Request> = {
+            let mut slots = q.reqs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut gone = Vec::new();
+            for slot in 0..slots.reqs.len() {
+                if slots.reqs[slot]
+                    .as_ref()
+                    .is_some_and(|r| r.user_data == user_data)
+                {
+                    gone.push(slots.reqs[slot].take().expect("checked"));
+                    slots.free.push(slot);
+                    slots.live -= 1;
+                }
+            }
+            gone
+        };
+        for r in gone {
+            cancel(r);
+            cancelled += 1;
+        }
+        Ok(())
+    });
+    if rc == 0 {
+        cancelled
+    } else {
+        rc
+    }
+}
+
+/// Drops a request in flight: its future first (it gives back what it
+/// holds or waits for), then the count that kept its file open.
+fn cancel(r: Request) {
+    let pins = &r.file().pins as *const crate::pin_count::PinCount;
+    drop(r);
+    // SAFETY: the handle lives until this count is gone.
+    unsafe { &*pins }.sub();
+}
+
 /// Frees the queue. Requests still in flight are cancelled: their reads
 /// finish in the background and leave the pages cached, and no page is
 /// handed to anyone. Returns how many were cancelled, or `-EINVAL`.
@@ -465,12 +516,7 @@ pub unsafe extern "C" fn pc_queue_free(queue: *mut pc_queue) -> c_int {
         let q = unsafe { Box::from_raw(queue) };
         let slots = q.reqs.into_inner().unwrap_or_else(|e| e.into_inner());
         for r in slots.reqs.into_iter().flatten() {
-            let pins = &r.file().pins as *const crate::pin_count::PinCount;
-            // The future first (it gives back what it holds), then the
-            // count that kept the file open.
-            drop(r);
-            // SAFETY: the handle lives until this count is gone.
-            unsafe { &*pins }.sub();
+            cancel(r);
             cancelled += 1;
         }
         Ok(())
