@@ -11,14 +11,14 @@
 use crate::error::{arg, guard, invalid, out, set_last_error};
 use crate::file::pc_file;
 use crate::pins::{pc_pin, store_pin, Held};
+use pagecache::internals::{ReadyList, SlotWaker};
 use pagecache::{PageFuture, PageMutFuture};
 use std::ffi::c_int;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Mutex;
+use std::task::{Context, Poll};
 
 /// `pc_queue_page_pin` / `pc_queue_page_latch` result: the request is in
 /// flight; its completion will be collected by `pc_queue_collect`.
@@ -44,59 +44,8 @@ pub struct pc_completion {
 /// completions are signalled from the cache's I/O threads.
 #[derive(Debug)]
 pub struct pc_queue {
-    shared: Arc<Shared>,
+    ready: ReadyList,
     reqs: Mutex<Slots>,
-}
-
-/// What wakers reach: the ready list and the eventfd.
-#[derive(Debug)]
-struct Shared {
-    ready: Mutex<Vec<usize>>,
-    efd: c_int,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: our own eventfd, closed once (the last waker or the
-        // queue drops this).
-        unsafe { libc::close(self.efd) };
-    }
-}
-
-impl Shared {
-    fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write to our eventfd; a full counter
-        // (EAGAIN) is already readable, which is all a signal is for.
-        unsafe { libc::write(self.efd, (&raw const one).cast(), 8) };
-    }
-}
-
-/// A request's waker: queues its slot once until it is polled.
-#[derive(Debug)]
-struct Wakeup {
-    shared: Arc<Shared>,
-    slot: usize,
-    queued: AtomicBool,
-}
-
-impl Wake for Wakeup {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        // AcqRel: the poll that clears it happens before a later wake's
-        // push (and a wake's effects before the poll it causes).
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            let mut r = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
-            let first = r.is_empty();
-            r.push(self.slot);
-            drop(r);
-            if first {
-                self.shared.signal();
-            }
-        }
-    }
 }
 
 enum Fut {
@@ -109,8 +58,7 @@ struct Request {
     file: *const pc_file,
     index: u64,
     user_data: u64,
-    wakeup: Arc<Wakeup>,
-    waker: Waker,
+    waker: SlotWaker,
 }
 
 impl std::fmt::Debug for Request {
@@ -137,7 +85,7 @@ struct Slots {
 impl Request {
     /// Polls the request once; `Ready` with the page held (or the error).
     fn poll(&mut self) -> Poll<io::Result<Held>> {
-        let mut cx = Context::from_waker(&self.waker);
+        let mut cx = Context::from_waker(self.waker.waker());
         match &mut self.fut {
             Fut::Pin(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Held::Pin)),
             Fut::Latch(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Held::Latch)),
@@ -161,16 +109,8 @@ impl Request {
 pub unsafe extern "C" fn pc_queue_new(out_queue: *mut *mut pc_queue) -> c_int {
     guard("pc_queue_new", || {
         let o = out(out_queue, "pc_queue_new", "out")?;
-        // SAFETY: eventfd has no memory arguments.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         let q = Box::new(pc_queue {
-            shared: Arc::new(Shared {
-                ready: Mutex::new(Vec::new()),
-                efd,
-            }),
+            ready: ReadyList::new()?,
             reqs: Mutex::new(Slots::default()),
         });
         // SAFETY: `o` is non-null and writable (the contract).
@@ -196,7 +136,7 @@ pub unsafe extern "C" fn pc_queue_new(out_queue: *mut *mut pc_queue) -> c_int {
 pub unsafe extern "C" fn pc_queue_fd(queue: *const pc_queue) -> c_int {
     // SAFETY: the contract.
     match unsafe { queue.as_ref() } {
-        Some(q) => q.shared.efd,
+        Some(q) => q.ready.fd(),
         None => {
             set_last_error("pc_queue_fd: queue is NULL".into());
             -libc::EINVAL
@@ -297,11 +237,6 @@ fn start(
         let sf: &'static pc_file = unsafe { &*(f as *const pc_file) };
         let mut slots = q.reqs.lock().unwrap_or_else(|e| e.into_inner());
         let slot = slots.free.pop().unwrap_or(slots.reqs.len());
-        let wakeup = Arc::new(Wakeup {
-            shared: q.shared.clone(),
-            slot,
-            queued: AtomicBool::new(false),
-        });
         let mut r = Request {
             fut: if latch {
                 Fut::Latch(sf.file.page_mut_async(index))
@@ -311,8 +246,7 @@ fn start(
             file: f,
             index,
             user_data,
-            waker: Waker::from(wakeup.clone()),
-            wakeup,
+            waker: q.ready.waker(slot),
         };
         f.pins.add();
         match r.poll() {
@@ -369,11 +303,7 @@ pub unsafe extern "C" fn pc_queue_collect(
         if max == 0 {
             return Err(invalid("pc_queue_collect: max is 0"));
         }
-        let mut buf = 0u64;
-        // SAFETY: an 8-byte read of our nonblocking eventfd (EAGAIN when
-        // nothing was signalled).
-        unsafe { libc::read(q.shared.efd, (&raw mut buf).cast(), 8) };
-        let ready = std::mem::take(&mut *q.shared.ready.lock().unwrap_or_else(|e| e.into_inner()));
+        let ready = q.ready.take();
         let mut slots = q.reqs.lock().unwrap_or_else(|e| e.into_inner());
         let mut last_err = None;
         let mut rest = Vec::new();
@@ -385,9 +315,8 @@ pub unsafe extern "C" fn pc_queue_collect(
             let Some(Some(r)) = slots.reqs.get_mut(slot) else {
                 continue; // a late wake of a request collected already
             };
-            // Acquire: as the swap in `wake_by_ref`. Cleared before the
-            // poll: a wake during it queues the request again.
-            r.wakeup.queued.store(false, Ordering::Release);
+            // A wake during the poll queues the request again.
+            r.waker.rearm();
             let res = match r.poll() {
                 Poll::Pending => continue,
                 Poll::Ready(res) => res,
@@ -430,12 +359,7 @@ pub unsafe extern "C" fn pc_queue_collect(
             n += 1;
         }
         drop(slots);
-        if !rest.is_empty() {
-            let mut r = q.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
-            r.extend(rest);
-            drop(r);
-            q.shared.signal();
-        }
+        q.ready.put_back(rest);
         if let Some(e) = last_err {
             set_last_error(format!("pc_queue_collect: {e}"));
         }

@@ -13,54 +13,15 @@
 use crate::error::os_err;
 use crate::held::drop_detached;
 use crate::page::{Owner, Page, PageGuard};
+use pagecache::internals::{ReadyList, SlotWaker};
 use pagecache::{PageFuture, PageMutFuture};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCFunction, PyDict, PyTuple};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
-
-/// The ready list and the eventfd, reached by wakers (no GIL).
-struct Shared {
-    ready: Mutex<Vec<usize>>,
-    efd: i32,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: our own eventfd, closed once.
-        unsafe { libc::close(self.efd) };
-    }
-}
-
-struct Wakeup {
-    shared: Arc<Shared>,
-    slot: usize,
-    queued: AtomicBool,
-}
-
-impl Wake for Wakeup {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        // AcqRel: as in the C queue (`pagecache-ffi/src/queue.rs`).
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            let mut r = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner());
-            let first = r.is_empty();
-            r.push(self.slot);
-            drop(r);
-            if first {
-                let one: u64 = 1;
-                // SAFETY: an 8-byte write to our eventfd.
-                unsafe { libc::write(self.shared.efd, (&raw const one).cast(), 8) };
-            }
-        }
-    }
-}
+use std::task::{Context, Poll};
 
 /// What a request waits for.
 enum Kind {
@@ -82,8 +43,7 @@ struct Request {
     file: Option<Arc<pagecache::File>>,
     index: u64,
     pyfut: Py<PyAny>,
-    wakeup: Arc<Wakeup>,
-    waker: Waker,
+    waker: SlotWaker,
     /// Distinguishes this request from a later one in the same slot.
     id: u64,
 }
@@ -109,7 +69,7 @@ impl Drop for Request {
 
 impl Request {
     fn poll(&mut self) -> Poll<io::Result<Done>> {
-        let mut cx = Context::from_waker(&self.waker);
+        let mut cx = Context::from_waker(self.waker.waker());
         match self.kind.as_mut().expect("a live request has its future") {
             Kind::Pin(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Done::Ref)),
             Kind::Mut(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Done::Mut)),
@@ -140,7 +100,7 @@ struct Slots {
 /// The requests of one event loop (one per loop: `pagecache._queue_for`).
 #[pyclass(module = "pagecache", name = "_AsyncQueue", frozen)]
 pub(crate) struct AsyncQueue {
-    shared: Arc<Shared>,
+    ready: ReadyList,
     reqs: Arc<Mutex<Slots>>,
 }
 
@@ -164,18 +124,12 @@ impl AsyncQueue {
         let slot = slots.free.pop().unwrap_or(slots.reqs.len());
         let id = slots.next_id;
         slots.next_id += 1;
-        let wakeup = Arc::new(Wakeup {
-            shared: self.shared.clone(),
-            slot,
-            queued: AtomicBool::new(false),
-        });
         let mut r = Request {
             kind: Some(make(sf)),
             file: Some(file),
             index,
             pyfut: pyfut.clone().unbind(),
-            waker: Waker::from(wakeup.clone()),
-            wakeup,
+            waker: self.ready.waker(slot),
             id,
         };
         match r.poll() {
@@ -260,23 +214,15 @@ fn resolve(py: Python<'_>, r: &mut Request, res: io::Result<Done>) -> PyResult<(
 impl AsyncQueue {
     #[new]
     fn new() -> PyResult<AsyncQueue> {
-        // SAFETY: eventfd has no memory arguments.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(os_err(io::Error::last_os_error()));
-        }
         Ok(AsyncQueue {
-            shared: Arc::new(Shared {
-                ready: Mutex::new(Vec::new()),
-                efd,
-            }),
+            ready: ReadyList::new().map_err(os_err)?,
             reqs: Arc::default(),
         })
     }
 
     /// The eventfd the loop watches.
     fn fd(&self) -> i32 {
-        self.shared.efd
+        self.ready.fd()
     }
 
     /// Requests in flight.
@@ -288,19 +234,13 @@ impl AsyncQueue {
     /// The loop's reader callback: polls the requests whose state changed
     /// and resolves those that finished.
     fn collect(&self, py: Python<'_>) -> PyResult<()> {
-        let mut buf = 0u64;
-        // SAFETY: an 8-byte read of our nonblocking eventfd.
-        unsafe { libc::read(self.shared.efd, (&raw mut buf).cast(), 8) };
-        let ready =
-            std::mem::take(&mut *self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()));
-        for slot in ready {
+        for slot in self.ready.take() {
             let mut slots = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
             let Some(Some(r)) = slots.reqs.get_mut(slot) else {
                 continue;
             };
-            // Release: cleared before the poll, so a wake during it queues
-            // the request again.
-            r.wakeup.queued.store(false, Ordering::Release);
+            // A wake during the poll queues the request again.
+            r.waker.rearm();
             let res = match r.poll() {
                 Poll::Pending => continue,
                 Poll::Ready(res) => res,

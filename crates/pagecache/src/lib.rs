@@ -117,6 +117,7 @@ pub use sync::lockstat;
 /// Not part of the API: no semver promise, hidden from the docs.
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::api::ready::{ReadyList, SlotWaker};
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{passes, s3fifo, smp_list};
 

@@ -20,6 +20,7 @@ pub use optimistic::Optimistic;
 mod asynch;
 mod guards;
 mod optimistic;
+pub(crate) mod ready;
 use crate::sync::Ordering;
 use std::io;
 use std::path::Path;
