@@ -43,7 +43,7 @@ fn main() -> std::io::Result<()> {
         for t in 0..8u64 {
             let (f, reads, writes) = (&f, &reads, &writes);
             s.spawn(move || {
-                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ ((t + 1) * 0x1234_5678_9ABC_DEF1);
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t + 1).wrapping_mul(0x1234_5678_9ABC_DEF1);
                 let mut next = || {
                     x ^= x << 13;
                     x ^= x >> 7;

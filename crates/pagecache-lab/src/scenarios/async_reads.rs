@@ -196,7 +196,8 @@ where
         for t in 0..tasks {
             let (read, lat) = (read.clone(), lat.clone());
             handles.push(tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC_DEF1));
+                let mut rng =
+                    Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0x1234_5678_9ABC_DEF1));
                 let mut mine = Hist::new();
                 let mut n = 0u64;
                 while Instant::now() < deadline {

@@ -323,7 +323,8 @@ where
 {
     let lat = std::sync::Mutex::new(Hist::new());
     let s = measure(threads, |t| {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC_DEF1));
+        let mut rng =
+            Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1).wrapping_mul(0x1234_5678_9ABC_DEF1));
         let deadline = Instant::now() + Duration::from_secs_f64(secs);
         let mut mine = Hist::new();
         let mut done = 0;
