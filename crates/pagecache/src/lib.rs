@@ -30,15 +30,15 @@
 //!
 //! | module (private) | layer (`docs/design.md`) | what it holds |
 //! |---|---|---|
-//! | `sync/`, `error.rs`, `stats/` | | atomics, locks and parking (std or loom), lock profiling; the error type; counters |
+//! | `sync/`, `error.rs`, `stats/` | | atomics, locks, parking and the futures' wait queues (std or loom), lock profiling; the error type; counters |
 //! | `frame/` | 1 frames, 2 alloc | arena, type-stable descriptors and their state word, free frames |
 //! | `io/` | 6 io | backend trait, `pread`/`pwritev`, the I/O engines, fault injection |
 //! | `index/` | 3 index | per-file 64-way radix tree, lock-free reads, dirty tags, run pins |
 //! | `reclaim/` | 5 reclaim | replacement policies (one file each), the flusher's passes |
 //! | `size_lock.rs` | 4 cache | the per-file size lock over page ranges |
-//! | `cache/` | 4 cache, 5 reclaim | one protocol per file: lookup, miss, read/write, truncate, runs, registry; eviction, write-back, the flusher |
+//! | `cache/` | 4 cache, 5 reclaim | one protocol per file: lookup, miss, read/write, truncate, runs, asynchronous waits, registry; eviction, write-back, the flusher |
 //! | `anon.rs` | 4 cache | anonymous regions: zero-filled pages in the same budget |
-//! | `api/` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Optimistic`], [`WritebackHook`], [`Config`] |
+//! | `api/` | 7 api | [`PageCache`], [`File`], [`PageRef`], [`PageMut`], [`PageRun`], [`Optimistic`], the futures ([`PageFuture`], ...), [`WritebackHook`], [`Config`] |
 //!
 //! The public surface is what users need: those types (with the hook's
 //! [`WritebackPage`], [`WritebackCause`], [`WritebackDecision`]), [`AnonRegion`],
@@ -69,6 +69,17 @@
 //!   pages (it waits for no page under the size lock). Take several pins
 //!   or `PageMut`s of one file in ascending page order (as
 //!   [`File::pages`] does). `docs/locking.md` lists every rule.
+//! * **Futures.** [`File::page_async`] and its siblings are plain
+//!   `std` futures: no runtime is assumed. They never sleep for a page (a
+//!   latch, a drain, a read in flight: protocol 5.9) and are cancel-safe at
+//!   every await point. A page a future returns is pinned like any other:
+//!   a task that holds one across an `.await` while another task of the
+//!   same thread calls a *blocking* writer of that page blocks the thread
+//!   (use the `_async` writers); and a runtime whose tasks hold N pages at
+//!   once needs more than N frames, as N threads would. Still blocking in a
+//!   poll: reclaim writing a dirty victim back, the dirty throttle of
+//!   `page_mut_async` and `write_at_async`, and `write_at_async`'s latch
+//!   waits after its reads (`docs/locking.md`, rule 15).
 //! * **Coherence.** The cache assumes it is the only writer of the files it
 //!   opens, as a database buffer pool does. Changes made to a file behind its
 //!   back (another process, `std::fs`) are not seen for pages already cached,
