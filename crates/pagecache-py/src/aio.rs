@@ -16,7 +16,7 @@ use crate::page::{Owner, Page, PageGuard};
 use pagecache::internals::{ReadyList, SlotWaker};
 use pagecache::{PageFuture, PageMutFuture};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCFunction, PyDict, PyTuple};
+use pyo3::types::PyBytes;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -95,6 +95,9 @@ struct Slots {
     reqs: Vec<Option<Request>>,
     free: Vec<usize>,
     next_id: u64,
+    /// The asyncio future of each request in flight (its address) and
+    /// where the request is: a cancelled future's callback finds it here.
+    by_future: std::collections::HashMap<usize, (usize, u64)>,
 }
 
 /// The requests of one event loop (one per loop: `pagecache._queue_for`).
@@ -108,7 +111,7 @@ impl AsyncQueue {
     /// Starts `kind` for an asyncio future of `loop_`, which it returns:
     /// resolved already on a hit.
     fn start(
-        &self,
+        q: &Bound<'_, AsyncQueue>,
         py: Python<'_>,
         loop_: &Bound<'_, PyAny>,
         file: Arc<pagecache::File>,
@@ -120,7 +123,8 @@ impl AsyncQueue {
         // future that borrows it (`Request::drop`): 'static is never
         // outlived.
         let sf: &'static pagecache::File = unsafe { &*Arc::as_ptr(&file) };
-        let mut slots = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
+        let this = q.get();
+        let mut slots = this.reqs.lock().unwrap_or_else(|e| e.into_inner());
         let slot = slots.free.pop().unwrap_or(slots.reqs.len());
         let id = slots.next_id;
         slots.next_id += 1;
@@ -129,7 +133,7 @@ impl AsyncQueue {
             file: Some(file),
             index,
             pyfut: pyfut.clone().unbind(),
-            waker: self.ready.waker(slot),
+            waker: this.ready.waker(slot),
             id,
         };
         match r.poll() {
@@ -144,36 +148,12 @@ impl AsyncQueue {
                 } else {
                     slots.reqs[slot] = Some(r);
                 }
+                slots.by_future.insert(pyfut.as_ptr() as usize, (slot, id));
                 drop(slots);
-                // A cancelled asyncio future drops its request at once.
-                let reqs = self.reqs.clone();
-                let cb = PyCFunction::new_closure(
-                    py,
-                    None,
-                    None,
-                    move |args: &Bound<'_, PyTuple>,
-                          _kw: Option<&Bound<'_, PyDict>>|
-                          -> PyResult<()> {
-                        let f = args.get_item(0)?;
-                        if f.call_method0("cancelled")?.is_truthy()? {
-                            let gone = {
-                                let mut s = reqs.lock().unwrap_or_else(|e| e.into_inner());
-                                let ours = s
-                                    .reqs
-                                    .get(slot)
-                                    .is_some_and(|x| x.as_ref().is_some_and(|r| r.id == id));
-                                if ours {
-                                    s.free.push(slot);
-                                    s.reqs[slot].take()
-                                } else {
-                                    None
-                                }
-                            };
-                            drop(gone);
-                        }
-                        Ok(())
-                    },
-                )?;
+                // A cancelled asyncio future drops its request at once
+                // (`_cancelled`; a bound method, made per call: one kept
+                // by the queue would make a cycle with it).
+                let cb = q.getattr("_cancelled")?;
                 pyfut.call_method1("add_done_callback", (cb,))?;
             }
         }
@@ -220,6 +200,30 @@ impl AsyncQueue {
         })
     }
 
+    /// A done callback of a request's asyncio future: a cancelled one
+    /// drops its request (which gives back what it held or waited for).
+    fn _cancelled(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !fut.call_method0("cancelled")?.is_truthy()? {
+            return Ok(());
+        }
+        let gone = {
+            let mut s = self.reqs.lock().unwrap_or_else(|e| e.into_inner());
+            match s.by_future.remove(&(fut.as_ptr() as usize)) {
+                Some((slot, id))
+                    if s.reqs
+                        .get(slot)
+                        .is_some_and(|x| x.as_ref().is_some_and(|r| r.id == id)) =>
+                {
+                    s.free.push(slot);
+                    s.reqs[slot].take()
+                }
+                _ => None,
+            }
+        };
+        drop(gone);
+        Ok(())
+    }
+
     /// The eventfd the loop watches.
     fn fd(&self) -> i32 {
         self.ready.fd()
@@ -247,6 +251,7 @@ impl AsyncQueue {
             };
             let mut r = slots.reqs[slot].take().expect("polled above");
             slots.free.push(slot);
+            slots.by_future.remove(&(r.pyfut.as_ptr() as usize));
             drop(slots);
             resolve(py, &mut r, res)?;
         }
@@ -254,13 +259,19 @@ impl AsyncQueue {
     }
 }
 
-/// `File.page_async` and friends: the loop's queue.
+/// `asyncio.get_running_loop` and `pagecache._queue_for`, looked up once.
+static FUNCS: pyo3::sync::PyOnceLock<(Py<PyAny>, Py<PyAny>)> = pyo3::sync::PyOnceLock::new();
+
+/// `File.page_async` and friends: the running loop and its queue.
 fn queue_for<'py>(py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, AsyncQueue>)> {
-    let loop_ = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let q = py
-        .import("pagecache")?
-        .getattr("_queue_for")?
-        .call1((&loop_,))?;
+    let (running, queue_for) = FUNCS.get_or_try_init(py, || -> PyResult<_> {
+        Ok((
+            py.import("asyncio")?.getattr("get_running_loop")?.unbind(),
+            py.import("pagecache")?.getattr("_queue_for")?.unbind(),
+        ))
+    })?;
+    let loop_ = running.bind(py).call0()?;
+    let q = queue_for.bind(py).call1((&loop_,))?;
     Ok((loop_, q.cast_into::<AsyncQueue>()?))
 }
 
@@ -272,7 +283,7 @@ pub(crate) fn page_async(
     writable: bool,
 ) -> PyResult<Py<PyAny>> {
     let (loop_, q) = queue_for(py)?;
-    q.get().start(py, &loop_, file, index, move |f| {
+    AsyncQueue::start(&q, py, &loop_, file, index, move |f| {
         if writable {
             Kind::Mut(f.page_mut_async(index))
         } else {
@@ -289,7 +300,7 @@ pub(crate) fn read_at_async(
     n: usize,
 ) -> PyResult<Py<PyAny>> {
     let (loop_, q) = queue_for(py)?;
-    q.get().start(py, &loop_, file, offset, move |f| {
+    AsyncQueue::start(&q, py, &loop_, file, offset, move |f| {
         let buf: *mut [u8] = Box::into_raw(vec![0u8; n].into_boxed_slice());
         // SAFETY: the box lives in the request until after this future
         // (`Request::drop`), and nothing else touches it meanwhile.

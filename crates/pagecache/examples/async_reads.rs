@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! cargo run --release -p pagecache --example async_reads            # 256 MiB file, 32 MiB cache, 64 tasks
-//! cargo run --release -p pagecache --example async_reads -- FILE 32 # an existing file, 32 tasks
+//! cargo run --release -p pagecache --example async_reads -- FILE 32 3 256 # a file of yours, 32 tasks, 3 s, 256 MiB
 //! ```
 use pagecache::{Config, PageCache};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,9 +33,11 @@ fn main() -> std::io::Result<()> {
     };
     let tasks: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(64);
     let secs: f64 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(3.0);
+    let mib: usize = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(32);
 
     let cache = PageCache::new(Config {
-        capacity: 32 << 20,
+        capacity: mib << 20,
+        populate: true,
         ..Config::default()
     })?;
     let file = Arc::new(cache.open(&path)?);
