@@ -77,10 +77,12 @@
 //! with one `io_uring_enter` and one device notification (on this
 //! machine's virtio disk a notification costs more CPU than the rest of a
 //! read). Any enter after the queueing submits it (a blocking submission,
-//! another future's flush, the reaper's wait, which is bounded by
-//! `BATCH_WAIT` while ops are in flight), so a future that is never
-//! polled again delays its read by at most that; a dropped one submits it
-//! (its page stays latched until the read ends).
+//! another future's flush), and the reaper submits what is queued when
+//! its wait for a completion times out (`BATCH_WAIT`, with ops in
+//! flight), so a future that is never polled again still has its read
+//! go out; a dropped one submits it (its page stays latched until the
+//! read ends). The reaper submits nothing otherwise: taking entries at
+//! every completion took a round's reads one by one.
 //!
 //! Frames (F1): a future that finds no frame does not wait in reclaim (a
 //! thread would; its frames may be pinned by completions handed to

@@ -328,10 +328,10 @@ impl Engine {
     /// again, after its executor ran the other ready tasks, which queue
     /// theirs): one system call and one device notification for the reads
     /// of a whole round of tasks. An enter by anyone since (another
-    /// flush, a blocking submission, the reaper's wait) submits them too;
-    /// the reaper also submits what is queued each time it wakes, so an
-    /// entry whose ticket is never flushed waits at most until the next
-    /// completion or [`uring::BATCH_WAIT`]. `None`: nothing to flush.
+    /// flush, a blocking submission) submits them too; and the reaper
+    /// submits what is queued when its wait for a completion times out
+    /// ([`uring::BATCH_WAIT`] with ops in flight), so an entry whose
+    /// ticket is never flushed still goes out. `None`: nothing to flush.
     /// Context: as `submit`.
     pub(crate) fn submit_batched(&self, ops: Vec<Op>) -> Option<Ticket> {
         #[cfg(loom)]
@@ -702,8 +702,9 @@ mod uring {
         }
     }
 
-    /// Submits what is queued; errors leave entries for the reaper, whose
-    /// wait submits them too. The caller holds the submission mutex
+    /// Submits what is queued; errors leave entries for the next enter (a
+    /// flush, a blocking submission, or the reaper's once its wait times
+    /// out with ops in flight). The caller holds the submission mutex
     /// (`enters`, bumped first: entries pushed before are this enter's).
     fn enter(s: &Shared, enters: &mut u64) {
         *enters += 1;
