@@ -171,6 +171,50 @@ impl Inner {
         Optimistic::Fallback
     }
 
+    /// One page's part of a read, if it needs no wait: 5.4 (counted in
+    /// `optimistic`), else the inlined first attempt of 5.1 and a copy
+    /// under that pin. False: the page is not cached, or busy (the caller
+    /// takes the full path, or stops). The one place `read_at` and
+    /// `read_cached` copy a page. Context: any, no sleep, no lock.
+    #[inline(always)]
+    fn copy_nowait(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        off: usize,
+        dst: &mut [u8],
+        optimistic: &mut u64,
+    ) -> bool {
+        // Where the racy copy is a word loop, large copies go through a
+        // pin so they can use the vectorised memcpy (the one refcount RMW
+        // pair is small next to such a copy). Where it is `rep movsb`,
+        // every copy is optimistic: a pin's CAS on a descriptor that
+        // misses the cache is a locked RMW the copy cannot overlap
+        // (a 4 KiB `read_at` over a 230 MiB set: 0.82-0.85x `memcpy`
+        // pinned, 0.87-0.90x optimistic; `docs/benchmarks.md`).
+        let tried = if dst.len() < OPTIMISTIC_MAX {
+            self.read_optimistic(fs, index, off, dst)
+        } else {
+            Optimistic::Miss
+        };
+        if tried == Optimistic::Copied {
+            *optimistic += 1;
+            return true;
+        }
+        if tried == Optimistic::Fallback {
+            self.count(Counter::OptimisticFallbacks);
+        }
+        let Some(f) = self.find_get_fast(fs, index) else {
+            return false;
+        };
+        self.count(Counter::Hits);
+        // SAFETY: pinned, so the bytes do not change.
+        let src = unsafe { self.frames.bytes(f) };
+        dst.copy_from_slice(&src[off..off + dst.len()]);
+        self.release(f);
+        true
+    }
+
     /// `File::read_at`. Misses are read in batches (every missing page of
     /// the request from the first miss on, in runs, see `batch.rs`); with
     /// `ra`, the handle's readahead state, a sequential reader's window is
@@ -209,33 +253,13 @@ impl Inner {
             let off = (pos & (ps as u64 - 1)) as usize;
             let n = (ps - off).min(total - done);
             let dst = &mut buf[done..done + n];
-            // Where the racy copy is a word loop, large copies go through a
-            // pin so they can use the vectorised memcpy (the one refcount RMW
-            // pair is small next to such a copy). Where it is `rep movsb`,
-            // every copy is optimistic: a pin's CAS on a descriptor that
-            // misses the cache is a locked RMW the copy cannot overlap
-            // (a 4 KiB `read_at` over a 230 MiB set: 0.82-0.85x `memcpy`
-            // pinned, 0.87-0.90x optimistic; `docs/benchmarks.md`).
-            let tried = if n < OPTIMISTIC_MAX {
-                self.read_optimistic(fs, index, off, dst)
-            } else {
-                Optimistic::Miss
-            };
-            if tried == Optimistic::Copied {
-                optimistic += 1;
+            if self.copy_nowait(fs, index, off, dst, &mut optimistic) {
                 done += n;
                 continue;
             }
-            if tried == Optimistic::Fallback {
-                self.count(Counter::OptimisticFallbacks);
-            }
-            // The inlined first attempt, then the full path (which also
-            // decides a miss), as `get_page` does.
-            let pinned = match self.find_get_fast(fs, index) {
-                Some(f) => Some(f),
-                None => self.find_get(fs, index)?,
-            };
-            if let Some(f) = pinned {
+            // The full path (which also decides a miss), as `get_page`
+            // does after its inlined first attempt.
+            if let Some(f) = self.find_get(fs, index)? {
                 self.count(Counter::Hits);
                 // SAFETY: pinned, so the bytes do not change.
                 let src = unsafe { self.frames.bytes(f) };
@@ -316,28 +340,9 @@ impl Inner {
             let index = pos >> self.shift;
             let off = (pos & (ps as u64 - 1)) as usize;
             let n = (ps - off).min(total - done);
-            let dst = &mut buf[done..done + n];
-            let tried = if n < OPTIMISTIC_MAX {
-                self.read_optimistic(fs, index, off, dst)
-            } else {
-                Optimistic::Miss
-            };
-            if tried == Optimistic::Copied {
-                optimistic += 1;
-                done += n;
-                continue;
-            }
-            if tried == Optimistic::Fallback {
-                self.count(Counter::OptimisticFallbacks);
-            }
-            let Some(f) = self.find_get_fast(fs, index) else {
+            if !self.copy_nowait(fs, index, off, &mut buf[done..done + n], &mut optimistic) {
                 break;
-            };
-            self.count(Counter::Hits);
-            // SAFETY: pinned, so the bytes do not change.
-            let src = unsafe { self.frames.bytes(f) };
-            dst.copy_from_slice(&src[off..off + n]);
-            self.release(f);
+            }
             done += n;
         }
         if optimistic > 0 {
