@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   pagecache list
-  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH]
+  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--busy N]
   pagecache compare A.json B.json
   pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)";
 
@@ -125,6 +125,10 @@ fn bench(args: &[String]) -> ExitCode {
                     Err(e) => return fail(e, 2),
                 },
                 None => return fail("--vmcache needs the path of vmcache's binary", 2),
+            },
+            "--busy" => match value().and_then(|v| v.parse::<usize>().ok()) {
+                Some(n) if n <= 256 => o.busy = n,
+                _ => return fail("--busy needs a number of processes (0 to 256)", 2),
             },
             "--out" => match value() {
                 Some(d) => out = Some(PathBuf::from(d)),

@@ -21,6 +21,10 @@ pub struct Opts {
     /// vmcache's binary (`--vmcache PATH`): the `btree` scenario runs it
     /// beside our designs.
     pub vmcache: Option<std::path::PathBuf>,
+    /// Busy processes kept spinning on the CPUs beside the measurements
+    /// that say so (`--busy N`: the `async` scenario, each configuration
+    /// and its device reference under the same load).
+    pub busy: usize,
 }
 
 impl Default for Opts {
@@ -31,6 +35,7 @@ impl Default for Opts {
             runs: 5,
             tiny: false,
             vmcache: None,
+            busy: 0,
         }
     }
 }
@@ -349,5 +354,36 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e.to_string(), "boom");
+    }
+}
+
+/// `n` processes spinning on the CPUs (a shell's empty loop each, nice 0,
+/// in this process's session and so its scheduling group) until dropped:
+/// the "busy machine" of the measurements under load.
+#[derive(Debug)]
+pub struct Busy(Vec<std::process::Child>);
+
+impl Busy {
+    /// Starts `n` spinners (none for 0).
+    pub fn start(n: usize) -> std::io::Result<Busy> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(
+                std::process::Command::new("/bin/sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(std::process::Stdio::null())
+                    .spawn()?,
+            );
+        }
+        Ok(Busy(v))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -10,6 +10,7 @@ fn tiny() -> Opts {
         runs: 1,
         tiny: true,
         vmcache: None,
+        busy: 0,
     }
 }
 
@@ -470,6 +471,33 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
         assert!(workloads.contains(&w), "{w}");
     }
     assert_eq!(t.series.len(), 4 * o.threads.len(), "random reads plotted");
+}
+
+/// `--busy N`: the spinners run beside the measurements (the title says
+/// so) and are gone afterwards.
+#[test]
+fn async_under_load_says_so_and_leaves_no_spinner() {
+    let o = Opts { busy: 2, ..tiny() };
+    let children = || {
+        std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            std::process::id(),
+            std::process::id()
+        ))
+        .unwrap_or_default()
+    };
+    let tables = (scenarios::find("async").unwrap().run)(&o).unwrap();
+    assert!(
+        tables[0].title.contains("2 busy processes"),
+        "{}",
+        tables[0].title
+    );
+    assert!(tables[0].rows.len() >= 10);
+    assert!(
+        children().trim().is_empty(),
+        "spinners left: {}",
+        children()
+    );
 }
 
 #[test]

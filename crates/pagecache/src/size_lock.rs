@@ -222,10 +222,66 @@ impl SizeLock {
         }
     }
 
+    /// S1-S3 for a future (protocol 5.9): a shared hold of pages
+    /// `..=last` if it needs no wait; else S1 is undone and the future's
+    /// waker left on S3's key until the phase changes (X4's return to
+    /// X3 and X6 wake it), `Pending`. Unlike a thread, a future does not
+    /// hold back while an exclusive acquisition waits (it waits for the
+    /// phase instead: it holds nothing meanwhile, so the exclusive side
+    /// never waits for it). Hold the result only within one poll: shared
+    /// holds are counted per thread. Context: no sleep.
+    pub(crate) fn poll_read(
+        &self,
+        last: u64,
+        reg: &mut crate::sync::waitq::Registration,
+        waker: &std::task::Waker,
+    ) -> std::task::Poll<SizeShared<'_>> {
+        let hi = last.min(ALL_PAGES);
+        let shard = &*self.shards[thread_shard() & (self.shards.len() - 1)];
+        #[cfg(not(loom))]
+        let nested = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0;
+        #[cfg(loom)]
+        let nested = false;
+        loop {
+            // S1-S3, as `read`.
+            let _ = shard.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                debug_assert!(w & COUNT < COUNT, "size lock shard holders overflow");
+                Some((((w >> COUNT_BITS).max(hi)) << COUNT_BITS) | ((w & COUNT) + 1))
+            });
+            fence(Ordering::SeqCst);
+            // Acquire: as in `read`.
+            let st = self.phase.load(Ordering::Acquire);
+            let blocked = st & PHASE != IDLE && hi >= st & !PHASE;
+            if !blocked || (st & PHASE == WAITING && nested) {
+                crate::sync::waitq::cancel(reg);
+                #[cfg(not(loom))]
+                let _ = SHARED_DEPTH.try_with(|d| d.set(d.get() + 1));
+                #[cfg(all(feature = "lockstat", not(loom)))]
+                crate::sync::lockstat::acquired(LockClass::SizeLock, None);
+                return std::task::Poll::Ready(SizeShared {
+                    lock: self,
+                    shard,
+                    #[cfg(all(feature = "lockstat", not(loom)))]
+                    since: std::time::Instant::now(),
+                });
+            }
+            self.leave(shard);
+            // Relaxed: re-checked under the queue's lock; the phase's
+            // changers store, then wake (X4, X6).
+            if crate::sync::waitq::register(reg, self.shared_key(), waker, || {
+                self.phase.load(Ordering::Relaxed) == st
+            }) {
+                return std::task::Poll::Pending;
+            }
+            crate::sync::retry_point();
+        }
+    }
+
     /// S3's hold-back: while the phase stays `st` (an exclusive acquisition
     /// waiting), for at most [`HOLD_BACK`]. One yield under loom.
     #[cold]
     fn hold_back(&self, st: u64) {
+        crate::sync::may_block("the size lock's hold-back");
         #[cfg(not(loom))]
         {
             let until = std::time::Instant::now() + HOLD_BACK;
@@ -325,6 +381,7 @@ impl SizeLock {
             let back = WAITING | from;
             self.phase.store(back, Ordering::Relaxed);
             crate::sync::unpark_all(self.shared_key());
+            crate::sync::waitq::wake_all(self.shared_key());
         }
         #[cfg(all(feature = "lockstat", not(loom)))]
         crate::sync::lockstat::acquired(LockClass::SizeLock, waited.then_some(asked));
@@ -356,6 +413,8 @@ impl Drop for SizeExclusive<'_> {
         // X6. Release: our work happens-before S2's Acquire load of it.
         self.lock.phase.store(IDLE, Ordering::Release);
         crate::sync::unpark_all(self.lock.shared_key());
+        // Futures refused by `poll_read` wait on the same key.
+        crate::sync::waitq::wake_all(self.lock.shared_key());
         // X1's mutex goes with `_one`.
     }
 }

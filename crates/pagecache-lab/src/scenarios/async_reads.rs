@@ -464,9 +464,17 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     };
     let root = drop_cache(&data);
     let (d1, d2) = if o.tiny { (8, 16) } else { (32, 64) };
+    // Under load (`--busy N`): N spinning processes beside every
+    // configuration and its device reference.
+    let busy = crate::runner::Busy::start(o.busy)?;
+    let load = if o.busy == 0 {
+        "idle machine".to_string()
+    } else {
+        format!("{} busy processes on the CPUs throughout", o.busy)
+    };
     let mut t = Table::new(
         format!(
-            "async: random 4 KiB page reads, file {} MiB, {} x the budget of {} MiB, cold; {}; {}",
+            "async: random 4 KiB page reads, file {} MiB, {} x the budget of {} MiB, cold; {load}; {}; {}",
             sz.file >> 20,
             sz.file / sz.budget as u64,
             sz.budget >> 20,
@@ -590,5 +598,6 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     drop(cgroup);
     let _ = std::fs::remove_file(&data);
     let tree = btree(o, &sz, &dir.0, d2)?;
+    drop(busy);
     Ok(vec![t, tree])
 }

@@ -36,6 +36,7 @@ impl<'a> Future for PageFuture<'a> {
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _polling = crate::sync::polling();
         let this = &mut *self;
         let file = this.file;
         file.check_page(this.get.index())?;
@@ -65,24 +66,25 @@ impl Drop for PageFuture<'_> {
 pub struct PageMutFuture<'a> {
     file: &'a File,
     get: GetPage,
-    throttled: bool,
+    checked: bool,
+    throttle: Throttle,
 }
 
 impl<'a> Future for PageMutFuture<'a> {
     type Output = io::Result<PageMut<'a>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _polling = crate::sync::polling();
         let this = &mut *self;
         let file = this.file;
         let index = this.get.index();
-        if !this.throttled {
+        if !this.checked {
             file.check_writable("page_mut")?;
             file.check_page(index)?;
-            // The dirty throttle, as `page_mut` (waits only past the
-            // dirty limit; see the module docs of `cache/asynch.rs`).
-            file.inner().balance_dirty();
-            this.throttled = true;
+            this.checked = true;
         }
+        // The dirty throttle, as `page_mut`'s, as a wait of the future.
+        std::task::ready!(this.throttle.poll(file.inner(), cx));
         let frame = match this.get.poll(file.inner(), &file.shared, cx) {
             Poll::Ready(r) => r?,
             Poll::Pending => return Poll::Pending,
@@ -93,6 +95,7 @@ impl<'a> Future for PageMutFuture<'a> {
 
 impl Drop for PageMutFuture<'_> {
     fn drop(&mut self) {
+        self.throttle.cancel(self.file.inner());
         if self.get.is_live() {
             self.get.cancel(self.file.inner());
         }
@@ -111,6 +114,7 @@ impl Future for SyncFuture<'_> {
     type Output = io::Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _polling = crate::sync::polling();
         let this = &mut *self;
         if let Some(h) = &this.slot {
             let r = std::task::ready!(h.poll(cx.waker()));
@@ -146,6 +150,110 @@ impl Drop for SyncFuture<'_> {
     }
 }
 
+/// The dirty throttle as a step of a future (`Inner::poll_balance_dirty`):
+/// ready at once under the dirty limit; past it, woken by the flusher's
+/// passes as a throttled thread is. [`Throttle::cancel`] when dropped.
+#[derive(Debug, Default)]
+struct Throttle {
+    at: Option<(u64, std::time::Instant)>,
+    counted: bool,
+    done: bool,
+}
+
+impl Throttle {
+    fn poll(&mut self, c: &crate::cache::Inner, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.done {
+            std::task::ready!(c.poll_balance_dirty(&mut self.at, &mut self.counted, cx));
+            self.done = true;
+        }
+        Poll::Ready(())
+    }
+
+    fn cancel(&mut self, c: &crate::cache::Inner) {
+        c.throttle_cancel(&mut self.counted);
+    }
+}
+
+impl Future for ThrottleFuture<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        this.throttle.poll(this.file.inner(), cx)
+    }
+}
+
+/// [`Throttle`] as a future of its own.
+#[derive(Debug)]
+struct ThrottleFuture<'a> {
+    file: &'a File,
+    throttle: Throttle,
+}
+
+impl Drop for ThrottleFuture<'_> {
+    fn drop(&mut self) {
+        self.throttle.cancel(self.file.inner());
+    }
+}
+
+/// One page of `write_at_async`: the page latched and drained as a future
+/// (read first unless the write covers all of it), then, within one poll,
+/// the size lock shared up to the page (as a future too: `poll_read`) and
+/// the bytes written (`Inner::write_latched`). The size lock is taken at
+/// the start of each poll and never held across one (shared holds are
+/// counted per thread); a page truncated while the future held its latch
+/// without it is let go and looked up again, so no byte lands in a page
+/// `set_len` removed.
+#[derive(Debug)]
+struct WritePage<'a> {
+    file: &'a File,
+    get: GetPage,
+    reg: crate::sync::waitq::Registration,
+    off: usize,
+    src: &'a [u8],
+}
+
+impl Future for WritePage<'_> {
+    type Output = io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let (c, fs) = (this.file.inner(), &this.file.shared);
+        let index = this.get.index();
+        let size = std::task::ready!(fs.size.poll_read(index, &mut this.reg, cx.waker()));
+        loop {
+            let f = match this.get.poll(c, fs, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => r?,
+            };
+            let d = c.desc(f);
+            if d.snapshot().is_removed() {
+                // Cut by `set_len` between polls: look it up again.
+                d.unlatch();
+                c.release(f);
+                this.get = if this.src.len() == c.page_size {
+                    GetPage::overwrite(index)
+                } else {
+                    GetPage::new(index, true)
+                };
+                continue;
+            }
+            c.write_latched(fs, f, index, this.off, this.src);
+            drop(size);
+            return Poll::Ready(Ok(()));
+        }
+    }
+}
+
+impl Drop for WritePage<'_> {
+    fn drop(&mut self) {
+        crate::sync::waitq::cancel(&mut self.reg);
+        if self.get.is_live() {
+            self.get.cancel(self.file.inner());
+        }
+    }
+}
+
 impl File {
     /// [`File::page`] as a future: a hit is ready on the first poll
     /// (nothing allocated); a miss starts the page's read, or waits for
@@ -176,21 +284,30 @@ impl File {
     }
 
     /// [`File::page_mut`] as a future: the latch of the page, once every
-    /// pin of it is dropped, reading the page on a miss, all without
-    /// blocking the thread (but past the cache's dirty limit the first
-    /// poll waits for write-back, as `page_mut` does). Cancel-safe.
+    /// pin of it and every run over it are dropped, reading the page on a
+    /// miss, all without blocking the thread (past the cache's dirty limit
+    /// it first waits for write-back, as `page_mut` does, as a future).
+    /// Cancel-safe.
     pub fn page_mut_async(&self, index: u64) -> PageMutFuture<'_> {
         PageMutFuture {
             file: self,
             get: GetPage::new(index, true),
-            throttled: false,
+            checked: false,
+            throttle: Throttle::default(),
         }
     }
 
     /// [`File::optimistic`] as a future: a view of page `index` once it is
     /// cached (a hit is ready on the first poll, writing nothing shared);
     /// a miss reads it in without blocking the thread. Cancel-safe.
-    pub async fn optimistic_async(&self, index: u64) -> io::Result<Optimistic<'_>> {
+    pub fn optimistic_async(
+        &self,
+        index: u64,
+    ) -> impl Future<Output = io::Result<Optimistic<'_>>> + Send + '_ {
+        Polled(self.optimistic_async_inner(index))
+    }
+
+    async fn optimistic_async_inner(&self, index: u64) -> io::Result<Optimistic<'_>> {
         self.check_page(index)?;
         let c = self.inner();
         loop {
@@ -217,7 +334,15 @@ impl File {
     /// all without blocking the thread. Short only at end of file; each
     /// page is read atomically. Cancel-safe (a dropped read leaves `buf`
     /// partly written).
-    pub async fn read_at_async(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    pub fn read_at_async<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+        offset: u64,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        Polled(self.read_at_async_inner(buf, offset))
+    }
+
+    async fn read_at_async_inner(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let c = self.inner();
         let fs = &self.shared;
         // Acquire: as `read_at`.
@@ -249,11 +374,14 @@ impl File {
                 let ra_end = c
                     .readahead_miss(&self.ra, index, last, false)
                     .unwrap_or(last + 1);
+                // Frames for them without writing a dirty victim back here.
+                let defer = crate::cache::DeferDirty::new();
                 c.read_async(fs, index, last + 1, false);
                 if ra_end > last + 1 {
                     let n = c.read_async(fs, last + 1, ra_end, true);
                     c.counters.add(Counter::ReadaheadPages, n);
                 }
+                drop(defer);
             }
             // This page: its read (or another's write) ends, or we read it.
             let p = self.page_async(index).await?;
@@ -264,45 +392,70 @@ impl File {
         }
     }
 
-    /// [`File::write_at`] as a future: the pages the write must read first
-    /// (a partial first or last page not cached) are read without blocking
-    /// the thread, then the bytes are written as `write_at` writes them
-    /// (which waits, blocking, only for other holders of those pages'
-    /// latches and past the dirty limit). Cancel-safe: dropped before its
-    /// reads end, it writes nothing.
-    pub async fn write_at_async(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+    /// [`File::write_at`] as a future: the same bytes, length and errors,
+    /// without blocking the thread at any point: past the dirty limit it
+    /// waits for write-back as a future; each page is latched as
+    /// `page_mut_async` latches it (a partial first or last page not
+    /// cached is read first; a page the write covers is not read), waiting
+    /// for its readers, its writers and the runs over it as a future; the
+    /// bytes go in under the file's size lock, taken within one poll.
+    /// Atomic per page, as `write_at`. Cancel-safe: dropped, it has
+    /// written the pages before the one it waited for, and no other.
+    pub fn write_at_async<'a>(
+        &'a self,
+        buf: &'a [u8],
+        offset: u64,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        Polled(self.write_at_async_inner(buf, offset))
+    }
+
+    async fn write_at_async_inner(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable("write")?;
         if buf.is_empty() {
             return Ok(());
         }
         let c = self.inner();
-        let ps = c.page_size as u64;
-        let end = offset.saturating_add(buf.len() as u64);
-        let (first, last) = (offset / ps, (end - 1) / ps);
-        let npages = self.npages();
-        let mut need = [None, None];
-        if offset % ps != 0 && first < npages {
-            need[0] = Some(first);
+        let fs = &self.shared;
+        let end = c.write_end(fs, buf.len(), offset)?;
+        // The dirty throttle, as `write_at`'s, as a wait of the future.
+        ThrottleFuture {
+            file: self,
+            throttle: Throttle::default(),
         }
-        if end % ps != 0 && last < npages && last != first {
-            need[1] = Some(last);
-        } else if end % ps != 0 && last < npages && need[0].is_none() {
-            need[0] = Some(last);
+        .await;
+        // A missing partial last page is read now, in flight with the
+        // first's (as `write_at`); a hint: its error surfaces below.
+        let ps = c.page_size;
+        let last = (end - 1) >> c.shift;
+        if last > offset >> c.shift
+            && end & (ps as u64 - 1) != 0
+            && fs.tree.lookup(&c.nodes, last).is_none()
+        {
+            let defer = crate::cache::DeferDirty::new();
+            c.read_async(fs, last, last + 1, false);
+            drop(defer);
         }
-        let need: Vec<u64> = need
-            .into_iter()
-            .flatten()
-            .filter(|&i| self.shared.tree.lookup(&c.nodes, i).is_none())
-            .collect();
-        // Both reads in flight at once, then each awaited (a pin taken and
-        // dropped: the page stays cached for the write).
-        for &i in &need {
-            c.read_async(&self.shared, i, i + 1, false);
+        let mut done = 0;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let index = pos >> c.shift;
+            let off = (pos & (ps as u64 - 1)) as usize;
+            let n = (ps - off).min(buf.len() - done);
+            WritePage {
+                file: self,
+                get: if n == ps {
+                    GetPage::overwrite(index)
+                } else {
+                    GetPage::new(index, true)
+                },
+                reg: Default::default(),
+                off,
+                src: &buf[done..done + n],
+            }
+            .await?;
+            done += n;
         }
-        for &i in &need {
-            drop(self.page_async(i).await?);
-        }
-        self.write_at(buf, offset)
+        Ok(())
     }
 
     /// [`File::sync`] as a future: the write-back, the length and the
@@ -314,6 +467,24 @@ impl File {
             file: self,
             slot: None,
         }
+    }
+}
+
+/// A future of the crate's whose polls are marked as such (the rule that
+/// no poll blocks, `sync::polling`).
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+struct Polled<F>(F);
+
+impl<F: Future> Future for Polled<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _polling = crate::sync::polling();
+        // SAFETY: structural pinning of the only field: `Polled` has no
+        // `Drop` and no `Unpin` impl of its own and never moves `F` out.
+        unsafe { self.map_unchecked_mut(|p| &mut p.0) }.poll(cx)
     }
 }
 

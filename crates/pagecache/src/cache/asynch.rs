@@ -121,6 +121,12 @@ use super::PinMiss;
 /// (as `lookup.rs`).
 const SPIN_RETRIES: u32 = 4;
 
+/// F1: whole rounds of the flusher writing nothing (every dirty page
+/// deferred by its hook) before a future waiting for a frame gives up as
+/// a thread's reclaim does (`OutOfMemory`); the first may have begun
+/// before the future's pages were handed over.
+const NO_WRITE_ROUNDS: u64 = 2;
+
 /// A value handed from a completion to the future that waits for it
 /// (M2-M3, H1, D): a mutex, so "completed" and "dropped" are ordered.
 #[derive(Debug)]
@@ -189,6 +195,9 @@ impl<T> Handoff<T> {
     }
 }
 
+/// A write-back error as F1 keeps it: kind, errno, message.
+type WbError = (io::ErrorKind, Option<i32>, String);
+
 /// F1's state: frame events and the futures waiting for one.
 #[derive(Debug, Default)]
 pub(crate) struct FrameEvents {
@@ -200,9 +209,53 @@ pub(crate) struct FrameEvents {
     /// that come back by themselves once those futures run. A hint, as
     /// `Inner::filling`.
     handed: crate::sync::unmodelled::AtomicUsize,
+    /// Write-back errors so far, and the last one (its kind, errno and
+    /// message): what a future waiting for the flusher to clean frames
+    /// reports when the flusher's writes fail (a thread's reclaim reports
+    /// its own).
+    wb_error: crate::sync::unmodelled::Mutex<(u64, Option<WbError>)>,
+    /// (A) rounds of the flusher ended so far.
+    rounds: crate::sync::unmodelled::AtomicU64,
 }
 
 impl FrameEvents {
+    /// A write-back failed with `e`. Context: no sleep but a leaf mutex.
+    pub(crate) fn note_wb_error(&self, e: &io::Error) {
+        let mut g = self.wb_error.lock();
+        g.0 += 1;
+        g.1 = Some((e.kind(), crate::error::os_error(e), e.to_string()));
+    }
+
+    /// The flusher ended a round (F1: a future waiting for it counts
+    /// them). Context: no sleep.
+    pub(crate) fn round_ended(&self) {
+        // Relaxed: a count; `event` that follows orders the wake-up.
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        self.event();
+    }
+
+    fn rounds(&self) -> u64 {
+        // Relaxed: compared across polls only.
+        self.rounds.load(Ordering::Relaxed)
+    }
+
+    /// Write-back errors so far.
+    fn wb_errors(&self) -> u64 {
+        self.wb_error.lock().0
+    }
+
+    /// The last write-back error, rebuilt, under `msg`.
+    fn wb_error(&self, msg: String) -> io::Error {
+        let base = match self.wb_error.lock().1.clone() {
+            Some((_, Some(errno), m)) => {
+                crate::error::context(io::Error::from_raw_os_error(errno), m)
+            }
+            Some((kind, None, m)) => io::Error::new(kind, m),
+            None => io::Error::new(io::ErrorKind::OutOfMemory, "write-back failed"),
+        };
+        crate::error::context(base, msg)
+    }
+
     fn key(&self) -> usize {
         self as *const Self as usize
     }
@@ -251,6 +304,9 @@ enum St {
     Read(Arc<Handoff<io::Result<FrameNo>>>, Option<Ticket>),
     /// `page_mut`: latched and pinned, waiting for older pins to drain.
     Drain(FrameNo),
+    /// `page_mut`: latched, pinned and drained, waiting for runs over the
+    /// page to go (5.7 W3); with W3's extra reference once taken.
+    Runs(FrameNo, bool),
     /// Returned its page (or error).
     Done,
 }
@@ -263,9 +319,18 @@ enum St {
 pub(crate) struct GetPage {
     index: u64,
     latch: bool,
+    /// With `latch`: a missing page is not read (the caller overwrites
+    /// every byte), as `get_page_latched`'s `overwrite`.
+    overwrite: bool,
     st: St,
     reg: Registration,
     retries: u32,
+    /// F1 waits for the flusher: the write-back error, page and flusher
+    /// round counts when the wait began (errors since and no page
+    /// written, or [`NO_WRITE_ROUNDS`] rounds with nothing written: the
+    /// flusher cannot clean frames, and the future gets the blocking
+    /// path's error instead of waiting on).
+    wb_errors: Option<(u64, u64, u64)>,
 }
 
 impl GetPage {
@@ -273,9 +338,19 @@ impl GetPage {
         GetPage {
             index,
             latch,
+            overwrite: false,
             st: St::Look,
             reg: Registration::default(),
             retries: 0,
+            wb_errors: None,
+        }
+    }
+
+    /// A latched page for a writer of all of it: a miss reads nothing.
+    pub(crate) fn overwrite(index: u64) -> GetPage {
+        GetPage {
+            overwrite: true,
+            ..GetPage::new(index, true)
         }
     }
 
@@ -355,15 +430,28 @@ impl GetPage {
                     if !d.poll_drained(&mut self.reg, cx.waker()) {
                         return Poll::Pending;
                     }
-                    // 5.7 W2-W3: a run may be reading it (waits blocking,
-                    // see the module docs).
-                    if c.wait_run_pins(fs, index, f) {
-                        self.st = St::Done;
-                        return Poll::Ready(Ok(f));
+                    self.st = St::Runs(f, false);
+                }
+                St::Runs(f, extra) => {
+                    // 5.7 W2-W3: a run may be reading it.
+                    let (f, mut extra) = (*f, *extra);
+                    let r = c.poll_run_pins(fs, index, f, &mut extra, &mut self.reg, cx.waker());
+                    self.st = St::Runs(f, extra);
+                    match r {
+                        Poll::Pending => return Poll::Pending,
+                        // No run: drained before, unless W3 waited (then
+                        // write-back pins may have come: drain again).
+                        Poll::Ready(Some(false)) => {
+                            self.st = St::Done;
+                            return Poll::Ready(Ok(f));
+                        }
+                        Poll::Ready(Some(true)) => self.st = St::Drain(f),
+                        Poll::Ready(None) => {
+                            c.desc(f).unlatch();
+                            c.release(f);
+                            self.st = St::Look;
+                        }
                     }
-                    d.unlatch();
-                    c.release(f);
-                    self.st = St::Look;
                 }
                 St::Look => {
                     if let Some(p) = self.look(c, fs, cx) {
@@ -446,25 +534,72 @@ impl GetPage {
     ) -> Option<Poll<io::Result<FrameNo>>> {
         let index = self.index;
         let seen = c.async_frames.seen();
-        let f = match c.try_insert(fs, index, false) {
+        // No dirty victim written back on this thread: its write would
+        // block the executor (F1: the flusher writes them).
+        let defer = super::evict::DeferDirty::new();
+        let got = c.try_insert(fs, index, false);
+        drop(defer);
+        let f = match got {
             Ok(Some(f)) => f,
             Ok(None) => return None, // another's page: look it up
             Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
                 // F1. Relaxed: hints (frames that come back by themselves);
                 // a stale non-zero costs one wait until the next event.
-                let in_flight = c.filling.load(Ordering::Relaxed)
+                let mut in_flight = c.filling.load(Ordering::Relaxed)
                     + c.async_frames.handed.load(Ordering::Relaxed);
-                // Other reclaimers holding candidates, truncates freeing
-                // frames: they end in a moment, with no event to wait for
-                // (a patient thread waits for them in reclaim): yield.
-                // RMW reads: the latest counts, as reclaim reads them.
-                if c.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
-                    || c.freeing.fetch_add(0, Ordering::AcqRel) > 0
-                {
-                    cx.waker().wake_by_ref();
-                    return Some(Poll::Pending);
+                // Dirty victims go to the flusher (this thread writes none
+                // back): frames once their writes end. Waited for while
+                // the flusher is at work; its writes failing with none
+                // succeeding since the wait began end it with the blocking
+                // path's error (the last write-back error).
+                let busy = c.flusher_busy();
+                if busy || (in_flight == 0 && c.dirty_pages() > 0) {
+                    let now = (
+                        c.async_frames.wb_errors(),
+                        c.counters.sum(Counter::Writebacks),
+                        c.async_frames.rounds(),
+                    );
+                    match self.wb_errors {
+                        Some((e0, w0, _)) if now.1 == w0 && now.0 > e0 => {
+                            return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
+                                "{}: page {index}: no frame free: every evictable page is \
+                                 dirty and writing it back failed",
+                                fs.path.display()
+                            )))));
+                        }
+                        // Whole rounds of the flusher since, nothing
+                        // written: the hooks defer the dirty pages (the
+                        // blocking path's `OutOfMemory`).
+                        Some((_, w0, r0)) if now.1 == w0 && now.2 >= r0 + NO_WRITE_ROUNDS => {
+                            return Some(Poll::Ready(Err(e)));
+                        }
+                        Some((_, w0, _)) if now.1 == w0 => {}
+                        Some(_) => {
+                            // Pages were written since: look again.
+                            self.wb_errors = Some(now);
+                            return None;
+                        }
+                        None => self.wb_errors = Some(now),
+                    }
+                    if !busy {
+                        // Dirty pages and an idle flusher (its last round
+                        // may have failed): one round more.
+                        c.kick_flusher();
+                    }
+                    in_flight += 1;
                 }
                 if in_flight == 0 {
+                    // Other reclaimers holding candidates, truncates
+                    // freeing frames: they end in a moment, with no event
+                    // to wait for (a patient thread waits for them in
+                    // reclaim): yield. RMW reads: the latest counts, as
+                    // reclaim reads them.
+                    if c.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+                        || c.freeing.fetch_add(0, Ordering::AcqRel) > 0
+                    {
+                        cx.waker().wake_by_ref();
+                        return Some(Poll::Pending);
+                    }
                     return Some(Poll::Ready(Err(e)));
                 }
                 return c
@@ -475,6 +610,13 @@ impl GetPage {
             Err(e) => return Some(Poll::Ready(Err(e))),
         };
         waitq::cancel(&mut self.reg);
+        self.wb_errors = None;
+        if self.overwrite {
+            // Inserted latched, not up to date: the writer fills every
+            // byte (as `get_page_latched` with `overwrite`).
+            self.st = St::Done;
+            return Some(Poll::Ready(Ok(f)));
+        }
         // Relaxed: a hint for reclaim (as `insert_run`).
         c.filling.fetch_add(1, Ordering::Relaxed);
         let fill = c.begin_fill(fs, index, f);
@@ -536,8 +678,16 @@ impl GetPage {
                     c.async_frames.give_back(c, f, self.latch);
                 }
             }
-            St::Drain(f) => {
+            St::Drain(f) | St::Runs(f, false) => {
                 // DRAIN is cleared with the latch (`unlatch_release`).
+                if c.desc(f).unlatch_release() == crate::frame::state::Released::Last {
+                    c.free_frame(f);
+                }
+            }
+            St::Runs(f, true) => {
+                // W3's extra reference, then as above.
+                let r = c.desc(f).release();
+                debug_assert_eq!(r, crate::frame::state::Released::Alive);
                 if c.desc(f).unlatch_release() == crate::frame::state::Released::Last {
                     c.free_frame(f);
                 }

@@ -303,6 +303,60 @@ impl Inner {
         }
     }
 
+    /// [`Inner::balance_dirty`] for a future: ready at once under the
+    /// limit; past it, the throttle's wait as a registration (the same
+    /// kick, passes and bound as a thread's, `Passes::poll_throttle`).
+    /// `at` is the future's state between polls, `counted` whether it is
+    /// counted in `throttled` (the caller's drop undoes it with
+    /// [`Inner::throttle_cancel`]). Context: no sleep.
+    pub(crate) fn poll_balance_dirty(
+        &self,
+        at: &mut Option<(u64, std::time::Instant)>,
+        counted: &mut bool,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if !*counted && self.dirty_pages() <= self.dirty_limit {
+            return std::task::Poll::Ready(());
+        }
+        #[cfg(not(loom))]
+        {
+            if !*counted {
+                // SeqCst: as `throttle`.
+                self.flusher.throttled.fetch_add(1, Ordering::SeqCst);
+                *counted = true;
+            }
+            let r = self.flusher.passes.poll_throttle(
+                at,
+                || self.dirty_pages() > self.dirty_limit,
+                || self.kick_flusher(),
+                THROTTLE_MAX,
+                cx,
+            );
+            if r.is_pending() {
+                return std::task::Poll::Pending;
+            }
+            self.throttle_cancel(counted);
+        }
+        #[cfg(loom)]
+        let _ = (at, cx);
+        std::task::Poll::Ready(())
+    }
+
+    /// A throttled future is done or dropped: uncounts it. Context: any.
+    pub(crate) fn throttle_cancel(&self, counted: &mut bool) {
+        if std::mem::take(counted) {
+            // SeqCst: as `Uncount`.
+            self.flusher.throttled.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the flusher is at work or has reclaim's dirty pages to
+    /// write (frames a future waiting for one may get back: F1). A hint.
+    /// Context: any.
+    pub(crate) fn flusher_busy(&self) -> bool {
+        self.flusher.passes.busy() || !self.flusher.for_reclaim.lock().is_empty()
+    }
+
     /// Write-back took pages (their count went down): wakes writers
     /// waiting in `throttle` as soon as the count is back under the hard
     /// limit, rather than at the end of the flusher's pass (which takes
@@ -389,6 +443,10 @@ impl Inner {
         loop {
             // Reclaim's request first: the pages it passed over.
             let reclaimed = self.write_for_reclaim();
+            if reclaimed > 0 {
+                // Clean now: futures waiting for a frame look again (F1).
+                self.async_frames.event();
+            }
             let goal = self.dirty_background;
             let dirty = self.dirty_pages();
             // A pass starts past the limit and goes on to the goal.
@@ -411,6 +469,9 @@ impl Inner {
                 }
             }
             let progress = self.counters.sum(crate::stats::Counter::Writebacks) > written;
+            if progress {
+                self.async_frames.event();
+            }
             // F3.
             if !self.flusher.passes.end_pass(progress) {
                 return None;
@@ -466,6 +527,9 @@ fn flusher(me: std::sync::Weak<Inner>) {
                     .age_tick()
                     .map_or(u64::MAX / 2, |t| t.as_millis() as u64);
         }
+        // The round's end: a future that found the flusher busy and waits
+        // for a frame (F1) looks again, whatever the round wrote.
+        inner.async_frames.round_ended();
         drop(inner);
     }
 }

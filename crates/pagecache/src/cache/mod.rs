@@ -60,6 +60,7 @@ use std::sync::{Arc, Weak};
 
 mod asynch;
 pub(crate) use asynch::{GetPage, Handoff};
+pub(crate) use evict::DeferDirty;
 mod batch;
 pub(crate) use batch::Readahead;
 mod copy;

@@ -274,6 +274,8 @@ impl Inner {
             let s = w.trailing_zeros() as usize;
             w &= w - 1;
             unpark_all(leaf.pin_key(s));
+            // Futures waiting in W3 (`poll_run_pins`) on the same key.
+            crate::sync::waitq::wake_all(leaf.pin_key(s));
         }
         if prune && leaf.is_empty() {
             fs.tree.lock().prune(&self.nodes, start);
@@ -364,6 +366,61 @@ impl Inner {
             d.wait_drained();
         }
         go_on
+    }
+
+    /// W2-W3 for a future (protocol 5.9): as [`Inner::wait_run_pins`],
+    /// where W3's park is a registration on the same key (R4 wakes both)
+    /// and `Pending`. `extra` says whether W3's extra reference is held
+    /// (taken at the first wait; dropped here when the wait ends, by the
+    /// caller's cancel if it is dropped first). Ready with `Some(waited)`
+    /// when no run holds the page (after a wait the caller drains again,
+    /// 5.5 step 2), `None` when it was removed meanwhile (the caller
+    /// unlatches, unpins and retries its lookup). Context: no sleep.
+    pub(crate) fn poll_run_pins(
+        &self,
+        fs: &FileShared,
+        index: u64,
+        f: FrameNo,
+        extra: &mut bool,
+        reg: &mut crate::sync::waitq::Registration,
+        waker: &std::task::Waker,
+    ) -> std::task::Poll<Option<bool>> {
+        let d = self.desc(f);
+        let mut hold = self.run_over(fs, index, f);
+        loop {
+            // W2 (again, after W3's fence).
+            let (leaf, s) = match hold {
+                RunHold::Held(leaf, s) => (leaf, s),
+                other => {
+                    crate::sync::waitq::cancel(reg);
+                    let waited = std::mem::take(extra);
+                    if waited {
+                        let r = d.release();
+                        debug_assert_eq!(r, Released::Alive, "the latch holder's own pin remains");
+                    }
+                    return std::task::Poll::Ready(
+                        matches!(other, RunHold::Free).then_some(waited),
+                    );
+                }
+            };
+            // W3.
+            if !*extra {
+                d.pin_more();
+                *extra = true;
+            }
+            leaf.add_pin_waiter(s);
+            fence(Ordering::SeqCst);
+            hold = self.slot_hold(leaf, s, f);
+            if !matches!(hold, RunHold::Held(..)) {
+                continue;
+            }
+            if crate::sync::waitq::register(reg, leaf.pin_key(s), waker, || {
+                leaf.pin_waiter_set(s) && leaf.slot_runs(s) == SlotRuns::Current
+            }) {
+                return std::task::Poll::Pending;
+            }
+            hold = self.slot_hold(leaf, s, f);
+        }
     }
 
     /// T3: queues the frames of truncated pages a run may still read (the

@@ -356,23 +356,7 @@ impl Inner {
         if buf.is_empty() {
             return Ok(());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= i64::MAX as u64)
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{}: write of {} bytes at offset {offset} overflows the file size",
-                        fs.path.display(),
-                        buf.len()
-                    ),
-                )
-            })?;
-        // Acquire: see `fill`.
-        if end > fs.len.load(Ordering::Acquire) {
-            self.check_len(fs, end, "write")?;
-        }
+        let end = self.write_end(fs, buf.len(), offset)?;
         // Dirty throttling, before any lock (cache/flusher.rs).
         self.balance_dirty();
         // 5.3 for a write: the only pages it must read are a partial first
@@ -403,31 +387,71 @@ impl Inner {
             // length after inserting (a stale length here could otherwise
             // skip bytes another writer just put there).
             let f = self.get_page_latched(fs, index, n == ps)?;
-            // 5.5 step 3: version odd; 4: write
-            let latch = FrameLatch::new(self, f, Some((fs, index)));
-            // SAFETY: latched and drained, version odd; off + n <= ps.
-            unsafe { latch.write(off, &buf[done..done + n]) };
-            // Grow the length to cover this page's bytes before the page is
-            // unlatched (so a write-back of it sees them inside the file).
-            // AcqRel: Release publishes this page's bytes to readers that load
-            // the new length with Acquire (`read_at`); Acquire orders us after
-            // earlier growers. Only when the write extends the file: a
-            // length that covers the bytes already cannot shrink while we
-            // hold the size lock shared, and the Acquire load that saw it
-            // orders us after its grower as the RMW would (a write-back
-            // that finds this page dirty, after our unlatch, loads a length
-            // at least as large). The locked RMW on every write made the
-            // CPU wait for the copy's stores right there.
-            let covered = pos + n as u64;
-            // Acquire: as above, when it covers the bytes already.
-            if covered > fs.len.load(Ordering::Acquire) {
-                fs.len.fetch_max(covered, Ordering::AcqRel);
-            }
-            // 5-6: version even, DIRTY, unlatch, tag, unpin.
-            drop(latch);
+            self.write_latched(fs, f, index, off, &buf[done..done + n]);
             done += n;
         }
         drop(size);
         Ok(())
+    }
+
+    /// The end of a write of `len` bytes at `offset`, checked: no overflow,
+    /// a length the filesystem takes (`FileTooLarge` otherwise, before
+    /// anything changes). Context: any, no sleep.
+    pub(crate) fn write_end(&self, fs: &FileShared, len: usize, offset: u64) -> io::Result<u64> {
+        let end = offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: write of {len} bytes at offset {offset} overflows the file size",
+                        fs.path.display(),
+                    ),
+                )
+            })?;
+        // Acquire: see `fill`.
+        if end > fs.len.load(Ordering::Acquire) {
+            self.check_len(fs, end, "write")?;
+        }
+        Ok(end)
+    }
+
+    /// 5.5 steps 3-6 for one page of a write: `src` at byte `off` of page
+    /// `index` (frame `f`, latched, drained and pinned by the caller, who
+    /// holds the size lock shared up to this page), the file's length
+    /// grown to cover it, then the latch and pin released (dirty). The one
+    /// place `write_at` and `write_at_async` write a page. Context: no
+    /// sleep.
+    pub(crate) fn write_latched(
+        &self,
+        fs: &Arc<FileShared>,
+        f: FrameNo,
+        index: u64,
+        off: usize,
+        src: &[u8],
+    ) {
+        // 5.5 step 3: version odd; 4: write
+        let latch = FrameLatch::new(self, f, Some((fs, index)));
+        // SAFETY: latched and drained, version odd; off + len <= ps.
+        unsafe { latch.write(off, src) };
+        // Grow the length to cover this page's bytes before the page is
+        // unlatched (so a write-back of it sees them inside the file).
+        // AcqRel: Release publishes this page's bytes to readers that load
+        // the new length with Acquire (`read_at`); Acquire orders us after
+        // earlier growers. Only when the write extends the file: a length
+        // that covers the bytes already cannot shrink while we hold the
+        // size lock shared, and the Acquire load that saw it orders us
+        // after its grower as the RMW would (a write-back that finds this
+        // page dirty, after our unlatch, loads a length at least as
+        // large). The locked RMW on every write made the CPU wait for the
+        // copy's stores right there.
+        let covered = (index << self.shift) + (off + src.len()) as u64;
+        // Acquire: as above, when it covers the bytes already.
+        if covered > fs.len.load(Ordering::Acquire) {
+            fs.len.fetch_max(covered, Ordering::AcqRel);
+        }
+        // 5-6: version even, DIRTY, unlatch, tag, unpin.
+        drop(latch);
     }
 }

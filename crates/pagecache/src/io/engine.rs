@@ -215,6 +215,7 @@ impl<T: Send + 'static> Oneshot<T> {
     }
     /// Waits for the value. Context: sleeps.
     pub(crate) fn wait(&self) -> T {
+        crate::sync::may_block("an I/O completion");
         let mut g = self.slot.lock();
         loop {
             if let Some(r) = g.take() {
@@ -517,7 +518,7 @@ mod uring {
     use crate::sync::unmodelled::Mutex;
     use io_uring::{opcode, squeue, types, IoUring};
     use std::io;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::thread::JoinHandle;
 
@@ -541,6 +542,10 @@ mod uring {
         /// The kernel takes a timeout with a wait (`IORING_FEAT_EXT_ARG`):
         /// batched submissions are possible.
         timed_wait: bool,
+        /// The reaper is in (or about to enter) a wait with no timeout:
+        /// nothing was in flight when it looked. A batched submitter that
+        /// sees it submits at once (Dekker's pattern with `inflight`).
+        idle: AtomicBool,
     }
 
     impl std::fmt::Debug for Shared {
@@ -569,6 +574,7 @@ mod uring {
                 sq: Mutex::new(0),
                 inflight: AtomicUsize::new(0),
                 timed_wait,
+                idle: AtomicBool::new(false),
             });
             let s = shared.clone();
             let reaper = std::thread::Builder::new()
@@ -632,11 +638,24 @@ mod uring {
                         .build(),
                 }
                 .user_data(data);
-                s.inflight.fetch_add(1, Ordering::Relaxed);
+                // SeqCst: one side of the handshake with the reaper's
+                // `idle` (see below).
+                s.inflight.fetch_add(1, Ordering::SeqCst);
                 push(s, &mut g, &entry);
                 queued = true;
             }
-            let ticket = if batched && queued {
+            // A batched entry waits for its ticket's flush, or the reaper
+            // (which submits what has been queued for `BATCH_WAIT`); but a
+            // reaper that found nothing in flight waits with no timeout:
+            // then this submits now. SeqCst: we counted `inflight`, then
+            // read `idle`; the reaper sets `idle`, then reads `inflight`:
+            // one of the two sees the other (the reaper then times its
+            // wait).
+            let reaper_idle = batched
+                && queued
+                && s.idle.load(Ordering::SeqCst)
+                && s.idle.swap(false, Ordering::SeqCst);
+            let ticket = if batched && queued && !reaper_idle {
                 Some(Ticket(*g))
             } else {
                 if queued {
@@ -773,33 +792,50 @@ mod uring {
     fn reap(s: &Shared) {
         let mut stopping = false;
         let mut done = Vec::new();
+        // Entries seen queued: the enter count then, and when.
+        let mut queued: Option<(u64, std::time::Instant)> = None;
         loop {
-            // Waits for a completion; with ops in flight, for at most
-            // BATCH_WAIT. The reaper submits nothing while completions come
-            // (entering the kernel with the queue's entries would take a
-            // round's reads one by one as their futures queue them, before
-            // the round's flush: it did, with a p99 of 5-10 ms); only a
-            // wait that timed out submits what is queued: a batched entry
-            // whose future was not polled again.
-            // Relaxed: a hint (an untimed wait only delays such an entry
-            // to the next completion).
-            let r = if s.timed_wait && s.inflight.load(Ordering::Relaxed) > 0 {
-                let r = wait(s, true);
-                if matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ETIME)) {
-                    let mut g = s.sq.lock();
-                    // SAFETY: a length read of the submission queue under
-                    // the submission mutex (no other handle pushes).
-                    if unsafe { s.ring.submission_shared().len() } > 0 {
-                        enter(s, &mut g);
-                    }
+            // Waits for a completion; with ops in flight (or entries
+            // queued), for at most BATCH_WAIT. The reaper submits nothing
+            // while a round's entries are fresh (entering the kernel with
+            // them would take a round's reads one by one as their futures
+            // queue them, before the round's flush: it did, with a p99 of
+            // 5-10 ms); an entry it has seen queued for BATCH_WAIT with no
+            // enter since (a future not polled again) it submits below.
+            let r = if s.timed_wait {
+                // SeqCst: the handshake with `submit_as` (idle, then
+                // inflight here; inflight, then idle there).
+                s.idle.store(true, Ordering::SeqCst);
+                if s.inflight.load(Ordering::SeqCst) > 0 || queued.is_some() {
+                    s.idle.store(false, Ordering::Relaxed);
+                    wait(s, true)
+                } else {
+                    let r = wait(s, false);
+                    s.idle.store(false, Ordering::Relaxed);
+                    r
                 }
-                r
-            } else if s.timed_wait {
-                wait(s, false)
             } else {
                 // No batched entries without timed waits (`submit_as`).
                 s.ring.submit_and_wait(1).map(|_| ())
             };
+            if s.timed_wait {
+                let mut g = s.sq.lock();
+                // SAFETY: a length read of the submission queue under the
+                // submission mutex (no other handle pushes).
+                if unsafe { s.ring.submission_shared().len() } == 0 {
+                    queued = None;
+                } else {
+                    match queued {
+                        // Queued since we first saw them, no enter since.
+                        Some((e, t)) if e == *g && t.elapsed() >= BATCH_WAIT => {
+                            enter(s, &mut g);
+                            queued = None;
+                        }
+                        Some((e, _)) if e == *g => {}
+                        _ => queued = Some((*g, std::time::Instant::now())),
+                    }
+                }
+            }
             if let Err(e) = r {
                 let code = e.raw_os_error();
                 if code != Some(libc::EINTR)

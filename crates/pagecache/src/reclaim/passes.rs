@@ -59,6 +59,9 @@ struct State {
     progress: bool,
     /// The flusher thread, once started.
     thread: Option<JoinHandle<()>>,
+    /// Throttled futures ([`Passes::poll_throttle`]): woken with the
+    /// threads waiting on `pass_done`.
+    wakers: Vec<std::task::Waker>,
 }
 
 /// The handshake between the flusher thread, those who kick it and the
@@ -201,16 +204,21 @@ impl Passes {
         st.passes += 1;
         st.progress = progress;
         let stop = st.stop;
+        let wakers = std::mem::take(&mut st.wakers);
         drop(st);
         self.pass_done.notify_all();
+        wakers.into_iter().for_each(std::task::Waker::wake);
         !stop
     }
 
     /// Wakes throttled writers to look at the dirty count again (write-back
     /// took pages). Context: no sleep but this leaf mutex.
     pub fn wake_waiters(&self) {
-        let _st = self.state.lock();
+        let mut st = self.state.lock();
         self.pass_done.notify_all();
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        wakers.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// T1-T5: waits while `over()` (the dirty count is past the hard
@@ -257,16 +265,75 @@ impl Passes {
         }
     }
 
+    /// T1-T5 for a future: the same steps as [`Passes::throttle`], where
+    /// T3's wait leaves the waker beside the threads' condition variable
+    /// (woken by F3, write-back taking pages and the stop, under the same
+    /// lock, so none is missed) and returns `Pending`; `at` holds `seen`
+    /// and the bound's deadline between polls (`None` before the first).
+    /// A wake-up that comes late is not covered by a timed look here (a
+    /// future has no timer): F3 comes at the end of every pass the kick
+    /// started. Context: no sleep but this leaf mutex (and `kick`).
+    pub fn poll_throttle(
+        &self,
+        at: &mut Option<(u64, std::time::Instant)>,
+        over: impl Fn() -> bool,
+        kick: impl Fn(),
+        bound: Duration,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Throttled> {
+        use std::task::Poll;
+        let (mut seen, deadline) = match *at {
+            Some(a) => a,
+            None => {
+                // T1, then T2.
+                let seen = self.state.lock().passes;
+                kick();
+                (seen, std::time::Instant::now() + bound)
+            }
+        };
+        let mut st = self.state.lock();
+        loop {
+            if st.stop {
+                return Poll::Ready(Throttled::Stopped);
+            }
+            if !over() {
+                return Poll::Ready(Throttled::Under);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Poll::Ready(Throttled::Bound);
+            }
+            if st.passes != seen {
+                seen = st.passes;
+                if !st.progress {
+                    return Poll::Ready(Throttled::NoProgress);
+                }
+                // Relaxed: under the lock (see the field).
+                if !self.busy.load(Ordering::Relaxed) {
+                    drop(st);
+                    kick();
+                    st = self.state.lock();
+                    continue;
+                }
+            }
+            if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                st.wakers.push(cx.waker().clone());
+            }
+            *at = Some((seen, deadline));
+            return Poll::Pending;
+        }
+    }
+
     /// Stops the flusher (F1 returns false) and wakes everyone; returns
     /// its thread to join. Context: no sleep but this leaf mutex.
     pub fn stop(&self) -> Option<JoinHandle<()>> {
-        let h = {
+        let (h, wakers) = {
             let mut st = self.state.lock();
             st.stop = true;
-            st.thread.take()
+            (st.thread.take(), std::mem::take(&mut st.wakers))
         };
         self.work.notify_all();
         self.pass_done.notify_all();
+        wakers.into_iter().for_each(std::task::Waker::wake);
         h
     }
 }

@@ -104,6 +104,83 @@ impl Witness {
     }
 }
 
+/// The rule that no poll of the crate's futures blocks its thread, made
+/// checkable: every future of the crate marks its poll with
+/// [`polling`], and every blocking wait (parking, a condition variable, a
+/// completion a thread waits for, a wait step, a sleep) first calls
+/// [`may_block`] with its name, which panics inside a poll, as tokio
+/// refuses a `block_on` inside its runtime. Debug builds only (tests, the
+/// model check, the cancellation stress); nothing in release builds or
+/// under loom (whose threads share one OS thread's locals).
+#[cfg(all(debug_assertions, not(loom)))]
+mod poll_rule {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Polls of the crate's futures under way on this thread.
+        static POLLING: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// A poll under way (see [`polling`]).
+    #[derive(Debug)]
+    pub(crate) struct Polling(());
+
+    impl Drop for Polling {
+        fn drop(&mut self) {
+            let _ = POLLING.try_with(|p| p.set(p.get() - 1));
+        }
+    }
+
+    pub(crate) fn polling() -> Polling {
+        let _ = POLLING.try_with(|p| p.set(p.get() + 1));
+        Polling(())
+    }
+
+    #[track_caller]
+    pub(crate) fn may_block(what: &str) {
+        if POLLING.try_with(|p| p.get()).unwrap_or(0) > 0 {
+            panic!(
+                "pagecache: blocking wait ({what}) inside a poll of one of its futures: \
+                 a future must register its waker and return Pending instead"
+            );
+        }
+    }
+
+    /// Runs `f` as blocking work allowed inside a poll: a future that
+    /// falls back to the blocking path on purpose (none today but the
+    /// cache's own teardown).
+    #[allow(dead_code)]
+    pub(crate) fn outside_poll<T>(f: impl FnOnce() -> T) -> T {
+        let saved = POLLING.try_with(|p| p.replace(0)).unwrap_or(0);
+        let r = f();
+        let _ = POLLING.try_with(|p| p.set(saved));
+        r
+    }
+}
+
+#[cfg(not(all(debug_assertions, not(loom))))]
+mod poll_rule {
+    /// A poll under way (nothing in release builds).
+    #[derive(Debug)]
+    pub(crate) struct Polling(());
+
+    #[inline(always)]
+    pub(crate) fn polling() -> Polling {
+        Polling(())
+    }
+
+    #[inline(always)]
+    pub(crate) fn may_block(_what: &str) {}
+
+    #[allow(dead_code)]
+    #[inline(always)]
+    pub(crate) fn outside_poll<T>(f: impl FnOnce() -> T) -> T {
+        f()
+    }
+}
+
+pub(crate) use poll_rule::{may_block, polling};
+
 /// One step of a bounded busy-wait: a CPU pause for the first rounds, then a
 /// yield so that a preempted thread we wait for gets the CPU back (on an
 /// oversubscribed machine pure spinning burns whole time slices). Under
@@ -131,6 +208,7 @@ pub(crate) fn spin(round: &mut u32) {
 /// first 64 rounds, then a 50 µs sleep, so a long wait costs no CPU the
 /// awaited thread needs. Under loom, a yield.
 pub(crate) fn wait_step(round: &mut u32) {
+    may_block("a wait step for work in flight");
     *round = round.saturating_add(1);
     #[cfg(not(loom))]
     if *round >= 64 {
@@ -147,7 +225,9 @@ pub(crate) fn wait_step(round: &mut u32) {
 /// predicate reads, so a wake-up cannot be lost between the check and the
 /// sleep. Spurious returns are allowed: callers loop and re-check.
 #[cfg(not(loom))]
+#[track_caller]
 pub(crate) fn park(key: usize, still_blocked: impl Fn() -> bool) {
+    may_block("park");
     // SAFETY: `park` requires that the validate/before_sleep/timed_out
     // callbacks do not panic and do not call into parking_lot_core; ours only
     // load an atomic word.
@@ -352,6 +432,7 @@ impl Condvar {
         mut g: MutexGuard<'a, T>,
         limit: Option<std::time::Duration>,
     ) -> MutexGuard<'a, T> {
+        may_block("a condition variable");
         #[cfg(loom)]
         return self.inner.wait(g).unwrap();
         #[cfg(not(loom))]

@@ -270,6 +270,8 @@ impl Inner {
                 );
                 // Release: after the pages' re-tagging (see `flush`).
                 fs.wb_undone.fetch_add(1, Ordering::Release);
+                // For a future that waits for the flusher to clean frames.
+                self.async_frames.note_wb_error(&e);
                 Err(e)
             }
         };
