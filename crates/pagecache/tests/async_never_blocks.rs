@@ -259,3 +259,64 @@ fn page_mut_async_waits_for_a_run_of_its_own_thread_as_a_future() {
         c.validate();
     });
 }
+
+/// Past the dirty limit a writer future waits for write-back as a future:
+/// with a slow flusher (a hook that takes 20 ms a page) and a limit of a
+/// few pages, writes on a `current_thread` runtime are throttled while
+/// another task of that thread keeps running.
+#[test]
+fn the_dirty_throttle_waits_as_a_future() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    finishes_within("throttled writer", Duration::from_secs(60), || {
+        let d = TempDir::new("async-nb-throttle");
+        let p = d.path("f");
+        std::fs::write(&p, vec![0u8; 64 * PS]).unwrap();
+        let c = pagecache::PageCache::new(pagecache::Config {
+            capacity: 64 * PS,
+            dirty_background_percent: 5,
+            dirty_limit_percent: 10,
+            ..pagecache::Config::default()
+        })
+        .unwrap();
+        let f = Arc::new(c.open_with(&p, &rw()).unwrap());
+        f.set_writeback_hook(Some(pagecache::WritebackHook::new(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            pagecache::WritebackDecision::Write
+        })));
+        let ticks = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        current_thread().block_on(async {
+            let (t, dn) = (ticks.clone(), done.clone());
+            let ticker = tokio::task::spawn(async move {
+                while !dn.load(Relaxed) {
+                    t.fetch_add(1, Relaxed);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            let t0 = std::time::Instant::now();
+            for i in 0..40u64 {
+                f.write_at_async(&[i as u8 + 1; PS], i * PS as u64)
+                    .await
+                    .unwrap();
+            }
+            let took = t0.elapsed();
+            let ticked = ticks.load(Relaxed);
+            done.store(true, Relaxed);
+            ticker.await.unwrap();
+            // Throttled: 40 pages against a limit of 6 with 20 ms a page
+            // written took a while, and the other task ran meanwhile.
+            assert!(
+                took >= Duration::from_millis(100),
+                "not throttled: {took:?}"
+            );
+            assert!(
+                ticked >= 20,
+                "the thread was blocked: {ticked} ticks in {took:?}"
+            );
+        });
+        for i in 0..40u64 {
+            assert_eq!(f.page(i).unwrap()[7], i as u8 + 1);
+        }
+        c.validate();
+    });
+}

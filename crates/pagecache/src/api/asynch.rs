@@ -123,21 +123,14 @@ impl Future for SyncFuture<'_> {
         }
         let h = Handoff::new(cx.waker());
         let (done, file) = (h.clone(), this.file.clone());
-        let spawned = std::thread::Builder::new()
-            .name("pagecache-sync".into())
-            .spawn(move || {
-                let r = file.sync();
-                drop(file);
-                let _ = done.complete(r);
-            });
-        match spawned {
-            Ok(_) => {
-                this.slot = Some(h);
-                Poll::Pending
-            }
-            // No thread to be had: sync here.
-            Err(_) => Poll::Ready(this.file.sync()),
-        }
+        // On one of the cache's helper threads (reused; `cache/helpers.rs`).
+        this.file.inner().helpers.run(Box::new(move || {
+            let r = file.sync();
+            drop(file);
+            let _ = done.complete(r);
+        }))?;
+        this.slot = Some(h);
+        Poll::Pending
     }
 }
 
@@ -459,8 +452,9 @@ impl File {
     }
 
     /// [`File::sync`] as a future: the write-back, the length and the
-    /// `fdatasync` run on a helper thread while the caller's thread goes
-    /// on; the result is [`File::sync`]'s. Dropping the future does not stop the sync (its
+    /// `fdatasync` run on one of the cache's helper threads (at most four,
+    /// reused, started on demand) while the caller's thread goes on; the
+    /// result is [`File::sync`]'s. Dropping the future does not stop the sync (its
     /// result is then lost; a later `sync` reports the truth again).
     pub fn sync_async(&self) -> SyncFuture<'_> {
         SyncFuture {

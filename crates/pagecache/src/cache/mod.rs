@@ -66,6 +66,7 @@ pub(crate) use batch::Readahead;
 mod copy;
 mod evict;
 mod flusher;
+mod helpers;
 pub(crate) use copy::{atomic_load_copy, atomic_load_small, atomic_store_copy, atomic_zero};
 pub(crate) use flusher::{now_ms, Flusher};
 mod lookup;
@@ -170,6 +171,9 @@ pub(crate) struct Inner {
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
     /// (A) frame events for futures that found no frame (5.9 F1).
     pub(crate) async_frames: asynch::FrameEvents,
+    /// Helper threads for futures' work with no asynchronous form
+    /// (`sync_async`; a leaf mutex).
+    pub(crate) helpers: helpers::Helpers,
 }
 
 /// What every user-facing handle (`PageCache`, `File`, `AnonRegion`) holds:
@@ -293,6 +297,7 @@ impl Inner {
             dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),
             async_frames: Default::default(),
+            helpers: Default::default(),
         })
     }
 
