@@ -42,8 +42,16 @@
 // `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
 // (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
 // `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
-// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`).
-#define PC_ABI_VERSION 11
+// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`;
+// 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
+// which was 0, also a frame).
+#define PC_ABI_VERSION 12
+
+// The `hint` of a pin that holds no page of a file (an anonymous page,
+// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
+// it costs the walk a plain `pc_page_optimistic` pays. (Added in ABI 12;
+// before, such hints were 0, which is also a frame.)
+#define PC_NO_HINT UINT64_MAX
 
 // `pc_config.io_engine`: io_uring where the kernel allows it, else the
 // thread pool (the environment variable `PAGECACHE_IO_ENGINE` may choose).
@@ -279,8 +287,9 @@ typedef struct pc_pin {
   uint64_t index;
   // The frame the page is in: give it to `pc_page_optimistic_hinted` to
   // find the page again without the index walk while it stays there
-  // (an index structure keeps it beside its child pointers). 0 for an
-  // anonymous page. (Added in ABI 10.)
+  // (an index structure keeps it beside its child pointers).
+  // `PC_NO_HINT` for an anonymous page (ABI 12; 0 before). (Added in
+  // ABI 10.)
   uint64_t hint;
   // Private: what is held (0 when nothing is: releasing such a pin
   // again is `-EINVAL`).

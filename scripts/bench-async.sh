@@ -6,18 +6,28 @@
 # device at depth 64, Python asyncio (scripts/bench_async.py) with 64 tasks
 # on one thread. Prints each round and the medians of the paired ratios.
 #
-#   scripts/bench-async.sh [--quick] [ROUNDS]
+#   scripts/bench-async.sh [--quick] [--busy N] [ROUNDS]
 # (root: the kernel's caches are dropped before each measurement.)
+# --busy N keeps N processes spinning on the CPUs (nice 0) through every
+# round: each configuration and its device reference under the same load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick=0
-if [ "${1:-}" = --quick ]; then quick=1; shift; fi
+quick=0 busy=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --busy) busy=${2:?--busy needs a number}; shift 2 ;;
+    *) break ;;
+  esac
+done
 rounds=${1:-5}
 if [ $quick = 1 ]; then mib=32 secs=1; else mib=256 secs=3; fi
 file_mib=$((mib * 8))
 cargo build -q --release -p pagecache-lab -p pagecache-ffi
 out=$(mktemp -d "${TMPDIR:-/tmp}/pagecache-bench-async.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+spinners=()
+stop_spinners() { for p in "${spinners[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap 'stop_spinners; rm -rf "$out"' EXIT
 cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude examples/c/async_reads.c \
   target/release/libpagecache.a -lpthread -ldl -lm -o "$out/c_async"
 # The Python package, built with optimizations into the tests' venv.
@@ -31,7 +41,8 @@ data="$out/data.bin"
 dd if=/dev/urandom of="$data" bs=1M count=$file_mib conv=fsync status=none
 cold() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
 rate() { awk '{print $1}'; }
-echo "file $file_mib MiB, cache $mib MiB, $secs s per run, $rounds rounds"
+for _ in $(seq 1 "$busy"); do sh -c 'while :; do :; done' & spinners+=($!); done
+echo "file $file_mib MiB, cache $mib MiB, $secs s per run, $rounds rounds, $busy busy processes"
 printf '%-6s %14s %14s %8s %14s %14s %8s\n' round "device d32" "C epoll 32" ratio "device d64" "asyncio 64" ratio
 c_r=() p_r=()
 for r in $(seq 1 "$rounds"); do

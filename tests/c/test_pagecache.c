@@ -491,6 +491,7 @@ static void test_anon_regions(void) {
   pc_pin pin;
   OK(pc_anon_pin(r, 3, &pin));
   EXPECT(pin.len == PS && pin.index == 3 && pin.data != NULL);
+  EXPECT(pin.hint == PC_NO_HINT); /* no frame of a file (0 is one) */
   int zero = 1;
   for (int i = 0; pin.data && i < PS; i++) zero &= pin.data[i] == 0;
   EXPECT(zero);

@@ -81,8 +81,16 @@ pub use run::*;
 /// `pc_config.dirty_expire_ms`, `pc_pin.hint` and `pc_optimistic.hint`
 /// (and the fields `pc_optimistic_valid` reads), `pc_page_optimistic_hinted`,
 /// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
-/// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`).
-pub const PC_ABI_VERSION: u32 = 11;
+/// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`;
+/// 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
+/// which was 0, also a frame).
+pub const PC_ABI_VERSION: u32 = 12;
+
+/// The `hint` of a pin that holds no page of a file (an anonymous page,
+/// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
+/// it costs the walk a plain `pc_page_optimistic` pays. (Added in ABI 12;
+/// before, such hints were 0, which is also a frame.)
+pub const PC_NO_HINT: u64 = u64::MAX;
 
 /// The `PC_ABI_VERSION` this library was built with: compare it with the
 /// header's to catch a stale library.

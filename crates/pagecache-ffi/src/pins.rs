@@ -26,8 +26,9 @@ pub struct pc_pin {
     pub index: u64,
     /// The frame the page is in: give it to `pc_page_optimistic_hinted` to
     /// find the page again without the index walk while it stays there
-    /// (an index structure keeps it beside its child pointers). 0 for an
-    /// anonymous page. (Added in ABI 10.)
+    /// (an index structure keeps it beside its child pointers).
+    /// `PC_NO_HINT` for an anonymous page (ABI 12; 0 before). (Added in
+    /// ABI 10.)
     pub hint: u64,
     /// Private: what is held (0 when nothing is: releasing such a pin
     /// again is `-EINVAL`).
@@ -132,7 +133,7 @@ pub(crate) fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCo
     let hint = match &held {
         Held::Pin(r) => r.frame_hint().into(),
         Held::Latch(m) => m.frame_hint().into(),
-        Held::AnonPin(_) | Held::AnonLatch(_) => 0,
+        Held::AnonPin(_) | Held::AnonLatch(_) => crate::PC_NO_HINT,
     };
     // Field by field into the caller's struct: no copy of it on the way
     // (the private words are left as they are past the `Stored`).

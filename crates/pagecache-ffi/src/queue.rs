@@ -343,7 +343,7 @@ pub unsafe extern "C" fn pc_queue_collect(
                         (&raw mut (*pin).data).write(std::ptr::null_mut());
                         (&raw mut (*pin).len).write(0);
                         (&raw mut (*pin).index).write(r.index);
-                        (&raw mut (*pin).hint).write(0);
+                        (&raw mut (*pin).hint).write(crate::PC_NO_HINT);
                         (&raw mut (*pin).held_).write(0);
                     }
                     let errno = -pagecache::errno(&e);

@@ -76,10 +76,11 @@
 //!   a task that holds one across an `.await` while another task of the
 //!   same thread calls a *blocking* writer of that page blocks the thread
 //!   (use the `_async` writers); and a runtime whose tasks hold N pages at
-//!   once needs more than N frames, as N threads would. Still blocking in a
-//!   poll: reclaim writing a dirty victim back, the dirty throttle of
-//!   `page_mut_async` and `write_at_async`, and `write_at_async`'s latch
-//!   waits after its reads (`docs/locking.md`, rule 15).
+//!   once needs more than N frames, as N threads would. No poll blocks its
+//!   thread: the dirty throttle, runs over a written page, a write's size
+//!   lock and reclaim's need of a clean frame are waits of the future too
+//!   (`docs/locking.md`, rule 15); debug builds panic on a blocking wait
+//!   inside a poll.
 //! * **Coherence.** The cache assumes it is the only writer of the files it
 //!   opens, as a database buffer pool does. Changes made to a file behind its
 //!   back (another process, `std::fs`) are not seen for pages already cached,

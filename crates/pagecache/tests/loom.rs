@@ -1430,6 +1430,64 @@ fn async_waiter_vs_writer() {
     });
 }
 
+/// 5.9 with 5.7: a future latches page 0 (`page_mut_async`) while a run
+/// on another thread holds it. The run's bytes never change while it
+/// lives: the future waits for it as a future (W3: the slot's waiter bit,
+/// the fence, the re-check, its waker on the slot's key, which the run's
+/// R4 wakes), or the run saw the latch. A lost wake-up is a deadlock loom
+/// reports (`block_on` sleeps until woken).
+#[test]
+fn async_writer_vs_run() {
+    model(2, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let fr = f.clone();
+        let reader = thread::spawn(move || {
+            let run = fr.run(0, 1).unwrap();
+            if run.len() == 1 {
+                let first = run.page(0)[0];
+                thread::yield_now();
+                assert!(
+                    run.page(0).iter().all(|&b| b == first),
+                    "page changed under a run"
+                );
+            }
+        });
+        {
+            let mut m = block_on(f.page_mut_async(0)).unwrap();
+            m.fill(7);
+        }
+        reader.join().unwrap();
+        assert!(f.page(0).unwrap().iter().all(|&b| b == 7));
+        c.validate();
+    });
+}
+
+/// 5.9 with the size lock: `write_at_async` extends a file by a page
+/// while another thread cuts it back (`set_len`). The write takes the
+/// size lock within one poll (`SizeLock::poll_read`; refused, its waker
+/// waits on the phase's key, woken by X6): either the cut comes after the
+/// write (one page, the write's bytes gone with it) or before (two pages,
+/// the second the write's), never a length of two pages with the second
+/// page lost.
+#[test]
+fn async_write_vs_set_len() {
+    model(2, || {
+        let (_t, c, f) = cached_file(1, 0);
+        let fc = f.clone();
+        let cutter = thread::spawn(move || fc.set_len(PS as u64).unwrap());
+        block_on(f.write_at_async(&[7u8; 64], PS as u64 + 8)).unwrap();
+        cutter.join().unwrap();
+        let len = f.len();
+        assert!(len == PS as u64 || len == PS as u64 + 72, "length {len}");
+        if len > PS as u64 {
+            let mut buf = [0u8; 64];
+            f.read_at(&mut buf, PS as u64 + 8).unwrap();
+            assert_eq!(buf, [7; 64], "the write lost under a cut");
+        }
+        c.validate();
+    });
+}
+
 /// 5.9 "future dropped vs read completing": a future misses page 0 (its
 /// read waits for the model's reaper thread), is polled once and dropped;
 /// a second future wants the same page (meets the latch and waits, or

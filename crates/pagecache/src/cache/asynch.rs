@@ -41,13 +41,22 @@
 //!      the latch, are ours now); none ->       latch) back; else leave the
 //!      refresh the waker, Pending              result, take the waker,
 //!                                              unlock, wake
+//!  W. page_mut: latched -> drain as a
+//!     future (DRAIN, its queue); then 5.7
+//!     W2-W3 as a future (`poll_run_pins`:
+//!     W3's extra pin, the slot's waiter
+//!     bit, fence, re-check, the waker on
+//!     the slot's key; R4 wakes it), then
+//!     drain again if it waited
 //!  D. drop: registered -> remove our entry
 //!     (a wake may have taken it: nothing
 //!     to do); queued -> submit (M2');
 //!     reading -> lock the slot,
 //!     mark it dropped, give back a result
-//!     already there; draining (page_mut)
-//!     -> unlatch, unpin (DRAIN cleared)
+//!     already there; draining or waiting
+//!     for runs (page_mut) -> W3's extra
+//!     pin, then unlatch, unpin (DRAIN
+//!     cleared)
 //! ```
 //!
 //! Why no wake-up is lost (A against C): A2 and C1 are RMWs of one word.
@@ -77,12 +86,17 @@
 //! with one `io_uring_enter` and one device notification (on this
 //! machine's virtio disk a notification costs more CPU than the rest of a
 //! read). Any enter after the queueing submits it (a blocking submission,
-//! another future's flush), and the reaper submits what is queued when
-//! its wait for a completion times out (`BATCH_WAIT`, with ops in
-//! flight), so a future that is never polled again still has its read
-//! go out; a dropped one submits it (its page stays latched until the
-//! read ends). The reaper submits nothing otherwise: taking entries at
-//! every completion took a round's reads one by one.
+//! another future's flush). A future that is never polled again still has
+//! its read go out: a reaper waiting with nothing in flight (no timeout)
+//! is seen by the queueing submitter, which then enters at once (the
+//! reaper sets `idle`, then reads the in-flight count; the submitter
+//! counts, then reads `idle`: both `SeqCst`, so one sees the other);
+//! otherwise the reaper waits at most `BATCH_WAIT` (500 us) at a time
+//! and submits entries it has seen queued for `BATCH_WAIT` with no enter
+//! since: an entry goes out within about 1 ms of its queueing. A dropped
+//! future submits it (its page stays latched until the read ends). The
+//! reaper submits nothing sooner: taking entries at every completion took
+//! a round's reads one by one.
 //!
 //! Frames (F1): a future that finds no frame does not wait in reclaim (a
 //! thread would; its frames may be pinned by completions handed to
@@ -98,10 +112,22 @@
 //! blocking path's `OutOfMemory` (every frame pinned or latched by its
 //! holders, which a future holding a page across an await is).
 //!
-//! What still blocks a thread: reclaim writing a dirty victim back (the
-//! blocking path's eviction, in the future's poll), a writer waiting for a
-//! run (5.7 W3) over its page, and the dirty throttle of `page_mut_async`
-//! and `write_at_async`.
+//! A future's reclaim writes no dirty victim back (`DeferDirty`): every
+//! dirty candidate goes to the flusher, and F1 waits for the flusher's
+//! round (its end is a frame event) while it is at work; write-back
+//! errors with no page written since the wait began end it with the last
+//! write-back error (the blocking path's error), and two whole rounds
+//! with nothing written (every dirty page deferred by its hook) with the
+//! blocking path's `OutOfMemory`.
+//!
+//! No poll blocks its thread (checked: in debug builds every blocking
+//! wait calls `sync::may_block`, which panics inside a poll of the
+//! crate's futures). The other waits a future meets are registrations
+//! too: the dirty throttle (`Passes::poll_throttle`: the waker beside the
+//! throttled threads' condition variable), the size lock of a write
+//! (`SizeLock::poll_read`: taken within one poll, never held across one;
+//! refused, the waker waits on the phase's key), and `sync_async`, whose
+//! write-back runs on the cache's helper threads (`cache/helpers.rs`).
 
 use super::miss::Fill;
 use super::{FileShared, Inner};

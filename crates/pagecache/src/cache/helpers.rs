@@ -4,7 +4,10 @@
 //! on demand and reused, each leaving once it has been idle for [`IDLE`].
 //! A future that hands a job over returns `Pending` and is woken by the
 //! job's completion (a `Handoff`), so no poll waits for it; jobs beyond
-//! the threads wait in a queue.
+//! the threads wait in a queue. Under loom a job runs on its caller.
+
+// Under loom there are no helper threads.
+#![cfg_attr(loom, allow(dead_code))]
 
 use crate::sync::unmodelled::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -14,7 +17,6 @@ use std::time::Duration;
 /// Helper threads per cache.
 const MAX: usize = 4;
 /// How long a helper stays idle before it leaves.
-#[cfg_attr(loom, allow(dead_code))]
 const IDLE: Duration = Duration::from_secs(2);
 
 /// One job: runs to its end on a helper thread.
