@@ -98,6 +98,15 @@
 //! reaper submits nothing sooner: taking entries at every completion took
 //! a round's reads one by one.
 //!
+//! Completions (H1) run on whichever thread reaps them: the reaper thread,
+//! which waits in the kernel for them, or a future's poll that finds its
+//! read still pending (`Engine::reap_now`: a try-lock of the completion
+//! queue, then every completion posted), so a runtime thread that is
+//! awake takes its tasks' completions without waiting for the reaper to be
+//! scheduled; a completion that would go on with blocking calls (a short
+//! transfer, a refused `O_DIRECT` read) goes to the thread pool instead.
+//! The reaper stays as the fallback for a runtime thread asleep.
+//!
 //! Frames (F1): a future that finds no frame does not wait in reclaim (a
 //! thread would; its frames may be pinned by completions handed to
 //! futures of its own thread, which only it can poll). While reads are in
@@ -440,6 +449,9 @@ impl GetPage {
                         self.st = St::Read(h, None);
                         continue;
                     }
+                    // Completions posted, ours among them perhaps: run
+                    // them here rather than wait for the reaper.
+                    c.engine.reap_now();
                     let r = match h.poll(cx.waker()) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(r) => r,

@@ -167,6 +167,18 @@ impl Op {
         done(res);
     }
 
+    /// Whether [`Op::finish`] of `res` goes on with blocking calls (a
+    /// short transfer that is not end of file, a retryable error).
+    #[cfg_attr(loom, allow(dead_code))]
+    fn continues(&self, res: i32) -> bool {
+        if res < 0 {
+            matches!(-res, libc::EINVAL | libc::EAGAIN | libc::EINTR)
+        } else {
+            let n = res as usize;
+            !(n == self.total() || (n == 0 && self.dir == Dir::Read))
+        }
+    }
+
     /// Completes an op the kernel finished with `res` (bytes, or `-errno`):
     /// a short transfer that is not end of file, and errors that a blocking
     /// retry may clear (a refused `O_DIRECT` transfer: the backend then
@@ -362,6 +374,23 @@ impl Engine {
         }
         #[cfg(loom)]
         let _ = ticket;
+    }
+
+    /// Runs the completions the kernel has posted, on this thread, if no
+    /// other thread is running them right now: a future's poll takes its
+    /// own completion (and its neighbours') without waiting for the
+    /// reaper thread to be scheduled. An op whose completion would go on
+    /// with blocking calls goes to the thread pool instead. Context: no
+    /// sleep (a try-lock); the caller holds no lock.
+    #[inline]
+    pub(crate) fn reap_now(&self) {
+        #[cfg(not(loom))]
+        if let Some(u) = &self.uring {
+            let blocking = u.reap_now();
+            if !blocking.is_empty() {
+                self.pool.submit(blocking);
+            }
+        }
     }
 
     /// Loom only: from now on ops wait for [`Engine::run_deferred`]

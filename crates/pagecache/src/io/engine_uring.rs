@@ -32,6 +32,11 @@ struct Shared {
     /// The kernel takes a timeout with a wait (`IORING_FEAT_EXT_ARG`):
     /// batched submissions are possible.
     timed_wait: bool,
+    /// Serialises the completion queue's consumers: the reaper and
+    /// futures' polls (`Uring::reap_now`, which only try it).
+    cq: Mutex<()>,
+    /// A poll reaped the stop no-op: the reaper stops once idle.
+    stop_seen: AtomicBool,
     /// The reaper is in (or about to enter) a wait with no timeout:
     /// nothing was in flight when it looked. A batched submitter that
     /// sees it submits at once (Dekker's pattern with `inflight`).
@@ -65,6 +70,8 @@ impl Uring {
             inflight: AtomicUsize::new(0),
             timed_wait,
             idle: AtomicBool::new(false),
+            cq: Mutex::new(()),
+            stop_seen: AtomicBool::new(false),
         });
         let s = shared.clone();
         let reaper = std::thread::Builder::new()
@@ -158,6 +165,47 @@ impl Uring {
             op.complete(Err(e));
         }
         (blocking, ticket)
+    }
+
+    /// [`super::Engine::reap_now`]: the completions posted, run here if
+    /// the queue is not being drained by another thread; returns the ops
+    /// whose completion goes on with blocking calls (for the pool).
+    #[inline]
+    pub(super) fn reap_now(&self) -> Vec<Op> {
+        let s = &*self.shared;
+        // (Even a look at the queue takes the lock: a queue handle writes
+        // its head back when dropped.)
+        let Some(g) = s.cq.try_lock() else {
+            return Vec::new();
+        };
+        let mut done = Vec::new();
+        // SAFETY: the completion queue's consumers hold `cq`.
+        unsafe {
+            let mut cq = s.ring.completion_shared();
+            cq.sync();
+            done.extend(cq.map(|c| (c.user_data(), c.result())));
+        }
+        drop(g);
+        if done.is_empty() {
+            return Vec::new();
+        }
+        let mut blocking = Vec::new();
+        for (data, res) in done {
+            if data == STOP {
+                s.stop_seen.store(true, Ordering::Release);
+                continue;
+            }
+            // SAFETY: as in `reap`: a boxed op leaked by `submit_as`,
+            // completed once.
+            let op = unsafe { Box::from_raw(data as *mut Op) };
+            if op.continues(res) {
+                blocking.push(*op);
+            } else {
+                op.finish(res);
+            }
+            s.inflight.fetch_sub(1, Ordering::Relaxed);
+        }
+        blocking
     }
 
     /// Submits what was queued with `ticket` unless an enter since did.
@@ -332,11 +380,17 @@ fn reap(s: &Shared) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
-        // SAFETY: the reaper is the only user of the completion queue.
-        unsafe {
-            let mut cq = s.ring.completion_shared();
-            cq.sync();
-            done.extend(cq.map(|c| (c.user_data(), c.result())));
+        {
+            let _g = s.cq.lock();
+            // SAFETY: the completion queue's consumers hold `cq`.
+            unsafe {
+                let mut cq = s.ring.completion_shared();
+                cq.sync();
+                done.extend(cq.map(|c| (c.user_data(), c.result())));
+            }
+        }
+        if s.stop_seen.load(Ordering::Acquire) {
+            stopping = true;
         }
         for (data, res) in done.drain(..) {
             if data == STOP {
