@@ -320,3 +320,46 @@ fn the_dirty_throttle_waits_as_a_future() {
         c.validate();
     });
 }
+
+/// A cache full of dirty pages: `read_at_async` (with readahead) and
+/// `page_async` of other pages get frames without writing a dirty victim
+/// back on the runtime's thread (the flusher writes them; in debug builds
+/// a write-back wait inside the poll would panic), and every byte read and
+/// written is right.
+#[test]
+fn misses_in_a_cache_full_of_dirty_pages_leave_the_write_back_to_the_flusher() {
+    finishes_within("dirty cache", Duration::from_secs(60), || {
+        let d = TempDir::new("async-nb-dirty");
+        let p = d.path("f");
+        make_file(&p, 96 * PS as u64);
+        let c = cache_without_flusher(16);
+        let f = Arc::new(c.open_with(&p, &rw()).unwrap());
+        for i in 0..16u64 {
+            f.write_at(&[0xd0 | (i as u8 & 0xf); PS], i * PS as u64)
+                .unwrap();
+        }
+        current_thread().block_on(async {
+            // Sequential: readahead windows from the second miss on.
+            let mut buf = vec![0u8; 8 * PS];
+            for k in 0..8u64 {
+                let off = (16 + k * 8) * PS as u64;
+                let n = f.read_at_async(&mut buf, off).await.unwrap();
+                assert_eq!(n, buf.len());
+                for (j, &b) in buf.iter().enumerate().step_by(997) {
+                    assert_eq!(b, pattern(off + j as u64), "byte {}", off + j as u64);
+                }
+            }
+            let page = f.page_async(95).await.unwrap();
+            assert_eq!(page[5], pattern(95 * PS as u64 + 5));
+        });
+        // The dirty pages reached the disk through the flusher, or are
+        // still cached and dirty: either way their bytes are there.
+        for i in 0..16u64 {
+            assert_eq!(f.page(i).unwrap()[9], 0xd0 | (i as u8 & 0xf));
+        }
+        f.sync().unwrap();
+        let disk = std::fs::read(&p).unwrap();
+        assert_eq!(disk[3 * PS + 1], 0xd3);
+        c.validate();
+    });
+}

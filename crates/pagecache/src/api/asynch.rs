@@ -367,14 +367,12 @@ impl File {
                 let ra_end = c
                     .readahead_miss(&self.ra, index, last, false)
                     .unwrap_or(last + 1);
-                // Frames for them without writing a dirty victim back here.
-                let defer = crate::cache::DeferDirty::new();
+                // (No dirty victim written back here: `Polled`.)
                 c.read_async(fs, index, last + 1, false);
                 if ra_end > last + 1 {
                     let n = c.read_async(fs, last + 1, ra_end, true);
                     c.counters.add(Counter::ReadaheadPages, n);
                 }
-                drop(defer);
             }
             // This page: its read (or another's write) ends, or we read it.
             let p = self.page_async(index).await?;
@@ -424,9 +422,7 @@ impl File {
             && end & (ps as u64 - 1) != 0
             && fs.tree.lookup(&c.nodes, last).is_none()
         {
-            let defer = crate::cache::DeferDirty::new();
             c.read_async(fs, last, last + 1, false);
-            drop(defer);
         }
         let mut done = 0;
         while done < buf.len() {
@@ -476,6 +472,9 @@ impl<F: Future> Future for Polled<F> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let _polling = crate::sync::polling();
+        // Whatever the future starts (readahead, runs of misses) takes
+        // frames without writing a dirty victim back on this thread.
+        let _defer = crate::cache::DeferDirty::new();
         // SAFETY: structural pinning of the only field: `Polled` has no
         // `Drop` and no `Unpin` impl of its own and never moves `F` out.
         unsafe { self.map_unchecked_mut(|p| &mut p.0) }.poll(cx)

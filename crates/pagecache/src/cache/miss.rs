@@ -154,6 +154,7 @@ impl Inner {
         let Some(offset) = fill.read_offset(self.shift) else {
             return Ok(0);
         };
+        crate::sync::may_block("a miss's read");
         self.count(Counter::Reads);
         // SAFETY: the fill owns the latch of a page whose content is not
         // published (not UPTODATE, refs = cache + inserter, drained);

@@ -169,6 +169,7 @@ impl Inner {
         _size: &SizeShared<'_>,
         run: &[(u64, FrameNo)],
     ) -> io::Result<()> {
+        crate::sync::may_block("a write-back's write");
         let res = match self.run_buffers(fs, run) {
             Err(e) => Err(e),
             Ok(None) => Ok(()),
