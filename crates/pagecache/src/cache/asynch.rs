@@ -122,12 +122,17 @@
 //! holders, which a future holding a page across an await is).
 //!
 //! A future's reclaim writes no dirty victim back (`DeferDirty`): every
-//! dirty candidate goes to the flusher, and F1 waits for the flusher's
-//! round (its end is a frame event) while it is at work; write-back
-//! errors with no page written since the wait began end it with the last
-//! write-back error (the blocking path's error), and two whole rounds
-//! with nothing written (every dirty page deferred by its hook) with the
-//! blocking path's `OutOfMemory`.
+//! dirty candidate goes to the flusher. Finding no frame, the future
+//! looks as reclaim's last look does (`outlook_now`): pages evictable but
+//! dirty, or frames on their way back, or the flusher at work (for two
+//! rounds of its loop at most), it waits for frame events (the flusher's
+//! rounds, write-backs ending, fills ending, hand-offs taken). What the
+//! flusher met since the wait began ends it as the blocking path would
+//! end: its writes failing with none succeeding, the last write-back
+//! error; the hooks deferring pages it took for reclaim, `OutOfMemory`;
+//! two rounds of its work for reclaim writing nothing, `OutOfMemory`.
+//! Nothing evictable and nothing on its way back: `OutOfMemory`, or the
+//! last write-back error if write-backs failed while it waited.
 //!
 //! No poll blocks its thread (checked: in debug builds every blocking
 //! wait calls `sync::may_block`, which panics inside a poll of the
@@ -156,10 +161,11 @@ use super::PinMiss;
 /// (as `lookup.rs`).
 const SPIN_RETRIES: u32 = 4;
 
-/// F1: whole rounds of the flusher writing nothing (every dirty page
-/// deferred by its hook) before a future waiting for a frame gives up as
-/// a thread's reclaim does (`OutOfMemory`); the first may have begun
-/// before the future's pages were handed over.
+/// F1: rounds of the flusher's work for reclaim (dirty pages reclaim
+/// passed it) writing nothing (every such page deferred by its hook)
+/// before a future waiting for a frame gives up as a thread's reclaim does
+/// (`OutOfMemory`); the first may have begun before the future's pages
+/// were handed over.
 const NO_WRITE_ROUNDS: u64 = 2;
 
 /// A value handed from a completion to the future that waits for it
@@ -244,29 +250,61 @@ pub(crate) struct FrameEvents {
     /// that come back by themselves once those futures run. A hint, as
     /// `Inner::filling`.
     handed: crate::sync::unmodelled::AtomicUsize,
-    /// Write-back errors so far, and the last one (its kind, errno and
-    /// message): what a future waiting for the flusher to clean frames
+    /// The last write-back error (its kind, errno and message): what a
+    /// future waiting for the flusher to clean frames
     /// reports when the flusher's writes fail (a thread's reclaim reports
     /// its own).
-    wb_error: crate::sync::unmodelled::Mutex<(u64, Option<WbError>)>,
-    /// (A) rounds of the flusher ended so far.
+    wb_error: crate::sync::unmodelled::Mutex<Option<WbError>>,
+    /// (A) write-back errors so far.
+    wb_errors: crate::sync::unmodelled::AtomicU64,
+    /// (A) pages the flusher's work for reclaim found deferred by their
+    /// hooks so far.
+    deferred: crate::sync::unmodelled::AtomicU64,
+    /// (A) rounds of the flusher's loop so far.
+    loops: crate::sync::unmodelled::AtomicU64,
+    /// (A) rounds of the flusher's work for reclaim so far.
     rounds: crate::sync::unmodelled::AtomicU64,
 }
 
 impl FrameEvents {
     /// A write-back failed with `e`. Context: no sleep but a leaf mutex.
     pub(crate) fn note_wb_error(&self, e: &io::Error) {
-        let mut g = self.wb_error.lock();
-        g.0 += 1;
-        g.1 = Some((e.kind(), crate::error::os_error(e), e.to_string()));
+        *self.wb_error.lock() = Some((e.kind(), crate::error::os_error(e), e.to_string()));
+        // Release: the error is in place for a reader of the count.
+        self.wb_errors.fetch_add(1, Ordering::Release);
     }
 
-    /// The flusher ended a round (F1: a future waiting for it counts
-    /// them). Context: no sleep.
+    /// The flusher ended a round of its loop (kicked, timed or idle): a
+    /// future waiting while it was busy looks again. Context: no sleep.
+    pub(crate) fn flusher_looked(&self) {
+        // Relaxed: compared across polls only; `event` wakes.
+        self.loops.fetch_add(1, Ordering::Relaxed);
+        self.event();
+    }
+
+    fn loops(&self) -> u64 {
+        // Relaxed: as above.
+        self.loops.load(Ordering::Relaxed)
+    }
+
+    /// The flusher ended a round of work for reclaim (F1: a future waiting
+    /// for it counts them). Context: no sleep.
     pub(crate) fn round_ended(&self) {
         // Relaxed: a count; `event` that follows orders the wake-up.
         self.rounds.fetch_add(1, Ordering::Relaxed);
         self.event();
+    }
+
+    /// The flusher's work for reclaim found `n` pages deferred by their
+    /// hooks. Context: any.
+    pub(crate) fn reclaim_deferred(&self, n: usize) {
+        // Relaxed: compared across polls only; `round_ended` wakes.
+        self.deferred.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn deferrals(&self) -> u64 {
+        // Relaxed: as above.
+        self.deferred.load(Ordering::Relaxed)
     }
 
     fn rounds(&self) -> u64 {
@@ -276,12 +314,13 @@ impl FrameEvents {
 
     /// Write-back errors so far.
     fn wb_errors(&self) -> u64 {
-        self.wb_error.lock().0
+        // Acquire: pairs with `note_wb_error`.
+        self.wb_errors.load(Ordering::Acquire)
     }
 
     /// The last write-back error, rebuilt, under `msg`.
     fn wb_error(&self, msg: String) -> io::Error {
-        let base = match self.wb_error.lock().1.clone() {
+        let base = match self.wb_error.lock().clone() {
             Some((_, Some(errno), m)) => {
                 crate::error::context(io::Error::from_raw_os_error(errno), m)
             }
@@ -360,12 +399,17 @@ pub(crate) struct GetPage {
     st: St,
     reg: Registration,
     retries: u32,
-    /// F1 waits for the flusher: the write-back error, page and flusher
-    /// round counts when the wait began (errors since and no page
-    /// written, or [`NO_WRITE_ROUNDS`] rounds with nothing written: the
-    /// flusher cannot clean frames, and the future gets the blocking
-    /// path's error instead of waiting on).
-    wb_errors: Option<(u64, u64, u64)>,
+    /// F1 waits for the flusher: the write-back error, page, flusher round
+    /// and hook deferral counts when the wait began (errors since and no
+    /// page written, deferrals since, or [`NO_WRITE_ROUNDS`] rounds with
+    /// nothing written: the flusher cannot clean frames, and the future
+    /// gets the blocking path's error instead of waiting on).
+    wb_errors: Option<(u64, u64, u64, u64)>,
+    /// F1 waits while the flusher is busy: its loop count then.
+    busy_since: Option<u64>,
+    /// The write-back error count before the first try that found no
+    /// frame (never reset while the future waits).
+    first_errors: Option<u64>,
 }
 
 impl GetPage {
@@ -378,6 +422,8 @@ impl GetPage {
             reg: Registration::default(),
             retries: 0,
             wb_errors: None,
+            busy_since: None,
+            first_errors: None,
         }
     }
 
@@ -572,6 +618,9 @@ impl GetPage {
     ) -> Option<Poll<io::Result<FrameNo>>> {
         let index = self.index;
         let seen = c.async_frames.seen();
+        // What the flusher's work on this try's dirty victims may bring:
+        // counted from before the try (F1).
+        let pre = (c.async_frames.wb_errors(), c.async_frames.deferrals());
         // No dirty victim written back on this thread: its write would
         // block the executor (F1: the flusher writes them).
         let defer = super::evict::DeferDirty::new();
@@ -585,46 +634,81 @@ impl GetPage {
                 // a stale non-zero costs one wait until the next event.
                 let mut in_flight = c.filling.load(Ordering::Relaxed)
                     + c.async_frames.handed.load(Ordering::Relaxed);
-                // Dirty victims go to the flusher (this thread writes none
-                // back): frames once their writes end. Waited for while
-                // the flusher is at work; its writes failing with none
-                // succeeding since the wait began end it with the blocking
-                // path's error (the last write-back error).
-                let busy = c.flusher_busy();
-                if busy || (in_flight == 0 && c.dirty_pages() > 0) {
-                    let now = (
-                        c.async_frames.wb_errors(),
-                        c.counters.sum(Counter::Writebacks),
-                        c.async_frames.rounds(),
-                    );
-                    match self.wb_errors {
-                        Some((e0, w0, _)) if now.1 == w0 && now.0 > e0 => {
-                            return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
-                                "{}: page {index}: no frame free: every evictable page is \
-                                 dirty and writing it back failed",
+                // As reclaim's last look: some page evictable (dirty: this
+                // thread's reclaim passed every dirty one to the flusher),
+                // or frames on their way back (a write-back in flight, a
+                // read, a frame between its last release and the pool).
+                let (evictable, moving) = c.outlook_now();
+                // What the flusher did since this future began to wait:
+                // its writes failed with none succeeding (the blocking
+                // path's error: the last write-back error); the hooks kept
+                // pages it took for reclaim dirty (a thread's reclaim
+                // would have met the same deferrals and given up:
+                // `OutOfMemory`); rounds of its work for reclaim wrote
+                // nothing; or pages were written (look again).
+                let now = (
+                    c.async_frames.wb_errors(),
+                    c.counters.sum(Counter::Writebacks),
+                    c.async_frames.rounds(),
+                    c.async_frames.deferrals(),
+                );
+                match self.wb_errors {
+                    Some((_, _, _, d0)) if now.3 > d0 => {
+                        return Some(Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::OutOfMemory,
+                            format!(
+                                "{}: page {index}: no frame free: the dirty pages that \
+                                 could be evicted were deferred by their files' write-back \
+                                 hooks (make the log durable, then retry)",
                                 fs.path.display()
-                            )))));
-                        }
-                        // Whole rounds of the flusher since, nothing
-                        // written: the hooks defer the dirty pages (the
-                        // blocking path's `OutOfMemory`).
-                        Some((_, w0, r0)) if now.1 == w0 && now.2 >= r0 + NO_WRITE_ROUNDS => {
-                            return Some(Poll::Ready(Err(e)));
-                        }
-                        Some((_, w0, _)) if now.1 == w0 => {}
-                        Some(_) => {
-                            // Pages were written since: look again.
-                            self.wb_errors = Some(now);
+                            ),
+                        ))));
+                    }
+                    Some((e0, w0, _, _)) if now.1 == w0 && now.0 > e0 => {
+                        return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
+                            "{}: page {index}: no frame free: every evictable page is \
+                             dirty and writing it back failed",
+                            fs.path.display()
+                        )))));
+                    }
+                    Some((_, w0, r0, _)) if now.1 == w0 && now.2 >= r0 + NO_WRITE_ROUNDS => {
+                        return Some(Poll::Ready(Err(e)));
+                    }
+                    Some((_, w0, _, _)) if now.1 == w0 => {}
+                    Some(_) => {
+                        // Pages were written since: look again.
+                        self.wb_errors = Some(now);
+                        return None;
+                    }
+                    None => {
+                        // The first look: errors and deferrals from
+                        // before this try count (its dirty victims went to
+                        // the flusher during it).
+                        self.wb_errors = Some((pre.0, now.1, now.2, pre.1));
+                        self.first_errors.get_or_insert(pre.0);
+                        if now.0 > pre.0 || now.3 > pre.1 {
                             return None;
                         }
-                        None => self.wb_errors = Some(now),
                     }
-                    if !busy {
-                        // Dirty pages and an idle flusher (its last round
-                        // may have failed): one round more.
-                        c.kick_flusher();
-                    }
+                }
+                // Dirty pages nobody holds (reclaim queued them for the
+                // flusher and kicked it), or frames on their way back:
+                // the next frame event says when to look again. So does
+                // the flusher at work (its write-back pins make frames
+                // neither evictable nor on their way back for a moment),
+                // for two rounds of its loop at most.
+                if evictable || moving {
                     in_flight += 1;
+                } else if c.flusher_busy() {
+                    let loops = c.async_frames.loops();
+                    match self.busy_since {
+                        Some(l0) if loops >= l0 + 2 => {}
+                        Some(_) => in_flight += 1,
+                        None => {
+                            self.busy_since = Some(loops);
+                            in_flight += 1;
+                        }
+                    }
                 }
                 if in_flight == 0 {
                     // Other reclaimers holding candidates, truncates
@@ -638,6 +722,17 @@ impl GetPage {
                         cx.waker().wake_by_ref();
                         return Some(Poll::Pending);
                     }
+                    // Write-backs failed while this future waited (the
+                    // flusher's, of the dirty victims it was passed): the
+                    // frames stayed dirty because of them, and a thread's
+                    // reclaim would report its own such failure.
+                    if c.async_frames.wb_errors() > self.first_errors.unwrap_or(pre.0) {
+                        return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
+                            "{}: page {index}: no frame free: every evictable page is \
+                             dirty and writing it back failed",
+                            fs.path.display()
+                        )))));
+                    }
                     return Some(Poll::Ready(Err(e)));
                 }
                 return c
@@ -649,6 +744,8 @@ impl GetPage {
         };
         waitq::cancel(&mut self.reg);
         self.wb_errors = None;
+        self.busy_since = None;
+        self.first_errors = None;
         if self.overwrite {
             // Inserted latched, not up to date: the writer fills every
             // byte (as `get_page_latched` with `overwrite`).

@@ -262,7 +262,7 @@ impl Inner {
     /// (`FrameDesc::snapshot_latest`). Context: no sleep; the
     /// `OutOfMemory` path only.
     #[cold]
-    fn outlook_now(&self) -> (bool, bool) {
+    pub(crate) fn outlook_now(&self) -> (bool, bool) {
         let (mut evictable, mut in_flight) = (false, false);
         for f in 0..self.frames.len() as FrameNo {
             let s = self.desc(f).snapshot_latest();
@@ -319,6 +319,12 @@ impl Inner {
         let Some(fs) = self.file_by_id(owner) else {
             return self.drop_evict_pin(f);
         };
+        if s.is_dirty() && defer_dirty_here() {
+            // A future's reclaim (the round's plain load saw it clean):
+            // the flusher writes it, not this thread.
+            self.kick_flusher_for_reclaim(&[f]);
+            return self.drop_evict_pin(f);
+        }
         if s.is_dirty() {
             // A cluster: the victim's dirty neighbours go in the same write
             // (FreeBSD's vm_pageout_cluster), so a writer outrunning the

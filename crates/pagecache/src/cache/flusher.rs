@@ -259,13 +259,19 @@ impl Inner {
                 let last = pages.last().map_or(0, |&(i, _)| i);
                 let size = fs.size.read(last);
                 // Errors: counted by the write-back (the pages stay dirty).
+                let mut deferred = Vec::new();
                 let _ = self.writeback_run(
                     &fs,
                     &size,
                     &pages,
                     crate::cache::WritebackCause::Eviction,
-                    &mut Vec::new(),
+                    &mut deferred,
                 );
+                if !deferred.is_empty() {
+                    // The hook kept them dirty: futures waiting for these
+                    // frames give up, as a thread's reclaim does (F1).
+                    self.async_frames.reclaim_deferred(deferred.len());
+                }
             }
             for (_, f) in pages {
                 self.release(f);
@@ -352,7 +358,7 @@ impl Inner {
 
     /// Whether the flusher is at work or has reclaim's dirty pages to
     /// write (frames a future waiting for one may get back: F1). A hint.
-    /// Context: any.
+    /// Context: any, no sleep but a leaf mutex.
     pub(crate) fn flusher_busy(&self) -> bool {
         self.flusher.passes.busy() || !self.flusher.for_reclaim.lock().is_empty()
     }
@@ -444,8 +450,9 @@ impl Inner {
             // Reclaim's request first: the pages it passed over.
             let reclaimed = self.write_for_reclaim();
             if reclaimed > 0 {
-                // Clean now: futures waiting for a frame look again (F1).
-                self.async_frames.event();
+                // Clean now (or deferred, or failed): futures waiting for
+                // a frame look again (F1).
+                self.async_frames.round_ended();
             }
             let goal = self.dirty_background;
             let dirty = self.dirty_pages();
@@ -529,7 +536,7 @@ fn flusher(me: std::sync::Weak<Inner>) {
         }
         // The round's end: a future that found the flusher busy and waits
         // for a frame (F1) looks again, whatever the round wrote.
-        inner.async_frames.round_ended();
+        inner.async_frames.flusher_looked();
         drop(inner);
     }
 }

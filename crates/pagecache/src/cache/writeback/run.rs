@@ -279,6 +279,9 @@ impl Inner {
         // Release: the pages' end of write-back (dirty again, tagged) and
         // the failure count happen-before a waiting sync's Acquire load.
         fs.writeback.fetch_sub(run.len(), Ordering::Release);
+        // Frames may be evictable now: futures waiting for one look again
+        // (5.9 F1).
+        self.async_frames.event();
         res
     }
 
