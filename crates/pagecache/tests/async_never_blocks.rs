@@ -19,7 +19,6 @@
 
 mod common;
 use common::*;
-use pagecache::OpenOptions;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,19 +46,6 @@ fn finishes_within<T: Send + 'static>(
             panic!("{what}: not finished after {limit:?} (a poll blocked its thread?)")
         }
     }
-}
-
-fn rw() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    o.read(true).write(true);
-    o
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Task X awaits a miss of page 1; task Y, on the same thread, lets X's

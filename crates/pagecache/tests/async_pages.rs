@@ -6,15 +6,9 @@
 
 mod common;
 use common::*;
-use pagecache::{block_on, OpenOptions};
+use pagecache::block_on;
 use std::io::ErrorKind;
 use std::sync::Arc;
-
-fn rw() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    o.read(true).write(true);
-    o
-}
 
 /// Every page of a file can be latched: nothing is pinned or latched.
 fn assert_nothing_held(f: &pagecache::File) {
@@ -25,13 +19,6 @@ fn assert_nothing_held(f: &pagecache::File) {
             "page {i} still pinned or latched"
         );
     }
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

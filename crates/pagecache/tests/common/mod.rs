@@ -125,3 +125,19 @@ pub fn noop_waker() -> std::task::Waker {
     }
     std::sync::Arc::new(Noop).into()
 }
+
+/// Options to open an existing file for reading and writing.
+pub fn rw() -> pagecache::OpenOptions {
+    let mut o = pagecache::OpenOptions::new();
+    o.read(true).write(true);
+    o
+}
+
+/// A tokio runtime on the calling thread, with its timers and I/O.
+#[cfg(not(loom))]
+pub fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
