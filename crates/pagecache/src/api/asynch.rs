@@ -416,14 +416,8 @@ impl File {
         .await;
         // A missing partial last page is read now, in flight with the
         // first's (as `write_at`); a hint: its error surfaces below.
+        c.read_last_ahead(fs, offset, end);
         let ps = c.page_size;
-        let last = (end - 1) >> c.shift;
-        if last > offset >> c.shift
-            && end & (ps as u64 - 1) != 0
-            && fs.tree.lookup(&c.nodes, last).is_none()
-        {
-            c.read_async(fs, last, last + 1, false);
-        }
         let mut done = 0;
         while done < buf.len() {
             let pos = offset + done as u64;

@@ -58,6 +58,7 @@ use crossbeam_utils::CachePadded;
 use std::io;
 use std::sync::{Arc, Weak};
 
+mod async_frames;
 mod asynch;
 pub(crate) use asynch::{GetPage, Handoff};
 pub(crate) use evict::DeferDirty;
@@ -170,7 +171,7 @@ pub(crate) struct Inner {
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
     /// (A) frame events for futures that found no frame (5.9 F1).
-    pub(crate) async_frames: asynch::FrameEvents,
+    pub(crate) async_frames: async_frames::FrameEvents,
     /// Helper threads for futures' work with no asynchronous form
     /// (`sync_async`; a leaf mutex).
     pub(crate) helpers: helpers::Helpers,

@@ -359,21 +359,8 @@ impl Inner {
         let end = self.write_end(fs, buf.len(), offset)?;
         // Dirty throttling, before any lock (cache/flusher.rs).
         self.balance_dirty();
-        // 5.3 for a write: the only pages it must read are a partial first
-        // and a partial last page. A missing last one is read
-        // asynchronously now, so that its read is in flight with the first
-        // page's (or while the pages between are copied): one wait, not two
-        // in a row. A hint: its error, if any, surfaces when the loop below
-        // reads the page itself; `read_async` skips a page past end of file
-        // (the lookup only spares it a cached page). Before the size lock
-        // (reads may evict).
-        let last = (end - 1) >> self.shift;
-        if last > offset >> self.shift
-            && end & (self.page_size as u64 - 1) != 0
-            && fs.tree.lookup(&self.nodes, last).is_none()
-        {
-            self.read_async(fs, last, last + 1, false);
-        }
+        // Before the size lock (reads may evict).
+        let last = self.read_last_ahead(fs, offset, end);
         let size = fs.size.read(last);
         let ps = self.page_size;
         let mut done = 0;
@@ -392,6 +379,26 @@ impl Inner {
         }
         drop(size);
         Ok(())
+    }
+
+    /// 5.3 for a write of `offset..end`: the only pages it must read are
+    /// a partial first and a partial last page. A missing last one is
+    /// read asynchronously now, so that its read is in flight with the
+    /// first page's (or while the pages between are copied): one wait,
+    /// not two in a row. A hint: its error, if any, surfaces when the
+    /// writer reads the page itself; `read_async` skips a page past end
+    /// of file (the lookup only spares it a cached page). Returns the
+    /// write's last page. Context: no sleep but reclaim's (none for a
+    /// future: `DeferDirty`); no size lock held.
+    pub(crate) fn read_last_ahead(&self, fs: &Arc<FileShared>, offset: u64, end: u64) -> u64 {
+        let last = (end - 1) >> self.shift;
+        if last > offset >> self.shift
+            && end & (self.page_size as u64 - 1) != 0
+            && fs.tree.lookup(&self.nodes, last).is_none()
+        {
+            self.read_async(fs, last, last + 1, false);
+        }
+        last
     }
 
     /// The end of a write of `len` bytes at `offset`, checked: no overflow,
