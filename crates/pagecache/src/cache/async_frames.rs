@@ -5,8 +5,9 @@
 //! for them to end their wait as a thread's reclaim would. The steps and
 //! the handshake are in `cache/asynch.rs`'s block.
 
-use super::Inner;
+use super::{FileShared, Inner};
 use crate::frame::FrameNo;
+use crate::stats::Counter;
 use crate::sync::waitq::{self, Registration};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::io;
@@ -58,7 +59,7 @@ impl FrameEvents {
         self.event();
     }
 
-    pub(crate) fn loops(&self) -> u64 {
+    fn loops(&self) -> u64 {
         // Relaxed: as above.
         self.loops.load(Ordering::Relaxed)
     }
@@ -78,24 +79,24 @@ impl FrameEvents {
         self.deferred.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn deferrals(&self) -> u64 {
+    fn deferrals(&self) -> u64 {
         // Relaxed: as above.
         self.deferred.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn rounds(&self) -> u64 {
+    fn rounds(&self) -> u64 {
         // Relaxed: compared across polls only.
         self.rounds.load(Ordering::Relaxed)
     }
 
     /// Write-back errors so far.
-    pub(crate) fn wb_errors(&self) -> u64 {
+    fn wb_errors(&self) -> u64 {
         // Acquire: pairs with `note_wb_error`.
         self.wb_errors.load(Ordering::Acquire)
     }
 
     /// The last write-back error, rebuilt, under `msg`.
-    pub(crate) fn wb_error(&self, msg: String) -> io::Error {
+    fn wb_error(&self, msg: String) -> io::Error {
         let base = match self.wb_error.lock().clone() {
             Some((_, Some(errno), m)) => {
                 crate::error::context(io::Error::from_raw_os_error(errno), m)
@@ -117,7 +118,7 @@ impl FrameEvents {
     }
 
     /// The count to hand to [`FrameEvents::wait`] (read before trying).
-    pub(crate) fn seen(&self) -> u64 {
+    fn seen(&self) -> u64 {
         // SeqCst: one side of the handshake with `event`.
         self.events.load(Ordering::SeqCst)
     }
@@ -161,5 +162,184 @@ impl FrameEvents {
         }
         c.release(f);
         self.claimed();
+    }
+}
+
+/// F1: rounds of the flusher's work for reclaim (dirty pages reclaim
+/// passed it) writing nothing (every such page deferred by its hook)
+/// before a future waiting for a frame gives up as a thread's reclaim does
+/// (`OutOfMemory`); the first may have begun before the future's pages
+/// were handed over.
+const NO_WRITE_ROUNDS: u64 = 2;
+
+/// Counts read before a try for a frame (F1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Before {
+    /// Frame events (for [`FrameEvents::wait`]).
+    pub(crate) seen: u64,
+    /// Write-back errors.
+    errors: u64,
+    /// Hook deferrals of the flusher's work for reclaim.
+    deferrals: u64,
+}
+
+/// What the flusher had done at one look (F1).
+#[derive(Debug, Clone, Copy)]
+struct Since {
+    errors: u64,
+    written: u64,
+    rounds: u64,
+    deferrals: u64,
+}
+
+/// A future's wait for a frame (F1): what the flusher had done when the
+/// wait began (or pages were last written), the flusher's loop count when
+/// the future began to wait for it while it was busy, and the write-back
+/// error count before the first try (never reset while the future waits).
+#[derive(Debug, Default)]
+pub(crate) struct FrameWait {
+    since: Option<Since>,
+    busy_since: Option<u64>,
+    first_errors: Option<u64>,
+}
+
+/// F1's verdict on a try that found no frame.
+#[derive(Debug)]
+pub(crate) enum NoFrame {
+    /// Look the page up and try again now.
+    Retry,
+    /// Wait for the next frame event.
+    Wait,
+    /// Poll again after the executor's other tasks (another reclaimer or
+    /// a truncate ends in a moment, with no event).
+    Yield,
+    /// The blocking path's answer.
+    Fail(io::Error),
+}
+
+impl FrameEvents {
+    /// The counts F1 reads before a try. Context: any.
+    pub(crate) fn before_try(&self) -> Before {
+        Before {
+            seen: self.seen(),
+            errors: self.wb_errors(),
+            deferrals: self.deferrals(),
+        }
+    }
+}
+
+impl Inner {
+    /// F1 after `try_insert` found no frame (`e`, reclaim's
+    /// `OutOfMemory`) for page `index` of `fs`; `before` was read before
+    /// the try. Context: no sleep (a look at every frame's state word).
+    pub(crate) fn no_frame(
+        &self,
+        w: &mut FrameWait,
+        before: Before,
+        e: io::Error,
+        fs: &FileShared,
+        index: u64,
+    ) -> NoFrame {
+        let write_failed = |c: &Inner| {
+            c.async_frames.wb_error(format!(
+                "{}: page {index}: no frame free: every evictable page is dirty and \
+                 writing it back failed",
+                fs.path.display()
+            ))
+        };
+        // Relaxed: hints (frames that come back by themselves); a stale
+        // non-zero costs one wait until the next event.
+        let mut in_flight =
+            self.filling.load(Ordering::Relaxed) + self.async_frames.handed.load(Ordering::Relaxed);
+        // As reclaim's last look: some page evictable (dirty: this
+        // thread's reclaim passed every dirty one to the flusher), or
+        // frames on their way back (a write-back in flight, a read, a
+        // frame between its last release and the pool).
+        let (evictable, moving) = self.outlook_now();
+        // What the flusher did since the wait began: its writes failed
+        // with none succeeding (the blocking path's error: the last
+        // write-back error); the hooks kept pages it took for reclaim
+        // dirty (a thread's reclaim would have met the same deferrals and
+        // given up: `OutOfMemory`); rounds of its work for reclaim wrote
+        // nothing; or pages were written (look again).
+        let now = Since {
+            errors: self.async_frames.wb_errors(),
+            written: self.counters.sum(Counter::Writebacks),
+            rounds: self.async_frames.rounds(),
+            deferrals: self.async_frames.deferrals(),
+        };
+        match w.since {
+            Some(s) if now.deferrals > s.deferrals => {
+                return NoFrame::Fail(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "{}: page {index}: no frame free: the dirty pages that could be \
+                         evicted were deferred by their files' write-back hooks (make the \
+                         log durable, then retry)",
+                        fs.path.display()
+                    ),
+                ));
+            }
+            Some(s) if now.written == s.written && now.errors > s.errors => {
+                return NoFrame::Fail(write_failed(self));
+            }
+            Some(s) if now.written == s.written && now.rounds >= s.rounds + NO_WRITE_ROUNDS => {
+                return NoFrame::Fail(e);
+            }
+            Some(s) if now.written == s.written => {}
+            Some(_) => {
+                // Pages were written since: look again.
+                w.since = Some(now);
+                return NoFrame::Retry;
+            }
+            None => {
+                // The first look: errors and deferrals from before this
+                // try count (its dirty victims went to the flusher during
+                // it).
+                w.since = Some(Since {
+                    errors: before.errors,
+                    deferrals: before.deferrals,
+                    ..now
+                });
+                w.first_errors.get_or_insert(before.errors);
+                if now.errors > before.errors || now.deferrals > before.deferrals {
+                    return NoFrame::Retry;
+                }
+            }
+        }
+        // Dirty pages nobody holds (reclaim queued them for the flusher
+        // and kicked it), or frames on their way back: the next frame
+        // event says when to look again. So does the flusher at work (its
+        // write-back pins make frames neither evictable nor on their way
+        // back for a moment), for two rounds of its loop at most.
+        if evictable || moving {
+            in_flight += 1;
+        } else if self.flusher_busy() {
+            let loops = self.async_frames.loops();
+            let l0 = *w.busy_since.get_or_insert(loops);
+            if loops < l0 + 2 {
+                in_flight += 1;
+            }
+        }
+        if in_flight > 0 {
+            return NoFrame::Wait;
+        }
+        // Other reclaimers holding candidates, truncates freeing frames:
+        // they end in a moment, with no event to wait for (a patient
+        // thread waits for them in reclaim). RMW reads: the latest counts,
+        // as reclaim reads them.
+        if self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+            || self.freeing.fetch_add(0, Ordering::AcqRel) > 0
+        {
+            return NoFrame::Yield;
+        }
+        // Write-backs failed while the future waited (the flusher's, of
+        // the dirty victims it was passed): the frames stayed dirty
+        // because of them, and a thread's reclaim would report its own
+        // such failure.
+        if self.async_frames.wb_errors() > w.first_errors.unwrap_or(before.errors) {
+            return NoFrame::Fail(write_failed(self));
+        }
+        NoFrame::Fail(e)
     }
 }

@@ -155,18 +155,12 @@ use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use super::async_frames::{FrameWait, NoFrame};
 use super::PinMiss;
 
 /// Frozen-frame retries before waiting for the remover on the tree lock
 /// (as `lookup.rs`).
 const SPIN_RETRIES: u32 = 4;
-
-/// F1: rounds of the flusher's work for reclaim (dirty pages reclaim
-/// passed it) writing nothing (every such page deferred by its hook)
-/// before a future waiting for a frame gives up as a thread's reclaim does
-/// (`OutOfMemory`); the first may have begun before the future's pages
-/// were handed over.
-const NO_WRITE_ROUNDS: u64 = 2;
 
 /// A value handed from a completion to the future that waits for it
 /// (M2-M3, H1, D): a mutex, so "completed" and "dropped" are ordered.
@@ -267,17 +261,9 @@ pub(crate) struct GetPage {
     st: St,
     reg: Registration,
     retries: u32,
-    /// F1 waits for the flusher: the write-back error, page, flusher round
-    /// and hook deferral counts when the wait began (errors since and no
-    /// page written, deferrals since, or [`NO_WRITE_ROUNDS`] rounds with
-    /// nothing written: the flusher cannot clean frames, and the future
-    /// gets the blocking path's error instead of waiting on).
-    wb_errors: Option<(u64, u64, u64, u64)>,
-    /// F1 waits while the flusher is busy: its loop count then.
-    busy_since: Option<u64>,
-    /// The write-back error count before the first try that found no
-    /// frame (never reset while the future waits).
-    first_errors: Option<u64>,
+    /// F1: what the flusher did since this future began to wait for a
+    /// frame.
+    frames: FrameWait,
 }
 
 impl GetPage {
@@ -289,9 +275,7 @@ impl GetPage {
             st: St::Look,
             reg: Registration::default(),
             retries: 0,
-            wb_errors: None,
-            busy_since: None,
-            first_errors: None,
+            frames: FrameWait::default(),
         }
     }
 
@@ -485,10 +469,7 @@ impl GetPage {
         cx: &mut Context<'_>,
     ) -> Option<Poll<io::Result<FrameNo>>> {
         let index = self.index;
-        let seen = c.async_frames.seen();
-        // What the flusher's work on this try's dirty victims may bring:
-        // counted from before the try (F1).
-        let pre = (c.async_frames.wb_errors(), c.async_frames.deferrals());
+        let before = c.async_frames.before_try();
         // No dirty victim written back on this thread: its write would
         // block the executor (F1: the flusher writes them).
         let defer = super::evict::DeferDirty::new();
@@ -498,122 +479,23 @@ impl GetPage {
             Ok(Some(f)) => f,
             Ok(None) => return None, // another's page: look it up
             Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
-                // F1. Relaxed: hints (frames that come back by themselves);
-                // a stale non-zero costs one wait until the next event.
-                let mut in_flight = c.filling.load(Ordering::Relaxed)
-                    + c.async_frames.handed.load(Ordering::Relaxed);
-                // As reclaim's last look: some page evictable (dirty: this
-                // thread's reclaim passed every dirty one to the flusher),
-                // or frames on their way back (a write-back in flight, a
-                // read, a frame between its last release and the pool).
-                let (evictable, moving) = c.outlook_now();
-                // What the flusher did since this future began to wait:
-                // its writes failed with none succeeding (the blocking
-                // path's error: the last write-back error); the hooks kept
-                // pages it took for reclaim dirty (a thread's reclaim
-                // would have met the same deferrals and given up:
-                // `OutOfMemory`); rounds of its work for reclaim wrote
-                // nothing; or pages were written (look again).
-                let now = (
-                    c.async_frames.wb_errors(),
-                    c.counters.sum(Counter::Writebacks),
-                    c.async_frames.rounds(),
-                    c.async_frames.deferrals(),
-                );
-                match self.wb_errors {
-                    Some((_, _, _, d0)) if now.3 > d0 => {
-                        return Some(Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::OutOfMemory,
-                            format!(
-                                "{}: page {index}: no frame free: the dirty pages that \
-                                 could be evicted were deferred by their files' write-back \
-                                 hooks (make the log durable, then retry)",
-                                fs.path.display()
-                            ),
-                        ))));
-                    }
-                    Some((e0, w0, _, _)) if now.1 == w0 && now.0 > e0 => {
-                        return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
-                            "{}: page {index}: no frame free: every evictable page is \
-                             dirty and writing it back failed",
-                            fs.path.display()
-                        )))));
-                    }
-                    Some((_, w0, r0, _)) if now.1 == w0 && now.2 >= r0 + NO_WRITE_ROUNDS => {
-                        return Some(Poll::Ready(Err(e)));
-                    }
-                    Some((_, w0, _, _)) if now.1 == w0 => {}
-                    Some(_) => {
-                        // Pages were written since: look again.
-                        self.wb_errors = Some(now);
-                        return None;
-                    }
-                    None => {
-                        // The first look: errors and deferrals from
-                        // before this try count (its dirty victims went to
-                        // the flusher during it).
-                        self.wb_errors = Some((pre.0, now.1, now.2, pre.1));
-                        self.first_errors.get_or_insert(pre.0);
-                        if now.0 > pre.0 || now.3 > pre.1 {
-                            return None;
-                        }
-                    }
-                }
-                // Dirty pages nobody holds (reclaim queued them for the
-                // flusher and kicked it), or frames on their way back:
-                // the next frame event says when to look again. So does
-                // the flusher at work (its write-back pins make frames
-                // neither evictable nor on their way back for a moment),
-                // for two rounds of its loop at most.
-                if evictable || moving {
-                    in_flight += 1;
-                } else if c.flusher_busy() {
-                    let loops = c.async_frames.loops();
-                    match self.busy_since {
-                        Some(l0) if loops >= l0 + 2 => {}
-                        Some(_) => in_flight += 1,
-                        None => {
-                            self.busy_since = Some(loops);
-                            in_flight += 1;
-                        }
-                    }
-                }
-                if in_flight == 0 {
-                    // Other reclaimers holding candidates, truncates
-                    // freeing frames: they end in a moment, with no event
-                    // to wait for (a patient thread waits for them in
-                    // reclaim): yield. RMW reads: the latest counts, as
-                    // reclaim reads them.
-                    if c.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
-                        || c.freeing.fetch_add(0, Ordering::AcqRel) > 0
-                    {
+                return match c.no_frame(&mut self.frames, before, e, fs, index) {
+                    NoFrame::Retry => None,
+                    NoFrame::Fail(e) => Some(Poll::Ready(Err(e))),
+                    NoFrame::Yield => {
                         cx.waker().wake_by_ref();
-                        return Some(Poll::Pending);
+                        Some(Poll::Pending)
                     }
-                    // Write-backs failed while this future waited (the
-                    // flusher's, of the dirty victims it was passed): the
-                    // frames stayed dirty because of them, and a thread's
-                    // reclaim would report its own such failure.
-                    if c.async_frames.wb_errors() > self.first_errors.unwrap_or(pre.0) {
-                        return Some(Poll::Ready(Err(c.async_frames.wb_error(format!(
-                            "{}: page {index}: no frame free: every evictable page is \
-                             dirty and writing it back failed",
-                            fs.path.display()
-                        )))));
-                    }
-                    return Some(Poll::Ready(Err(e)));
-                }
-                return c
-                    .async_frames
-                    .wait(seen, &mut self.reg, cx.waker())
-                    .then_some(Poll::Pending);
+                    NoFrame::Wait => c
+                        .async_frames
+                        .wait(before.seen, &mut self.reg, cx.waker())
+                        .then_some(Poll::Pending),
+                };
             }
             Err(e) => return Some(Poll::Ready(Err(e))),
         };
         waitq::cancel(&mut self.reg);
-        self.wb_errors = None;
-        self.busy_since = None;
-        self.first_errors = None;
+        self.frames = FrameWait::default();
         if self.overwrite {
             // Inserted latched, not up to date: the writer fills every
             // byte (as `get_page_latched` with `overwrite`).
