@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   pagecache list
-  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--busy N]
+  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--vmcache-pc PATH] [--busy N] [--case in|out]
   pagecache compare A.json B.json
   pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)";
 
@@ -126,9 +126,25 @@ fn bench(args: &[String]) -> ExitCode {
                 },
                 None => return fail("--vmcache needs the path of vmcache's binary", 2),
             },
+            "--vmcache-pc" => match value() {
+                Some(p) => match scenarios::btree::check_vmcache(std::path::Path::new(&p)) {
+                    Ok(p) => o.vmcache_pc = Some(p),
+                    Err(e) => return fail(e, 2),
+                },
+                None => {
+                    return fail(
+                        "--vmcache-pc needs the path of vmcache's B-tree built over the C ABI (benches/vmcache-pc/build.sh)",
+                        2,
+                    )
+                }
+            },
             "--busy" => match value().and_then(|v| v.parse::<usize>().ok()) {
                 Some(n) if n <= 256 => o.busy = n,
                 _ => return fail("--busy needs a number of processes (0 to 256)", 2),
+            },
+            "--case" => match value() {
+                Some(c) if c == "in" || c == "out" => o.case = Some(c),
+                _ => return fail("--case needs `in` or `out` (TPC-C in or out of memory)", 2),
             },
             "--out" => match value() {
                 Some(d) => out = Some(PathBuf::from(d)),
@@ -176,7 +192,7 @@ fn bench(args: &[String]) -> ExitCode {
         .iter()
         .enumerate()
         .map(|(i, a)| match i.checked_sub(1).map(|p| args[p].as_str()) {
-            Some("--vmcache") => std::path::Path::new(a)
+            Some("--vmcache" | "--vmcache-pc") => std::path::Path::new(a)
                 .file_name()
                 .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned()),
             _ => a.clone(),

@@ -21,10 +21,17 @@ pub struct Opts {
     /// vmcache's binary (`--vmcache PATH`): the `btree` scenario runs it
     /// beside our designs.
     pub vmcache: Option<std::path::PathBuf>,
+    /// vmcache's B-tree and TPC-C over this library's C ABI
+    /// (`--vmcache-pc PATH`, built by `benches/vmcache-pc/build.sh`): the
+    /// TPC-C tables run it as a design of their own.
+    pub vmcache_pc: Option<std::path::PathBuf>,
     /// Busy processes kept spinning on the CPUs beside the measurements
     /// that say so (`--busy N`: the `async` scenario, each configuration
     /// and its device reference under the same load).
     pub busy: usize,
+    /// Cases of the scenarios that have several data sizes (`--case in` or
+    /// `--case out`: TPC-C in or out of memory); `None`: all.
+    pub case: Option<String>,
 }
 
 impl Default for Opts {
@@ -35,7 +42,9 @@ impl Default for Opts {
             runs: 5,
             tiny: false,
             vmcache: None,
+            vmcache_pc: None,
             busy: 0,
+            case: None,
         }
     }
 }

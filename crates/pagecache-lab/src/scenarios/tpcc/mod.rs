@@ -449,31 +449,37 @@ fn fmt_num(x: f64, prec: usize) -> String {
 pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
     let sz = size(o);
     let threads = o.threads.clone();
-    let designs: &[&str] = if o.vmcache.is_some() {
-        &["pagecache-btree", "vmcache"]
-    } else {
-        &["pagecache-btree"]
-    };
+    // The designs: ours, vmcache's B-tree over the C ABI, vmcache.
+    let mut designs: Vec<(&str, Option<&Path>)> = vec![("pagecache-btree", None)];
+    if let Some(p) = o.vmcache_pc.as_deref() {
+        designs.push(("vmcache-btree over pagecache", Some(p)));
+    }
+    if let Some(p) = o.vmcache.as_deref() {
+        designs.push(("vmcache", Some(p)));
+    }
+    let vm = designs.iter().position(|d| d.0 == "vmcache");
     // res[case][design][threads] = runs
     let mut res: Vec<Vec<Vec<Vec<Run>>>> =
         vec![vec![vec![Vec::new(); threads.len()]; designs.len()]; 2];
-    let total = sz.runs * 2 * designs.len() * threads.len();
+    let wanted = |c: &Case| match o.case.as_deref() {
+        Some("in") => c.name == "in memory",
+        Some("out") => c.name == "out of memory",
+        _ => true,
+    };
+    let ncases = sz.cases.iter().filter(|c| wanted(c)).count();
+    let total = sz.runs * ncases * designs.len() * threads.len();
     let mut done = 0;
     for _ in 0..sz.runs {
         for (ci, case) in sz.cases.iter().enumerate() {
-            for (di, &d) in designs.iter().enumerate() {
+            if !wanted(case) {
+                continue;
+            }
+            for (di, &(d, bin)) in designs.iter().enumerate() {
                 for (ti, &t) in threads.iter().enumerate() {
                     progress(&format!("tpcc {} {d} {t}t", case.name), done, total);
-                    let r = if di == 0 {
-                        ours(dir, *case, sz, t)?
-                    } else {
-                        vmcache(
-                            o.vmcache.as_deref().expect("checked"),
-                            dir,
-                            *case,
-                            t,
-                            sz.secs,
-                        )?
+                    let r = match bin {
+                        None => ours(dir, *case, sz, t)?,
+                        Some(bin) => vmcache(bin, dir, *case, t, sz.secs)?,
                     };
                     res[ci][di][ti].push(r);
                     done += 1;
@@ -484,6 +490,9 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
     let med = |runs: &[Run], f: fn(&Run) -> f64| crate::runner::median_of(runs, f);
     let mut out = Vec::new();
     for (ci, case) in sz.cases.iter().enumerate() {
+        if !wanted(case) {
+            continue;
+        }
         let mut t = Table::new(
             format!(
                 "btree, TPC-C (vmcache's), {}: {} warehouses, pool {} MiB (vmcache's: {} GiB), {} s runs ({} runs, medians)",
@@ -496,15 +505,11 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
             ),
             &["Design", "Threads", "tx/s", "vs vmcache", "Written per tx", "Written per evicted", "Write-back CPU", "Arena faults CPU", "Restarts per tx"],
         );
-        for (di, &d) in designs.iter().enumerate() {
+        for (di, &(d, _)) in designs.iter().enumerate() {
             for (ti, &th) in threads.iter().enumerate() {
                 let runs = &res[ci][di][ti];
                 let tx = med(runs, |r| r.tx);
-                let vm = if designs.len() > 1 {
-                    med(&res[ci][1][ti], |r| r.tx)
-                } else {
-                    f64::NAN
-                };
+                let vm = vm.map_or(f64::NAN, |v| med(&res[ci][v][ti], |r| r.tx));
                 let pct = |x: f64| {
                     if x.is_nan() {
                         "-".to_string()

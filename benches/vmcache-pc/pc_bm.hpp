@@ -1,0 +1,375 @@
+// vmcache's buffer manager and guards (Leis et al., SIGMOD 2023, MIT)
+// replaced by pagecache's C ABI, for vmcache's own B-tree and TPC-C
+// (benches/vmcache-pc/build.sh cuts vmcache.cpp's buffer manager out and
+// includes this file in its place; everything else of vmcache.cpp is
+// compiled unchanged).
+//
+// The mapping, guard by guard:
+//   GuardO     pc_page_optimistic_hinted (the frame hint from `hints[pid]`,
+//              one 8-byte word per page id as vmcache's own state array);
+//              checkVersionAndRestart is the inline pc_optimistic_valid.
+//   GuardX     pc_page_latch, or from a GuardO pc_optimistic_upgrade
+//              (-EAGAIN: restart); released with pc_pin_release (dirty:
+//              vmcache's exclusive guards all set the page's dirty flag).
+//   GuardS     pc_page_pin, or from a GuardO pc_page_try_pin and the view
+//              still valid after it (vmcache: tryLockS at the version).
+//   AllocGuard pc_page_new at the next page id (vmcache's allocCount).
+// bm.toPID(node) of a latched node: a per-thread table of the pages this
+// thread holds latched (vmcache computes it from the node's address).
+//
+// The file (BLOCK) is truncated and grown page by page; the cache's
+// budget is PHYSGB GiB. Statistics as vmcache's: pages read and written
+// back (the cache's counters), allocCount.
+#pragma once
+
+#include <pagecache.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+struct OLCRestartException {};
+
+[[noreturn]] static void pcFail(const char* what, int r) {
+   const char* e = pc_last_error();
+   std::cerr << "vmcache-pc: " << what << ": " << strerror(-r) << ": " << (e ? e : "") << std::endl;
+   std::exit(EXIT_FAILURE);
+}
+
+u64 envOr(const char* env, u64 value) {
+   if (getenv(env))
+      return atof(getenv(env));
+   return value;
+}
+
+struct BufferManager {
+   static const u64 mb = 1024ull * 1024;
+   static const u64 gb = 1024ull * 1024 * 1024;
+   u64 virtSize;
+   u64 physSize;
+   u64 virtCount;
+   bool useExmap = false;
+   u64 batch = 0;
+   pc_cache* cache = nullptr;
+   pc_file* file = nullptr;
+   // Each page id's frame hint (PC_NO_HINT: none yet).
+   std::atomic<u64>* hints;
+   std::atomic<u64> allocCount;
+   // Reported per second by vmcache's main: the cache's counters' deltas.
+   struct Counter {
+      u64 last = 0;
+      bool reads;
+      explicit Counter(bool reads) : reads(reads) {}
+      u64 exchange(u64) {
+         u64 now = current();
+         u64 d = now - last;
+         last = now;
+         return d;
+      }
+      Counter& operator=(u64) {
+         last = current();
+         return *this;
+      }
+      u64 current();
+   };
+   Counter readCount{true};
+   Counter writeCount{false};
+
+   BufferManager() : virtSize(envOr("VIRTGB", 16) * gb), physSize(envOr("PHYSGB", 4) * gb), virtCount(virtSize / pageSize) {
+      const char* path = getenv("BLOCK") ? getenv("BLOCK") : "/tmp/bm";
+      pc_config c;
+      if (int r = pc_config_default(&c))
+         pcFail("pc_config_default", r);
+      c.capacity = physSize;
+      if (int r = pc_cache_new(&c, &cache))
+         pcFail("pc_cache_new", r);
+      if (int r = pc_file_open(cache, path, PC_READ | PC_WRITE | PC_CREATE | PC_TRUNCATE, &file))
+         pcFail(path, r);
+      hints = new std::atomic<u64>[virtCount];
+      for (u64 i = 0; i < virtCount; i++)
+         hints[i].store(PC_NO_HINT, std::memory_order_relaxed);
+      // Page 0: vmcache's metadata page (zeroes on its disk at the start).
+      pc_pin pin;
+      if (int r = pc_page_new(file, 0, &pin))
+         pcFail("metadata page", r);
+      hints[0].store(pin.hint, std::memory_order_relaxed);
+      pc_pin_release(&pin);
+      allocCount = 1;
+      std::cerr << "vmcache-pc blk:" << path << " virtgb:" << virtSize / gb << " physgb:" << physSize / gb << std::endl;
+   }
+   ~BufferManager() {}
+
+   u64 hint(PID pid) { return hints[pid].load(std::memory_order_relaxed); }
+   void setHint(PID pid, u64 h) {
+      if (hints[pid].load(std::memory_order_relaxed) != h)
+         hints[pid].store(h, std::memory_order_relaxed);
+   }
+   bool isValidPtr(void*) { return false; }
+   PID toPID(void* page);
+};
+
+BufferManager bm;
+
+u64 BufferManager::Counter::current() {
+   pc_stats s;
+   if (int r = pc_cache_stats(bm.cache, &s))
+      pcFail("pc_cache_stats", r);
+   return reads ? s.reads : s.writebacks;
+}
+
+// The pages this thread holds latched: vmcache's split and merge ask for
+// a latched node's page id by its address.
+struct Held {
+   const void* ptr;
+   PID pid;
+};
+static thread_local Held held[16];
+static thread_local unsigned heldCount = 0;
+
+static void heldAdd(const void* ptr, PID pid) {
+   if (heldCount == 16) {
+      std::cerr << "vmcache-pc: more than 16 latches held by one thread" << std::endl;
+      std::exit(EXIT_FAILURE);
+   }
+   held[heldCount++] = {ptr, pid};
+}
+
+static void heldRemove(const void* ptr) {
+   for (unsigned i = 0; i < heldCount; i++)
+      if (held[i].ptr == ptr) {
+         held[i] = held[--heldCount];
+         return;
+      }
+}
+
+PID BufferManager::toPID(void* page) {
+   for (unsigned i = 0; i < heldCount; i++)
+      if (held[i].ptr == page)
+         return held[i].pid;
+   std::cerr << "vmcache-pc: toPID of a page this thread does not hold latched" << std::endl;
+   std::exit(EXIT_FAILURE);
+}
+
+template <class T>
+struct GuardO {
+   PID pid;
+   T* ptr;
+   pc_optimistic view;
+   static const u64 moved = ~0ull;
+
+   explicit GuardO(u64 pid) : pid(pid) { init(); }
+
+   template <class T2>
+   GuardO(u64 pid, GuardO<T2>& parent) {
+      parent.checkVersionAndRestart();
+      this->pid = pid;
+      init();
+   }
+
+   GuardO(GuardO&& other) {
+      pid = other.pid;
+      ptr = other.ptr;
+      view = other.view;
+   }
+
+   void init() {
+      int r = pc_page_optimistic_hinted(bm.file, pid, bm.hint(pid), &view);
+      if (r)
+         pcFail("pc_page_optimistic_hinted", r);
+      bm.setHint(pid, view.hint);
+      ptr = reinterpret_cast<T*>(const_cast<uint8_t*>(view.data));
+   }
+
+   GuardO& operator=(GuardO&& other) {
+      if (pid != moved)
+         checkVersionAndRestart();
+      pid = other.pid;
+      ptr = other.ptr;
+      view = other.view;
+      other.pid = moved;
+      other.ptr = nullptr;
+      return *this;
+   }
+
+   GuardO& operator=(const GuardO&) = delete;
+   GuardO(const GuardO&) = delete;
+
+   void checkVersionAndRestart() {
+      if (pid != moved) {
+         if (pc_optimistic_valid(&view) == 1)
+            return;
+         if (std::uncaught_exceptions() == 0)
+            throw OLCRestartException();
+      }
+   }
+
+   ~GuardO() noexcept(false) { checkVersionAndRestart(); }
+
+   T* operator->() { return ptr; }
+
+   void release() {
+      checkVersionAndRestart();
+      pid = moved;
+      ptr = nullptr;
+   }
+};
+
+template <class T>
+struct GuardX {
+   PID pid;
+   T* ptr;
+   pc_pin pin;
+   static const u64 moved = ~0ull;
+
+   GuardX() : pid(moved), ptr(nullptr) {}
+
+   explicit GuardX(u64 pid) : pid(pid) {
+      int r = pc_page_latch(bm.file, pid, &pin);
+      if (r)
+         pcFail("pc_page_latch", r);
+      took();
+   }
+
+   explicit GuardX(GuardO<T>&& other) {
+      int r = pc_optimistic_upgrade(&other.view, &pin);
+      if (r == -EAGAIN)
+         throw OLCRestartException();
+      if (r)
+         pcFail("pc_optimistic_upgrade", r);
+      pid = other.pid;
+      other.pid = moved;
+      other.ptr = nullptr;
+      took();
+   }
+
+   void took() {
+      ptr = reinterpret_cast<T*>(pin.data);
+      bm.setHint(pid, pin.hint);
+      heldAdd(ptr, pid);
+      ptr->dirty = true;
+   }
+
+   void unfix() {
+      heldRemove(ptr);
+      int r = pc_pin_release(&pin);
+      if (r)
+         pcFail("pc_pin_release", r);
+   }
+
+   GuardX& operator=(const GuardX&) = delete;
+
+   GuardX& operator=(GuardX&& other) {
+      if (pid != moved)
+         unfix();
+      pid = other.pid;
+      ptr = other.ptr;
+      pin = other.pin;
+      other.pid = moved;
+      other.ptr = nullptr;
+      return *this;
+   }
+
+   GuardX(const GuardX&) = delete;
+
+   ~GuardX() {
+      if (pid != moved)
+         unfix();
+   }
+
+   T* operator->() { return ptr; }
+
+   void release() {
+      if (pid != moved) {
+         unfix();
+         pid = moved;
+      }
+   }
+};
+
+template <class T>
+struct AllocGuard : public GuardX<T> {
+   template <typename... Params>
+   AllocGuard(Params&&... params) {
+      u64 pid = bm.allocCount++;
+      if (pid >= bm.virtCount) {
+         std::cerr << "VIRTGB is too low" << std::endl;
+         std::exit(EXIT_FAILURE);
+      }
+      int r = pc_page_new(bm.file, pid, &this->pin);
+      if (r)
+         pcFail("pc_page_new", r);
+      GuardX<T>::pid = pid;
+      GuardX<T>::took();
+      new (GuardX<T>::ptr) T(std::forward<Params>(params)...);
+   }
+};
+
+template <class T>
+struct GuardS {
+   PID pid;
+   T* ptr;
+   pc_pin pin;
+   static const u64 moved = ~0ull;
+
+   explicit GuardS(u64 pid) : pid(pid) {
+      int r = pc_page_pin(bm.file, pid, &pin);
+      if (r)
+         pcFail("pc_page_pin", r);
+      ptr = reinterpret_cast<T*>(pin.data);
+   }
+
+   GuardS(GuardO<T>&& other) {
+      int r = pc_page_try_pin(bm.file, other.pid, &pin);
+      if (r == -EAGAIN)
+         throw OLCRestartException();
+      if (r)
+         pcFail("pc_page_try_pin", r);
+      if (pc_optimistic_valid(&other.view) != 1) {
+         pc_pin_release(&pin);
+         throw OLCRestartException();
+      }
+      pid = other.pid;
+      ptr = reinterpret_cast<T*>(pin.data);
+      other.pid = moved;
+      other.ptr = nullptr;
+   }
+
+   GuardS(GuardS&& other) {
+      pid = other.pid;
+      ptr = other.ptr;
+      pin = other.pin;
+      other.pid = moved;
+      other.ptr = nullptr;
+   }
+
+   GuardS& operator=(const GuardS&) = delete;
+
+   GuardS& operator=(GuardS&& other) {
+      if (pid != moved)
+         pc_pin_release(&pin);
+      pid = other.pid;
+      ptr = other.ptr;
+      pin = other.pin;
+      other.pid = moved;
+      other.ptr = nullptr;
+      return *this;
+   }
+
+   GuardS(const GuardS&) = delete;
+
+   ~GuardS() {
+      if (pid != moved)
+         pc_pin_release(&pin);
+   }
+
+   T* operator->() { return ptr; }
+
+   void release() {
+      if (pid != moved) {
+         pc_pin_release(&pin);
+         pid = moved;
+      }
+   }
+};
