@@ -44,8 +44,10 @@
 // `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
 // 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`;
 // 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
-// which was 0, also a frame).
-#define PC_ABI_VERSION 12
+// which was 0, also a frame; 13: `pc_file_fast` and the inline
+// `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
+// `PC_DESC_WORDS`; a view's private words are documented numbers).
+#define PC_ABI_VERSION 13
 
 // The `hint` of a pin that holds no page of a file (an anonymous page,
 // a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
@@ -132,6 +134,20 @@
 // The bit of a frame's state word that `pc_optimistic_valid` tests: set
 // while the frame holds a page that truncate or discard removed.
 #define PC_STATE_REMOVED 549755813888
+
+// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+// set while the frame's bytes hold its page. (Added in ABI 13.)
+#define PC_STATE_UPTODATE 34359738368
+
+// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+// the replacement policy's accessed bit, which a view sets when clear
+// (the inline view takes the call then). (Added in ABI 13.)
+#define PC_STATE_ACCESSED 274877906944
+
+// A frame descriptor's size in 64-bit words (`pc_fast::descs`): its state
+// word is word 0, its version word 1, its owner word 2 (`pc_fast::owner`
+// for a page of the file), its page index word 3. (Added in ABI 13.)
+#define PC_DESC_WORDS 8
 
 // The most pages a `pc_run` holds.
 #define PC_RUN_MAX 16
@@ -297,6 +313,30 @@ typedef struct pc_pin {
   // Private to the library: the pin itself.
   uint64_t private_[PC_PIN_PRIVATE_WORDS];
 } pc_pin;
+
+// Where `pc_page_optimistic_fast` reads (`pc_file_fast`): frame `f`'s
+// descriptor is the `PC_DESC_WORDS` words from `descs + f *
+// PC_DESC_WORDS`, its bytes the `page_size` from `frames + (f <<
+// page_shift)`. Valid while the file is open. (Added in ABI 13.)
+typedef struct pc_fast {
+  // The file the views are of.
+  const struct pc_file *file;
+  // Frame 0's descriptor.
+  const uint64_t *descs;
+  // Frame 0's bytes.
+  const uint8_t *frames;
+  // Frames in the cache: a hint at or past it takes the call.
+  uint64_t nframes;
+  // The owner word of the file's pages' descriptors.
+  uint64_t owner;
+  // The page size in bytes.
+  size_t page_size;
+  // log2 of `page_size`.
+  uint32_t page_shift;
+  // 0 when the inline view must always take the call (a cache with hit
+  // hooks); else 1.
+  uint32_t usable;
+} pc_fast;
 
 // An optimistic view of a cached page (`pc_page_optimistic`): no pin, no
 // shared write. Read the page's bytes through `data` (they may be
@@ -626,6 +666,15 @@ int pc_page_try_latch(const struct pc_file *file_, uint64_t index, struct pc_pin
 // handles come from this library and are not yet freed or closed.
 int pc_page_new(const struct pc_file *file_, uint64_t index, struct pc_pin *pin);
 
+// Fills `*fast` for `pc_page_optimistic_fast` of the file's pages. Each
+// view it takes inline is one `pc_page_optimistic_hinted` would take on
+// the same frame, read without a call.
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+// handles come from this library and are not yet freed or closed.
+int pc_file_fast(const struct pc_file *file_, struct pc_fast *fast);
+
 // As `pc_page_optimistic`, first trying frame `hint` (a `pc_pin::hint` or
 // `pc_optimistic::hint` of the same page from earlier): while the page is
 // still in that frame the view is taken without the index walk (two
@@ -874,5 +923,54 @@ static inline int pc_optimistic_valid(const pc_optimistic *view) {
   uint64_t state = __atomic_load_n(view->state_, __ATOMIC_ACQUIRE);
   return (state & PC_STATE_REMOVED) == 0 &&
          __atomic_load_n(view->version_word_, __ATOMIC_RELAXED) == view->version_;
+}
+
+/*
+ * pc_page_optimistic_hinted, inline (ABI 13): a view of page `index` from
+ * frame `hint` without a call while the page is there, else the call.
+ * `fast` comes from pc_file_fast of the file. The loads are the library's
+ * (Inner::optimistic_hinted, protocol 5.8 O2-O3 on the hinted frame), in
+ * this order:
+ *   1. hint < nframes, and the library's hit hooks are off (`usable`);
+ *   2. the version word, acquire: even (no change in progress); acquire
+ *      orders the loads below after it;
+ *   3. the state word, acquire: PC_STATE_UPTODATE set, PC_STATE_REMOVED
+ *      clear, and PC_STATE_ACCESSED set (a view sets the accessed bit
+ *      when clear: the call does that);
+ *   4. the owner and index words: this file's and `index` (a frame
+ *      changes page only inside a change, which makes the version odd
+ *      and then new: a view of another page fails validation).
+ * The view is then the version of step 2 in that frame, validated by
+ * pc_optimistic_valid and upgraded by pc_optimistic_upgrade as any.
+ */
+static inline int pc_page_optimistic_fast(const pc_fast *fast,
+                                          uint64_t index,
+                                          uint64_t hint,
+                                          pc_optimistic *view) {
+  if (fast != NULL && view != NULL && fast->usable && hint < fast->nframes) {
+    const uint64_t *d = fast->descs + hint * PC_DESC_WORDS;
+    uint64_t version = __atomic_load_n(d + 1, __ATOMIC_ACQUIRE);
+    if ((version & 1) == 0) {
+      uint64_t state = __atomic_load_n(d, __ATOMIC_ACQUIRE);
+      const uint64_t want = PC_STATE_UPTODATE | PC_STATE_ACCESSED;
+      if ((state & (want | PC_STATE_REMOVED)) == want &&
+          __atomic_load_n(d + 2, __ATOMIC_RELAXED) == fast->owner &&
+          __atomic_load_n(d + 3, __ATOMIC_RELAXED) == index) {
+        view->data = fast->frames + (hint << fast->page_shift);
+        view->len = fast->page_size;
+        view->index = index;
+        view->hint = hint;
+        view->state_ = d;
+        view->version_word_ = d + 1;
+        view->version_ = version;
+        view->held_ = PC_OPTIMISTIC_HELD;
+        view->private_[0] = (uint64_t)(uintptr_t)fast->file;
+        view->private_[1] = hint;
+        view->private_[2] = index;
+        return 0;
+      }
+    }
+  }
+  return pc_page_optimistic_hinted(fast == NULL ? NULL : fast->file, index, hint, view);
 }
 #endif

@@ -3,7 +3,8 @@
  * next to pread(2) of the same bytes, one thread; and a sequential scan,
  * per page: a pin + release each, or runs of 16 (pc_file_run); an
  * optimistic view + validation (by the index walk with the call, and
- * through the frame hint with the inline pc_optimistic_valid), and a latch
+ * through the frame hint with the inline pc_optimistic_valid, the view by
+ * the call or inline: pc_page_optimistic_fast), and a latch
  * + clean release. Prints `c <op> <ns per op>` lines, the median of RUNS
  * runs. */
 #include <fcntl.h>
@@ -27,7 +28,9 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-enum { READ, PIN, PREAD, OPT, OPT_HINTED, LATCH };
+enum { READ, PIN, PREAD, OPT, OPT_HINTED, OPT_FAST, LATCH };
+
+static pc_fast fast; /* pc_file_fast of the file */
 
 static uint64_t *hints; /* each page's frame, from a view */
 
@@ -50,6 +53,9 @@ static double run(int what, pc_file *f, int fd, uint64_t pages) {
         sink = (unsigned char)pc_optimistic_validate(&o);
       } else if (what == OPT_HINTED) {
         if (pc_page_optimistic_hinted(f, v % pages, hints[v % pages], &o) != 0) abort();
+        sink = (unsigned char)pc_optimistic_valid(&o);
+      } else if (what == OPT_FAST) {
+        if (pc_page_optimistic_fast(&fast, v % pages, hints[v % pages], &o) != 0) abort();
         sink = (unsigned char)pc_optimistic_valid(&o);
       } else if (what == LATCH) {
         if (pc_page_try_latch(f, v % pages, &pin) != 0) abort();
@@ -133,6 +139,8 @@ int main(int argc, char **argv) {
   }
   printf("c optimistic_validate %.1f\n", run(OPT, f, fd, pages));
   printf("c optimistic_hinted_valid %.1f\n", run(OPT_HINTED, f, fd, pages));
+  if (pc_file_fast(f, &fast) != 0) abort();
+  printf("c optimistic_fast_valid %.1f\n", run(OPT_FAST, f, fd, pages));
   printf("c latch_release_clean %.1f\n", run(LATCH, f, fd, pages));
   printf("c hot_latch_release_clean %.1f\n", run(LATCH, f, fd, 1));
   printf("c read_at_64 %.1f\n", run(READ, f, fd, pages));

@@ -5,8 +5,10 @@
 // compiled unchanged).
 //
 // The mapping, guard by guard:
-//   GuardO     pc_page_optimistic_hinted (the frame hint from `hints[pid]`,
-//              one 8-byte word per page id as vmcache's own state array);
+//   GuardO     pc_page_optimistic_fast, the inline hinted view (the frame
+//              hint from `hints[pid]`, one 8-byte word per page id as
+//              vmcache's own state array); with PC_VIEW_CALL set in the
+//              environment, the call pc_page_optimistic_hinted instead;
 //              checkVersionAndRestart is the inline pc_optimistic_valid.
 //   GuardX     pc_page_latch, or from a GuardO pc_optimistic_upgrade
 //              (-EAGAIN: restart); released with pc_pin_release (dirty:
@@ -54,6 +56,9 @@ struct BufferManager {
    u64 batch = 0;
    pc_cache* cache = nullptr;
    pc_file* file = nullptr;
+   pc_fast fast;
+   // Views by the call (PC_VIEW_CALL) rather than inline.
+   bool viewCall = getenv("PC_VIEW_CALL") != nullptr;
    // Each page id's frame hint (PC_NO_HINT: none yet).
    std::atomic<u64>* hints;
    std::atomic<u64> allocCount;
@@ -87,6 +92,8 @@ struct BufferManager {
          pcFail("pc_cache_new", r);
       if (int r = pc_file_open(cache, path, PC_READ | PC_WRITE | PC_CREATE | PC_TRUNCATE, &file))
          pcFail(path, r);
+      if (int r = pc_file_fast(file, &fast))
+         pcFail("pc_file_fast", r);
       hints = new std::atomic<u64>[virtCount];
       for (u64 i = 0; i < virtCount; i++)
          hints[i].store(PC_NO_HINT, std::memory_order_relaxed);
@@ -175,9 +182,10 @@ struct GuardO {
    }
 
    void init() {
-      int r = pc_page_optimistic_hinted(bm.file, pid, bm.hint(pid), &view);
+      int r = bm.viewCall ? pc_page_optimistic_hinted(bm.file, pid, bm.hint(pid), &view)
+                          : pc_page_optimistic_fast(&bm.fast, pid, bm.hint(pid), &view);
       if (r)
-         pcFail("pc_page_optimistic_hinted", r);
+         pcFail("pc_page_optimistic_fast", r);
       bm.setHint(pid, view.hint);
       ptr = reinterpret_cast<T*>(const_cast<uint8_t*>(view.data));
    }

@@ -83,8 +83,10 @@ pub use run::*;
 /// `pc_file_set_writeback_hook`, and `pc_page_new` of an unwritten hole;
 /// 11: the completion queue, `pc_queue_*`, `pc_completion`, `PC_PENDING`;
 /// 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
-/// which was 0, also a frame).
-pub const PC_ABI_VERSION: u32 = 12;
+/// which was 0, also a frame; 13: `pc_file_fast` and the inline
+/// `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
+/// `PC_DESC_WORDS`; a view's private words are documented numbers).
+pub const PC_ABI_VERSION: u32 = 13;
 
 /// The `hint` of a pin that holds no page of a file (an anonymous page,
 /// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`

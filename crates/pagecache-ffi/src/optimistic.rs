@@ -52,10 +52,16 @@ pub struct pc_optimistic {
     pub private_: [u64; PC_OPTIMISTIC_PRIVATE_WORDS],
 }
 
-/// What a `pc_optimistic`'s private words hold.
+/// What a `pc_optimistic`'s private words hold (`pc_page_optimistic_fast`
+/// writes them inline, so their layout is part of the ABI): the file
+/// handle the view was taken through, the frame, the page's index; the
+/// version is `version_`. The rest are zero.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct StoredView {
-    pub(crate) view: pagecache::Optimistic<'static>,
     pub(crate) file: *const pc_file,
+    pub(crate) frame: u64,
+    pub(crate) index: u64,
 }
 
 /// `pc_optimistic::held_` while a view is stored ("pcVIEW_!").
@@ -65,7 +71,24 @@ pub const PC_OPTIMISTIC_HELD: u64 = 0x7063_5649_4557_5f21;
 /// while the frame holds a page that truncate or discard removed.
 pub const PC_STATE_REMOVED: u64 = 0x0080_0000_0000;
 
+/// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+/// set while the frame's bytes hold its page. (Added in ABI 13.)
+pub const PC_STATE_UPTODATE: u64 = 0x0008_0000_0000;
+
+/// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+/// the replacement policy's accessed bit, which a view sets when clear
+/// (the inline view takes the call then). (Added in ABI 13.)
+pub const PC_STATE_ACCESSED: u64 = 0x0040_0000_0000;
+
+/// A frame descriptor's size in 64-bit words (`pc_fast::descs`): its state
+/// word is word 0, its version word 1, its owner word 2 (`pc_fast::owner`
+/// for a page of the file), its page index word 3. (Added in ABI 13.)
+pub const PC_DESC_WORDS: u64 = 8;
+
 const _: () = assert!(PC_STATE_REMOVED == pagecache::internals::STATE_REMOVED);
+const _: () = assert!(PC_STATE_UPTODATE == pagecache::internals::STATE_UPTODATE);
+const _: () = assert!(PC_STATE_ACCESSED == pagecache::internals::STATE_ACCESSED);
+const _: () = assert!(PC_DESC_WORDS as usize == pagecache::internals::DESC_WORDS);
 
 const _: () = assert!(
     std::mem::size_of::<StoredView>() <= PC_OPTIMISTIC_PRIVATE_WORDS * 8
@@ -73,11 +96,7 @@ const _: () = assert!(
 );
 
 /// The `pc_optimistic` of view `o` of page `index`, taken through `r`.
-pub(crate) fn view_out(
-    o: pagecache::Optimistic<'static>,
-    index: u64,
-    r: *const pc_file,
-) -> pc_optimistic {
+pub(crate) fn view_out(o: &pagecache::Optimistic<'_>, index: u64, r: *const pc_file) -> pc_optimistic {
     let (state, version_word, version) = o.validation_words();
     let mut out = pc_optimistic {
         data: o.as_ptr(),
@@ -90,15 +109,72 @@ pub(crate) fn view_out(
         held_: PC_OPTIMISTIC_HELD,
         private_: [0; PC_OPTIMISTIC_PRIVATE_WORDS],
     };
-    // SAFETY: large and aligned enough (asserted at compile time). A view
-    // has no destructor, so copies and overwrites leak nothing.
+    // SAFETY: large and aligned enough (asserted at compile time); plain
+    // words, no destructor.
     unsafe {
-        out.private_
-            .as_mut_ptr()
-            .cast::<StoredView>()
-            .write(StoredView { view: o, file: r })
+        out.private_.as_mut_ptr().cast::<StoredView>().write(StoredView {
+            file: r,
+            frame: o.frame_hint().into(),
+            index,
+        })
     };
     out
+}
+
+/// Where `pc_page_optimistic_fast` reads (`pc_file_fast`): frame `f`'s
+/// descriptor is the `PC_DESC_WORDS` words from `descs + f *
+/// PC_DESC_WORDS`, its bytes the `page_size` from `frames + (f <<
+/// page_shift)`. Valid while the file is open. (Added in ABI 13.)
+#[repr(C)]
+#[derive(Debug)]
+pub struct pc_fast {
+    /// The file the views are of.
+    pub file: *const pc_file,
+    /// Frame 0's descriptor.
+    pub descs: *const u64,
+    /// Frame 0's bytes.
+    pub frames: *const u8,
+    /// Frames in the cache: a hint at or past it takes the call.
+    pub nframes: u64,
+    /// The owner word of the file's pages' descriptors.
+    pub owner: u64,
+    /// The page size in bytes.
+    pub page_size: usize,
+    /// log2 of `page_size`.
+    pub page_shift: u32,
+    /// 0 when the inline view must always take the call (a cache with hit
+    /// hooks); else 1.
+    pub usable: u32,
+}
+
+/// Fills `*fast` for `pc_page_optimistic_fast` of the file's pages. Each
+/// view it takes inline is one `pc_page_optimistic_hinted` would take on
+/// the same frame, read without a call.
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`) or valid as described above;
+/// handles come from this library and are not yet freed or closed.
+#[no_mangle]
+pub unsafe extern "C" fn pc_file_fast(file_: *const pc_file, fast: *mut pc_fast) -> c_int {
+    guard("pc_file_fast", || {
+        // SAFETY: the contract: null or a live handle of this library.
+        let r = unsafe { arg(file_, "pc_file_fast", "file") }?;
+        let o = out(fast, "pc_file_fast", "fast")?;
+        let v = r.file.fast_view();
+        let f = pc_fast {
+            file: file_,
+            descs: v.descs,
+            frames: v.frames,
+            nframes: v.nframes,
+            owner: v.owner,
+            page_size: 1 << v.page_shift,
+            page_shift: v.page_shift,
+            usable: v.usable.into(),
+        };
+        // SAFETY: non-null, writable (the contract).
+        unsafe { o.write(f) };
+        Ok(())
+    })
 }
 
 /// As `pc_page_optimistic`, first trying frame `hint` (a `pc_pin::hint` or
@@ -149,7 +225,7 @@ pub(crate) unsafe fn take_view(
         Some(o) => o,
         None => f.file.optimistic(index)?,
     };
-    let out = view_out(o, index, r);
+    let out = view_out(&o, index, r);
     // SAFETY: non-null, writable (the contract).
     unsafe { v.write(out) };
     Ok(())
@@ -179,10 +255,10 @@ pub unsafe extern "C" fn pc_page_optimistic(
 ///
 /// # Safety
 /// `view` is NULL or points to a `pc_optimistic`.
-pub(crate) unsafe fn stored_view<'a>(
+pub(crate) unsafe fn stored_view(
     view: *const pc_optimistic,
     what: &str,
-) -> io::Result<&'a StoredView> {
+) -> io::Result<(StoredView, u64)> {
     // SAFETY: the caller's contract.
     let v = unsafe { arg(view, what, "view") }?;
     if v.held_ != PC_OPTIMISTIC_HELD {
@@ -190,8 +266,25 @@ pub(crate) unsafe fn stored_view<'a>(
             "{what}: not a view taken by pc_page_optimistic"
         )));
     }
-    // SAFETY: `held_` says `pc_page_optimistic` stored a `StoredView`.
-    Ok(unsafe { &*v.private_.as_ptr().cast::<StoredView>() })
+    // SAFETY: `held_` says a view stored a `StoredView` (plain words).
+    let s = unsafe { v.private_.as_ptr().cast::<StoredView>().read() };
+    if s.file.is_null() {
+        return Err(invalid(format!("{what}: a view with no file")));
+    }
+    Ok((s, v.version_))
+}
+
+/// The library's view of a stored one (`None`: the frame holds another
+/// page now, so the view no longer validates).
+///
+/// # Safety
+/// `s.file` is a live handle (the view's file is not closed: the
+/// contract of every call taking a view).
+unsafe fn rebuilt<'a>(s: &StoredView, version: u64) -> Option<pagecache::Optimistic<'a>> {
+    // SAFETY: the caller's contract.
+    let f: &'a pc_file = unsafe { &*s.file };
+    let frame = u32::try_from(s.frame).ok()?;
+    f.file.view_at(frame, version, s.index)
 }
 
 /// 1 if nothing changed the page since `*view` was taken (what the caller
@@ -209,7 +302,8 @@ pub(crate) unsafe fn stored_view<'a>(
 pub unsafe extern "C" fn pc_optimistic_validate(view: *const pc_optimistic) -> c_int {
     // SAFETY: the contract.
     match unsafe { stored_view(view, "pc_optimistic_validate") } {
-        Ok(s) => s.view.validate() as c_int,
+        // SAFETY: the view's file is not closed (the contract).
+        Ok((s, v)) => unsafe { rebuilt(&s, v) }.is_some_and(|o| o.validate()) as c_int,
         Err(e) => fail(&e),
     }
 }
@@ -231,10 +325,19 @@ pub unsafe extern "C" fn pc_optimistic_upgrade(
 ) -> c_int {
     guard("pc_optimistic_upgrade", || {
         // SAFETY: the contract.
-        let s = unsafe { stored_view(view, "pc_optimistic_upgrade") }?;
-        let index = s.view.index();
-        let o = s.view.clone();
+        let (s, v) = unsafe { stored_view(view, "pc_optimistic_upgrade") }?;
+        let index = s.index;
         hold(s.file, index, pin, "pc_optimistic_upgrade", "file", |f| {
+            // SAFETY: the view's file is not closed (the contract); the
+            // view borrows the handle as `hold` does.
+            let Some(o) = (unsafe { rebuilt(&s, v) }) else {
+                return Err(would_wait(
+                    "pc_optimistic_upgrade",
+                    f,
+                    index,
+                    "changed since the view was taken: restart",
+                ));
+            };
             o.upgrade().map(Held::Latch).map_err(|e| {
                 if e.kind() == io::ErrorKind::Interrupted {
                     would_wait(

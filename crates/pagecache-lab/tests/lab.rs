@@ -10,7 +10,9 @@ fn tiny() -> Opts {
         runs: 1,
         tiny: true,
         vmcache: None,
+        vmcache_pc: None,
         busy: 0,
+        case: None,
     }
 }
 
@@ -646,4 +648,18 @@ fn tpcc_tables_are_filled(t: &[pagecache_lab::runner::Table]) {
 fn tpcc_alone_runs_as_its_own_scenario() {
     let tables = (scenarios::find("tpcc").unwrap().run)(&tiny()).unwrap();
     tpcc_tables_are_filled(&tables);
+}
+
+#[test]
+fn tpcc_case_in_runs_the_in_memory_table_alone() {
+    let o = Opts {
+        case: Some("in".into()),
+        threads: vec![1],
+        ..tiny()
+    };
+    let tables = (scenarios::find("tpcc").unwrap().run)(&o).unwrap();
+    assert_eq!(tables.len(), 1);
+    assert!(tables[0].title.contains("in memory"), "{}", tables[0].title);
+    assert_eq!(tables[0].rows.len(), 1);
+    assert_ne!(tables[0].cell(0, "tx/s"), Some("-"));
 }

@@ -142,6 +142,20 @@ pub mod internals {
     /// reset (`Optimistic::validation_words`).
     pub const STATE_REMOVED: u64 = crate::frame::state::REMOVED;
 
+    /// The state word's bit of a frame whose bytes hold its page
+    /// ([`crate::File::fast_view`]).
+    pub const STATE_UPTODATE: u64 = crate::frame::state::UPTODATE;
+
+    /// The state word's accessed bit (the replacement policy's; a hit
+    /// sets it when clear, [`crate::File::fast_view`]).
+    pub const STATE_ACCESSED: u64 = crate::frame::state::ACCESSED;
+
+    /// The words of a frame's descriptor, in `u64`s, and where its state
+    /// word, version, owner (the file's id) and page index sit among them
+    /// ([`crate::File::fast_view`]).
+    #[cfg(not(loom))]
+    pub const DESC_WORDS: usize = crate::frame::state::DESC_WORDS;
+
     /// One background write-back pass over `file`, as the flusher runs it
     /// (tests and loom models, where no flusher thread runs): every dirty
     /// page written, except those latched or with an older write in

@@ -16,6 +16,8 @@ pub use crate::stats::Stats;
 pub use asynch::{block_on, PageFuture, PageMutFuture, SyncFuture};
 pub use guards::{PageMut, PageRef, PageRun};
 pub use optimistic::Optimistic;
+#[cfg(not(loom))]
+pub use optimistic::FastView;
 
 mod asynch;
 mod guards;

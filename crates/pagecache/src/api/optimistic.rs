@@ -115,6 +115,26 @@ pub struct Optimistic<'a> {
 // (all the view does with it); the rest is `Send` already.
 unsafe impl Send for Optimistic<'_> {}
 
+/// What [`File::fast_view`] returns: where an inline hinted view reads.
+#[doc(hidden)]
+#[cfg(not(loom))]
+#[derive(Debug, Clone, Copy)]
+pub struct FastView {
+    /// Frame 0's descriptor (frame `f`'s is `f * DESC_WORDS` words on).
+    pub descs: *const u64,
+    /// Frame 0's bytes.
+    pub frames: *const u8,
+    /// Frames in the arena.
+    pub nframes: u64,
+    /// The file's id, as its pages' descriptors record it.
+    pub owner: u64,
+    /// log2 of the page size.
+    pub page_shift: u32,
+    /// False when the cache runs hooks on hits (the lab's baselines): take
+    /// the call.
+    pub usable: bool,
+}
+
 impl<'a> Optimistic<'a> {
     /// The page's index in its file.
     pub fn index(&self) -> u64 {
@@ -442,6 +462,55 @@ impl File {
             index,
             oob: Cell::new(false),
         }
+    }
+
+    /// The addresses and numbers an inline hinted view reads (the C ABI's
+    /// `pc_page_optimistic_fast`, which takes a view without a call where
+    /// [`File::optimistic_hinted`] would find the page in its frame): frame
+    /// `f`'s descriptor is the [`internals::DESC_WORDS`] words from
+    /// `descs + f * DESC_WORDS` (state word 0, version 1, owner 2, page
+    /// index 3), its bytes `1 << page_shift` from `frames + (f <<
+    /// page_shift)`. The reader does what `optimistic_hinted` does (5.8
+    /// O2-O3 on the hinted frame): `f < nframes`; the version, acquire,
+    /// even; the state word, acquire, with `STATE_UPTODATE` set and
+    /// `STATE_REMOVED` clear; owner and index equal to `owner` and the
+    /// page's index; and, as it cannot set the accessed bit nor run the
+    /// cache's hit hooks, it takes the call instead when `STATE_ACCESSED`
+    /// is clear or `usable` is false. Its view is then `(f, version)`, to
+    /// validate as [`Optimistic::validate`] does and to rebuild with
+    /// [`File::view_at`]. Everything stays mapped for the cache's life.
+    ///
+    /// [`internals::DESC_WORDS`]: crate::internals::DESC_WORDS
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn fast_view(&self) -> FastView {
+        let inner = self.inner();
+        FastView {
+            descs: std::ptr::from_ref(inner.desc(0)).cast::<u64>(),
+            frames: inner.frames.ptr(0).cast_const(),
+            nframes: inner.frames.len() as u64,
+            owner: self.shared.id,
+            page_shift: inner.shift,
+            usable: inner.hooks == 0,
+        }
+    }
+
+    /// The view of page `index` at `version` in `frame`, as
+    /// [`File::fast_view`]'s reader took it (the C ABI keeps views as these
+    /// three numbers), or `None` if the frame holds another page now (a
+    /// view that would no longer validate). A version the frame never had
+    /// while it held this page only makes a view that fails validation.
+    #[doc(hidden)]
+    #[inline]
+    pub fn view_at(&self, frame: FrameNo, version: u64, index: u64) -> Option<Optimistic<'_>> {
+        let inner = self.inner();
+        if frame as usize >= inner.frames.len() {
+            return None;
+        }
+        // Relaxed: a change of identity makes the version odd, then new;
+        // the view validates only if the version is `version` still.
+        (inner.desc(frame).identity() == (self.shared.id, index))
+            .then(|| self.view(frame, version, index))
     }
 
     /// Wraps a latched, drained frame of page `index` in a [`PageMut`];

@@ -105,7 +105,7 @@ pub(crate) struct Inner {
     /// (C) baseline hooks on the hit and release paths (`HOOK_*`); 0 in the
     /// default build, where each path pays one test of this byte. Kept as
     /// a byte next to `frames` so the hit path tests a line it reads anyway.
-    hooks: u8,
+    pub(crate) hooks: u8,
     /// (C) baseline page mutexes (`None` with per-page bits, the default).
     page_locks: Option<PageLocks>,
     /// (C) the index nodes of every file (each node: see `index`).

@@ -34,6 +34,22 @@ pub struct FrameDesc {
     bytes: Witness,
 }
 
+/// A descriptor's size in `u64` words, for readers outside the crate that
+/// load its first words themselves (the C ABI's inline hinted view): the
+/// state word is word 0, the version word 1, the owner (the file's id)
+/// word 2, the page index word 3.
+#[cfg(not(loom))]
+pub const DESC_WORDS: usize = std::mem::size_of::<FrameDesc>() / 8;
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    std::mem::offset_of!(FrameDesc, state) == 0
+        && std::mem::offset_of!(FrameDesc, version) == 8
+        && std::mem::offset_of!(FrameDesc, owner) == 16
+        && std::mem::offset_of!(FrameDesc, index) == 24
+        && std::mem::size_of::<FrameDesc>() % 8 == 0
+);
+
 impl Default for FrameDesc {
     fn default() -> Self {
         Self::new()

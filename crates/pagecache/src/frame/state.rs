@@ -79,15 +79,17 @@
 //! seqlock or while holding a pin.
 
 pub use super::desc::FrameDesc;
+#[cfg(not(loom))]
+pub use super::desc::DESC_WORDS;
 
 pub(super) const REFS: u64 = 0xffff_ffff;
 pub(super) const LATCHED: u64 = 1 << 32;
 pub(super) const WAITERS: u64 = 1 << 33;
 pub(super) const DRAIN: u64 = 1 << 34;
-pub(super) const UPTODATE: u64 = 1 << 35;
+pub(crate) const UPTODATE: u64 = 1 << 35;
 pub(super) const DIRTY: u64 = 1 << 36;
 pub(super) const WRITEBACK: u64 = 1 << 37;
-pub(super) const ACCESSED: u64 = 1 << 38;
+pub(crate) const ACCESSED: u64 = 1 << 38;
 pub(crate) const REMOVED: u64 = 1 << 39;
 pub(super) const UNEVICTABLE: u64 = 1 << 40;
 pub(super) const STABLE: u64 = 1 << 41;
