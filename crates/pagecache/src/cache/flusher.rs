@@ -274,6 +274,7 @@ impl Inner {
                 }
             }
             for (_, f) in pages {
+                self.written_for_reclaim(f);
                 self.release(f);
             }
         }

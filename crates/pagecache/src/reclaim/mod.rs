@@ -85,6 +85,11 @@ mod imp {
         fn deferred(&self, frames: &FrameTable, f: FrameNo) {
             self.not_evicted(frames, f);
         }
+        /// Page `f` (pinned by the caller) was just written back so that
+        /// reclaim could evict it, and is clean: it should be the next
+        /// evicted unless used meanwhile (the kernel's `PG_reclaim`). By
+        /// default nothing.
+        fn written_for_reclaim(&self, _frames: &FrameTable, _f: FrameNo) {}
         /// Frame `f` left the cache (freed after its last reference, or
         /// evicted by a reclaimer), before it returns to the allocator. List
         /// policies delete its node; lazy ones ignore it.

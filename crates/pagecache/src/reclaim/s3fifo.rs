@@ -28,7 +28,19 @@
 //! No path holds two of these locks at once. An entry is at every moment in
 //! exactly one place: a pending batch, a local batch being moved, a shard
 //! queue, or handed out as a candidate (after which the caller evicts it or
-//! puts it back). Entries for frames freed by other paths (truncate, file
+//! puts it back). The one exception is the *cold end*: a page whose write
+//! for reclaim just ended (reclaim passed it over dirty and the flusher
+//! wrote it back so that it could be evicted) gets a second entry there,
+//! which eviction looks at before small and main, every shard's (the
+//! kernel's `PG_reclaim`: `folio_end_writeback` rotates such a folio to the
+//! inactive list's tail). Its first entry stays where it was: a copy taken
+//! Cold leaves it behind as stale (dropped as Gone once the frame holds
+//! another page); a copy judged anything else is dropped, the first entry
+//! still standing for the page. Without it those pages waited in the queues
+//! for their turn, clean, and TPC-C dirtied many again before it came: each
+//! was written twice. (The copy goes to the writer's CPU's shard, often not
+//! the reclaimer's: hence every shard's cold end first, those with copies
+//! only, by their length hints.) Entries for frames freed by other paths (truncate, file
 //! close) stay queued until popped, when the judge finds their identity
 //! changed and drops them ("Gone"). So that a cache that never fills (and
 //! so never evicts) cannot accumulate them, a submission that leaves its
@@ -42,6 +54,9 @@ use std::collections::{HashSet, VecDeque};
 
 /// Pages per insertion batch: one shard-lock acquisition admits this many.
 pub const BATCH: usize = 16;
+
+/// Copies a shard's cold end holds at most (see the module docs).
+pub const WRITTEN_MAX: usize = 1024;
 
 /// Busy small-queue entries one eviction call looks at before it turns to
 /// the main queue (see `Shard::evict`).
@@ -75,6 +90,9 @@ pub enum Verdict {
 pub struct Shard {
     small: VecDeque<Entry>,
     main: VecDeque<Entry>,
+    /// The cold end: copies of entries whose write for reclaim ended,
+    /// looked at first (see the module docs).
+    written: VecDeque<Entry>,
     ghost: VecDeque<u64>,
     ghost_set: HashSet<u64>,
     small_target: usize,
@@ -100,6 +118,8 @@ impl Shard {
         let mut seen = HashSet::with_capacity(self.len());
         self.main.retain(|e| is_live(e) && seen.insert(e.frame));
         self.small.retain(|e| is_live(e) && seen.insert(e.frame));
+        // Copies: never the first entry of their frame.
+        self.written.retain(|e| is_live(e));
     }
 
     /// Admits a new page: to main if its key is a ghost, else to small.
@@ -121,6 +141,40 @@ impl Shard {
     pub fn rotate(&mut self, e: Entry) {
         self.ghost_set.remove(&e.key);
         self.small.push_back(e);
+    }
+
+    /// A copy of a page's entry at the cold end: its write for reclaim
+    /// ended (see the module docs). At most [`WRITTEN_MAX`] wait there; the
+    /// oldest copy goes first (its page keeps its first entry).
+    pub fn written(&mut self, e: Entry) {
+        if self.written.len() >= WRITTEN_MAX {
+            self.written.pop_front();
+        }
+        self.written.push_back(e);
+    }
+
+    /// Takes Cold copies from the cold end into `out` (up to `want` in
+    /// all, examining at most `limit`): copies, so any other verdict drops
+    /// the copy, the page's first entry staying in small or main. Returns
+    /// how many it examined.
+    pub fn evict_written(
+        &mut self,
+        out: &mut Vec<Entry>,
+        want: usize,
+        limit: usize,
+        mut judge: impl FnMut(&Entry) -> Verdict,
+    ) -> usize {
+        let mut examined = 0;
+        while out.len() < want && examined < limit {
+            let Some(e) = self.written.pop_front() else {
+                break;
+            };
+            examined += 1;
+            if judge(&e) == Verdict::Cold && !out.iter().any(|x| x.frame == e.frame) {
+                out.push(e);
+            }
+        }
+        examined
     }
 
     fn remember(&mut self, key: u64) {
@@ -199,9 +253,9 @@ impl Shard {
         examined
     }
 
-    /// Entries queued (small + main).
+    /// Entries queued (small + main + the cold end's copies).
     pub fn len(&self) -> usize {
-        self.small.len() + self.main.len()
+        self.small.len() + self.main.len() + self.written.len()
     }
 
     /// Whether no entry is queued.
@@ -216,6 +270,9 @@ struct ShardCell {
     q: Mutex<Shard>,
     /// (A) queued entries as of the last unlock; a hint for `len_hint`.
     len: AtomicU64,
+    /// (A) copies at the cold end as of the last unlock: a hint, so that
+    /// eviction locks only shards that have some.
+    written: AtomicU64,
 }
 
 impl ShardCell {
@@ -223,6 +280,8 @@ impl ShardCell {
     fn note_len(&self, s: &Shard) {
         // Relaxed: a hint (reclaim's give-up bound), never used for safety.
         self.len.store(s.len() as u64, Ordering::Relaxed);
+        // Relaxed: a hint; a copy missed now waits for the next call.
+        self.written.store(s.written.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -253,6 +312,7 @@ impl Queues {
                     CachePadded::new(ShardCell {
                         q: Mutex::with_class(Shard::new(pages / n), LockClass::Replacement),
                         len: AtomicU64::new(0),
+                        written: AtomicU64::new(0),
                     })
                 })
                 .collect(),
@@ -337,7 +397,8 @@ impl Queues {
         cell.note_len(&s);
     }
 
-    /// Eviction (the reclaimer's steps 1-2): candidates from shard `c`
+    /// Eviction (the reclaimer's steps 1-2): the shards' cold ends first
+    /// (pages whose write for reclaim ended), then candidates from shard `c`
     /// first (or, if it is under its share, the fullest: `first_shard`),
     /// then the others, each examined up to `limit` entries (a
     /// budget per shard: a shared one let a shard full of busy pages, reads
@@ -355,6 +416,22 @@ impl Queues {
         let n = self.shards.len();
         let first = self.first_shard(c % n);
         let mut examined = 0;
+        // Every shard's cold end first (a page the flusher wrote for this
+        // reclaimer went to the flusher's CPU's shard), those with copies
+        // only (the hints: one relaxed load per shard).
+        for d in 0..n {
+            if out.len() >= want {
+                return examined;
+            }
+            let cell = &self.shards[(first + d) % n];
+            // Relaxed: a hint.
+            if cell.written.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut s = cell.q.lock();
+            examined += s.evict_written(out, want, limit, &mut judge);
+            cell.note_len(&s);
+        }
         for d in 0..n {
             if out.len() >= want {
                 break;
@@ -382,6 +459,15 @@ impl Queues {
         let cell = &self.shards[c % self.shards.len()];
         let mut s = cell.q.lock();
         s.rotate(e);
+        cell.note_len(&s);
+    }
+
+    /// A page's write for reclaim ended: a copy of its entry to shard
+    /// `c`'s cold end.
+    pub fn written(&self, c: usize, e: Entry) {
+        let cell = &self.shards[c % self.shards.len()];
+        let mut s = cell.q.lock();
+        s.written(e);
         cell.note_len(&s);
     }
 
@@ -499,6 +585,11 @@ mod policy {
             self.queues.rotate(c, Self::entry(frames, f));
         }
 
+        fn written_for_reclaim(&self, frames: &FrameTable, f: FrameNo) {
+            let c = crate::frame::alloc::current_cpu();
+            self.queues.written(c, Self::entry(frames, f));
+        }
+
         fn pass_len(&self, _frames: &FrameTable) -> usize {
             // Lock-free: reclaim asks every round.
             self.queues.len_hint()
@@ -546,6 +637,66 @@ mod tests {
             assert_eq!(out.len(), 4, "round {round}: main's cold pages not found");
             assert!(out.iter().all(|x| x.frame < 100));
         }
+    }
+
+    #[test]
+    fn pages_written_for_reclaim_are_evicted_first_unless_used_again() {
+        let mut s = Shard::new(1000); // small target 100: small is under it
+        for f in 0..50 {
+            s.admit(e(f));
+        }
+        // Pages 40 and 30 were written for reclaim: copies at the cold end.
+        s.written(e(40));
+        s.written(e(30));
+        assert_eq!(s.len(), 52);
+        // 40 was used again since: its copy goes, its first entry stays.
+        let used = |x: &Entry| x.frame == 40;
+        let mut out = Vec::new();
+        s.evict_written(&mut out, 1, 1000, |x| {
+            if used(x) {
+                Verdict::Referenced
+            } else {
+                Verdict::Cold
+            }
+        });
+        assert_eq!(out, vec![e(30)]);
+        assert_eq!(s.written.len(), 0, "40's copy dropped with its verdict");
+        assert!(s.small.contains(&e(40)) && s.small.contains(&e(30)));
+        // Nothing at the cold end: small's order as before.
+        let mut out = Vec::new();
+        s.evict(&mut out, 2, 1000, |_| Verdict::Cold);
+        assert_eq!(out, vec![e(0), e(1)]);
+        // A copy is not taken twice in one call with its first entry.
+        s.written(e(2));
+        let mut out = Vec::new();
+        s.evict_written(&mut out, 2, 1000, |_| Verdict::Cold);
+        s.evict(&mut out, 2, 1000, |_| Verdict::Cold);
+        assert_eq!(out, vec![e(2), e(3)]);
+        // At most WRITTEN_MAX copies: the oldest go.
+        for f in 0..(WRITTEN_MAX as u32 + 10) {
+            s.written(e(1000 + f));
+        }
+        assert_eq!(s.written.len(), WRITTEN_MAX);
+        assert_eq!(s.written.front(), Some(&e(1010)));
+        // Pruning drops stale copies.
+        s.prune(|x| x.frame < 1000 || x.frame % 2 == 0);
+        assert_eq!(s.written.len(), WRITTEN_MAX / 2);
+    }
+
+    #[test]
+    fn another_shards_cold_end_comes_before_the_reclaimers_own_queues() {
+        let q = Queues::new(2, 200);
+        for f in 0..40 {
+            q.submit(0, e(f), |_| true); // CPU 0's pages
+        }
+        // The flusher, on CPU 1, wrote page 7 for CPU 0's reclaimer.
+        q.written(1, e(7));
+        let mut out = Vec::new();
+        q.evict(0, &mut out, 1, 64, |_| Verdict::Cold);
+        assert_eq!(out, vec![e(7)]);
+        let mut out = Vec::new();
+        q.evict(0, &mut out, 1, 64, |_| Verdict::Cold);
+        assert_eq!(out, vec![e(0)], "then small's order");
     }
 
     #[test]
