@@ -1194,7 +1194,7 @@ fn replacement_cold_end_copy_from_another_shard() {
         let flusher = thread::spawn(move || q2.written(1, Entry { frame: 5, key: 5 }));
         let mut evicted: Vec<Entry> = Vec::new();
         let mut gone = std::collections::HashSet::new();
-        let mut judge = |e: &Entry, gone: &std::collections::HashSet<u32>| {
+        let judge = |e: &Entry, gone: &std::collections::HashSet<u32>| {
             if gone.contains(&e.frame) {
                 Verdict::Gone
             } else {
