@@ -34,6 +34,25 @@
 
 struct OLCRestartException {};
 
+// Calls per kind, per thread (PC_COUNTS set: the run's totals, after the
+// load, go to stderr at exit, for per-transaction figures against the
+// transactions vmcache's main prints). Summed as each thread ends; the
+// load's share is taken when main resets the read count (the load's
+// threads have ended then; main's own loads are in its thread's counts).
+static const int NCALLS = 6;
+struct Calls {
+   u64 n[NCALLS] = {};  // views, latches, upgrades, pins, new pages, restarts
+   ~Calls();
+};
+static std::atomic<u64> callTotals[NCALLS];
+static u64 callsAtRun[NCALLS];
+Calls::~Calls() {
+   for (int i = 0; i < NCALLS; i++)
+      callTotals[i].fetch_add(n[i], std::memory_order_relaxed);
+}
+static thread_local Calls calls;
+enum { C_VIEW, C_LATCH, C_UPGRADE, C_PIN, C_NEW, C_RESTART };
+
 [[noreturn]] static void pcFail(const char* what, int r) {
    const char* e = pc_last_error();
    std::cerr << "vmcache-pc: " << what << ": " << strerror(-r) << ": " << (e ? e : "") << std::endl;
@@ -75,6 +94,9 @@ struct BufferManager {
       }
       Counter& operator=(u64) {
          last = current();
+         if (reads)  // main, after the load: the calls so far are the load's
+            for (int i = 0; i < NCALLS; i++)
+               callsAtRun[i] = callTotals[i].load() + calls.n[i];
          return *this;
       }
       u64 current();
@@ -106,7 +128,13 @@ struct BufferManager {
       allocCount = 1;
       std::cerr << "vmcache-pc blk:" << path << " virtgb:" << virtSize / gb << " physgb:" << physSize / gb << std::endl;
    }
-   ~BufferManager() {}
+   ~BufferManager() {
+      if (getenv("PC_COUNTS")) {
+         const char* n[NCALLS] = {"views", "latches", "upgrades", "pins", "new_pages", "restarts"};
+         for (int i = 0; i < NCALLS; i++)
+            std::cerr << "vmcache-pc calls " << n[i] << " " << callTotals[i].load() - callsAtRun[i] << std::endl;
+      }
+   }
 
    u64 hint(PID pid) { return hints[pid].load(std::memory_order_relaxed); }
    void setHint(PID pid, u64 h) {
@@ -182,6 +210,7 @@ struct GuardO {
    }
 
    void init() {
+      calls.n[C_VIEW]++;
       int r = bm.viewCall ? pc_page_optimistic_hinted(bm.file, pid, bm.hint(pid), &view)
                           : pc_page_optimistic_fast(&bm.fast, pid, bm.hint(pid), &view);
       if (r)
@@ -208,8 +237,10 @@ struct GuardO {
       if (pid != moved) {
          if (pc_optimistic_valid(&view) == 1)
             return;
-         if (std::uncaught_exceptions() == 0)
+         if (std::uncaught_exceptions() == 0) {
+            calls.n[C_RESTART]++;
             throw OLCRestartException();
+         }
       }
    }
 
@@ -234,6 +265,7 @@ struct GuardX {
    GuardX() : pid(moved), ptr(nullptr) {}
 
    explicit GuardX(u64 pid) : pid(pid) {
+      calls.n[C_LATCH]++;
       int r = pc_page_latch(bm.file, pid, &pin);
       if (r)
          pcFail("pc_page_latch", r);
@@ -241,9 +273,12 @@ struct GuardX {
    }
 
    explicit GuardX(GuardO<T>&& other) {
+      calls.n[C_UPGRADE]++;
       int r = pc_optimistic_upgrade(&other.view, &pin);
-      if (r == -EAGAIN)
+      if (r == -EAGAIN) {
+         calls.n[C_RESTART]++;
          throw OLCRestartException();
+      }
       if (r)
          pcFail("pc_optimistic_upgrade", r);
       pid = other.pid;
@@ -305,6 +340,7 @@ struct AllocGuard : public GuardX<T> {
          std::cerr << "VIRTGB is too low" << std::endl;
          std::exit(EXIT_FAILURE);
       }
+      calls.n[C_NEW]++;
       int r = pc_page_new(bm.file, pid, &this->pin);
       if (r)
          pcFail("pc_page_new", r);
@@ -322,6 +358,7 @@ struct GuardS {
    static const u64 moved = ~0ull;
 
    explicit GuardS(u64 pid) : pid(pid) {
+      calls.n[C_PIN]++;
       int r = pc_page_pin(bm.file, pid, &pin);
       if (r)
          pcFail("pc_page_pin", r);
@@ -329,6 +366,7 @@ struct GuardS {
    }
 
    GuardS(GuardO<T>&& other) {
+      calls.n[C_PIN]++;
       int r = pc_page_try_pin(bm.file, other.pid, &pin);
       if (r == -EAGAIN)
          throw OLCRestartException();
