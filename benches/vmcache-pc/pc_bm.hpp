@@ -342,6 +342,15 @@ struct AllocGuard : public GuardX<T> {
       }
       calls.n[C_NEW]++;
       int r = pc_page_new(bm.file, pid, &this->pin);
+      if (r == -EEXIST) {
+         // A hole below bytes written back (another thread's later pages,
+         // evicted meanwhile): the library cannot tell it from written
+         // bytes, but the page id is ours alone. Latched as any page (its
+         // read gives zeros) and zeroed.
+         r = pc_page_latch(bm.file, pid, &this->pin);
+         if (r == 0)
+            memset(this->pin.data, 0, this->pin.len);
+      }
       if (r)
          pcFail("pc_page_new", r);
       GuardX<T>::pid = pid;
