@@ -96,7 +96,11 @@ const _: () = assert!(
 );
 
 /// The `pc_optimistic` of view `o` of page `index`, taken through `r`.
-pub(crate) fn view_out(o: &pagecache::Optimistic<'_>, index: u64, r: *const pc_file) -> pc_optimistic {
+pub(crate) fn view_out(
+    o: &pagecache::Optimistic<'_>,
+    index: u64,
+    r: *const pc_file,
+) -> pc_optimistic {
     let (state, version_word, version) = o.validation_words();
     let mut out = pc_optimistic {
         data: o.as_ptr(),
@@ -112,11 +116,14 @@ pub(crate) fn view_out(o: &pagecache::Optimistic<'_>, index: u64, r: *const pc_f
     // SAFETY: large and aligned enough (asserted at compile time); plain
     // words, no destructor.
     unsafe {
-        out.private_.as_mut_ptr().cast::<StoredView>().write(StoredView {
-            file: r,
-            frame: o.frame_hint().into(),
-            index,
-        })
+        out.private_
+            .as_mut_ptr()
+            .cast::<StoredView>()
+            .write(StoredView {
+                file: r,
+                frame: o.frame_hint().into(),
+                index,
+            })
     };
     out
 }

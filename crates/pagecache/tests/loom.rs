@@ -1188,7 +1188,14 @@ fn replacement_cold_end_copy_from_another_shard() {
         let q = Arc::new(Queues::new(2, 64));
         let n = BATCH as u32; // one full batch: admitted to shard 0 at once
         for f in 0..n {
-            q.submit(0, Entry { frame: f, key: f as u64 }, |_| true);
+            q.submit(
+                0,
+                Entry {
+                    frame: f,
+                    key: f as u64,
+                },
+                |_| true,
+            );
         }
         let q2 = q.clone();
         let flusher = thread::spawn(move || q2.written(1, Entry { frame: 5, key: 5 }));

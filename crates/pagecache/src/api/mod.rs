@@ -15,9 +15,9 @@ pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 pub use asynch::{block_on, PageFuture, PageMutFuture, SyncFuture};
 pub use guards::{PageMut, PageRef, PageRun};
-pub use optimistic::Optimistic;
 #[cfg(not(loom))]
 pub use optimistic::FastView;
+pub use optimistic::Optimistic;
 
 mod asynch;
 mod guards;

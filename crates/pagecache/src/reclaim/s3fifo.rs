@@ -281,7 +281,8 @@ impl ShardCell {
         // Relaxed: a hint (reclaim's give-up bound), never used for safety.
         self.len.store(s.len() as u64, Ordering::Relaxed);
         // Relaxed: a hint; a copy missed now waits for the next call.
-        self.written.store(s.written.len() as u64, Ordering::Relaxed);
+        self.written
+            .store(s.written.len() as u64, Ordering::Relaxed);
     }
 }
 
