@@ -365,7 +365,8 @@ typedef struct pc_optimistic {
   uint64_t version_;
   // Private: `PC_OPTIMISTIC_HELD` while the struct holds a view.
   uint64_t held_;
-  // Private to the library: the view itself.
+  // Private: the file handle, frame and page index of the view
+  // (`pc_page_optimistic_fast` writes them; the rest are zero).
   uint64_t private_[PC_OPTIMISTIC_PRIVATE_WORDS];
 } pc_optimistic;
 

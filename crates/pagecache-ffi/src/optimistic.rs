@@ -48,7 +48,8 @@ pub struct pc_optimistic {
     pub version_: u64,
     /// Private: `PC_OPTIMISTIC_HELD` while the struct holds a view.
     pub held_: u64,
-    /// Private to the library: the view itself.
+    /// Private: the file handle, frame and page index of the view
+    /// (`pc_page_optimistic_fast` writes them; the rest are zero).
     pub private_: [u64; PC_OPTIMISTIC_PRIVATE_WORDS],
 }
 

@@ -5,8 +5,11 @@
 //! `pagecache-btree` (optimistic coupling) per relation, all in one cache
 //! with the default configuration. vmcache: its binary (`--vmcache PATH`,
 //! built unchanged) running its TPC-C (`DATASIZE` warehouses) on a file of
-//! its own, its per-second counts parsed. Both load the warehouses with
-//! the run's threads, then run the mix for the same time with every thread
+//! its own, its per-second counts parsed; with `--vmcache-pc PATH`, vmcache's
+//! own B-tree and TPC-C built over this library's C ABI
+//! (`benches/vmcache-pc/`), run and parsed as vmcache is (its "written per
+//! evicted" takes pages read as pages evicted, as vmcache's does). All load
+//! the warehouses with the run's threads, then run the mix for the same time with every thread
 //! picking a random home warehouse.
 //!
 //! Two cases, as vmcache's paper: in memory (2 warehouses in 4 GiB) and
