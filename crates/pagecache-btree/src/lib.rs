@@ -61,7 +61,9 @@
 //!                                           I3. upgrade the leaf's view to a
 //!                                               latch: fails iff the leaf
 //!                                               changed since its view ->
-//!                                               restart
+//!                                               restart (latched by another
+//!                                               writer: wait for its release
+//!                                               first, holding nothing)
 //!                                           I4. change the leaf (what I2
 //!                                               computed still holds: the
 //!                                               page is unchanged); it is
@@ -77,6 +79,8 @@
 //!      entry (a leaf) or any separator (an inner node); its parent can
 //!  S2. upgrade the parent's view, then the node's (parents first: never a
 //!      latch held while waiting for one above); either fails -> restart
+//!      (the parent's refused by another writer's latch: wait for its
+//!      release first; the node's, under the parent's latch: no wait)
 //!  S3. a new page (page_new) takes the node's upper half; the node keeps
 //!      the lower half (a leaf links to the new page, which links to the
 //!      old next leaf); the parent gets the separator pointing to the node
@@ -117,8 +121,11 @@
 //! on if it is the last leaf (its upper bound is the tree's, unbounded).
 //! I2 makes that test on the view that I3 then upgrades, so it held when
 //! the latch was taken. Latches are taken top-down only (S2), and an upgrade
-//! never waits for another latch holder (it fails instead), so writers
-//! cannot deadlock; restarts are bounded by the writers' progress.
+//! never waits for another latch holder while its writer holds a latch (it
+//! fails instead; one holding nothing waits for the release, then
+//! restarts, `Optimistic::upgrade_or_wait`), so writers cannot deadlock;
+//! restarts are bounded by the writers' progress, and a writer preempted
+//! while it holds a leaf's latch makes the others sleep, not restart.
 //!
 //! The "before" design of the lab, [`Coupling::Pin`], descends with pins
 //! instead ([`File::page`]: two atomic read-modify-writes of each visited

@@ -136,10 +136,23 @@ impl BTree {
     }
 
     /// I3 / S2: the view's page latched if it is unchanged since the view
-    /// (`None`: it changed, restart).
+    /// (`None`: it changed, restart). With `wait` (the caller holds no
+    /// latch), a page latched by another thread is waited for before the
+    /// restart (`Optimistic::upgrade_or_wait`): with more threads than
+    /// CPUs, a preempted holder of a hot leaf would otherwise have every
+    /// other writer of it restart until it runs again.
     #[inline]
-    pub(super) fn latch_view<'a>(&self, o: Optimistic<'a>) -> io::Result<Option<PageMut<'a>>> {
-        match o.upgrade() {
+    pub(super) fn latch_view<'a>(
+        &self,
+        o: Optimistic<'a>,
+        wait: bool,
+    ) -> io::Result<Option<PageMut<'a>>> {
+        let r = if wait {
+            o.upgrade_or_wait()
+        } else {
+            o.upgrade()
+        };
+        match r {
             Ok(m) => Ok(Some(m)),
             Err(e) if e.kind() == ErrorKind::Interrupted => {
                 self.restarted();

@@ -31,10 +31,10 @@ impl BTree {
                 if full {
                     // S2: parent first, then the node.
                     let (ppid, npid) = (parent.index(), node.index());
-                    let Some(mut p) = self.latch_view(parent)? else {
+                    let Some(mut p) = self.latch_view(parent, true)? else {
                         continue 'restart;
                     };
-                    let Some(mut n) = self.latch_view(node)? else {
+                    let Some(mut n) = self.latch_view(node, false)? else {
                         continue 'restart;
                     };
                     // S3 (S4: the guards' drops).

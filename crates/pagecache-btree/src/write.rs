@@ -73,7 +73,7 @@ impl BTree {
             }
             // I3.
             let pid = leaf.index();
-            let Some(mut m) = self.latch_view(leaf)? else {
+            let Some(mut m) = self.latch_view(leaf, true)? else {
                 continue;
             };
             // I4.
@@ -150,7 +150,7 @@ impl BTree {
             if !found {
                 return Ok(None);
             }
-            if let Some(m) = self.latch_view(leaf)? {
+            if let Some(m) = self.latch_view(leaf, true)? {
                 return Ok(Some((m, pos)));
             }
         }

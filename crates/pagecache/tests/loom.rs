@@ -337,12 +337,62 @@ fn optimistic_view_of_a_page_whose_pin_goes_vs_truncate_and_reuse() {
 /// and with both views taken before either upgrade, one of them fails.
 #[test]
 fn optimistic_upgrades_race() {
+    upgrades_race(false);
+}
+
+/// The same race with `upgrade_or_wait` (U0): an upgrade refused by the
+/// other's latch waits for its release (under loom a park is a yield, so
+/// the model checks that the wait ends once the latch is released, and
+/// that no increment is lost; the futex wake-up itself is parking_lot's).
+#[test]
+fn optimistic_upgrades_race_and_wait() {
+    upgrades_race(true);
+}
+
+/// U0 against a blocking latch: a view taken before `page_mut`'s latch,
+/// whose upgrade meets that latch, waits it out and then fails (the page
+/// changed), or latches the page before the writer; either way no
+/// increment is lost and the wait ends.
+#[test]
+fn optimistic_upgrade_waits_out_a_latch() {
     model(2, || {
         let (_t, c, f) = cached_file(1, 0);
-        let bump = |f: &File| -> u8 {
+        let o = f.optimistic(0).unwrap();
+        let v = o.load_u8(0);
+        let f2 = f.clone();
+        let writer = thread::spawn(move || {
+            let mut m = f2.page_mut(0).unwrap();
+            m[0] += 1;
+        });
+        let won = match o.upgrade_or_wait() {
+            Ok(mut m) => {
+                assert_eq!(m[0], v, "upgraded a changed page");
+                m[0] = v + 1;
+                1
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Interrupted);
+                0
+            }
+        };
+        writer.join().unwrap();
+        assert_eq!(f.page(0).unwrap()[0], 2 + won, "an increment was lost");
+        c.validate();
+    });
+}
+
+fn upgrades_race(wait: bool) {
+    model(2, move || {
+        let (_t, c, f) = cached_file(1, 0);
+        let bump = move |f: &File| -> u8 {
             let o = f.optimistic(0).unwrap();
             let v = o.load_u8(0);
-            match o.upgrade() {
+            let r = if wait {
+                o.upgrade_or_wait()
+            } else {
+                o.upgrade()
+            };
+            match r {
                 Ok(mut m) => {
                     assert_eq!(m[0], v, "upgraded a changed page");
                     m[0] = v + 1;

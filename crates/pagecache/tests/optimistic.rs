@@ -189,6 +189,59 @@ fn of_two_upgrades_of_one_version_exactly_one_wins() {
 }
 
 #[test]
+fn upgrade_or_wait_waits_for_another_holders_latch_and_upgrade_does_not() {
+    let d = TempDir::new("opt-wait");
+    let c = cache_without_flusher(16);
+    let f = open(&c, &d, "f", 2);
+    for wait in [false, true] {
+        let o = f.optimistic(1).unwrap();
+        let (released, tried) = (AtomicBool::new(false), AtomicBool::new(false));
+        let latched = Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut m = f.page_mut(1).unwrap();
+                latched.wait();
+                // `upgrade` returns while the latch is held: the holder
+                // waits for it (10 s at most: a wrong wait fails the
+                // test instead of hanging it); `upgrade_or_wait` is
+                // released after a while.
+                let t = std::time::Instant::now();
+                while (wait || !tried.load(Ordering::SeqCst))
+                    && t.elapsed()
+                        < std::time::Duration::from_millis(if wait { 50 } else { 10_000 })
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                m[0] = m[0].wrapping_add(1);
+                released.store(true, Ordering::SeqCst);
+            });
+            latched.wait();
+            let r = if wait {
+                o.upgrade_or_wait()
+            } else {
+                o.upgrade()
+            };
+            assert_eq!(r.err().map(|e| e.kind()), Some(ErrorKind::Interrupted));
+            // Returned only once the latch was released (U0), or at once.
+            assert_eq!(released.load(Ordering::SeqCst), wait);
+            tried.store(true, Ordering::SeqCst);
+        });
+        // A view of an unlatched, unchanged page upgrades either way.
+        let o = f.optimistic(1).unwrap();
+        let m = if wait {
+            o.upgrade_or_wait()
+        } else {
+            o.upgrade()
+        };
+        drop(m.unwrap());
+    }
+    let mut b = [0u8; 1];
+    f.read_at(&mut b, PS as u64).unwrap();
+    assert_eq!(b[0], pattern(PS as u64).wrapping_add(2));
+    c.validate();
+}
+
+#[test]
 fn try_pin_and_try_latch_refuse_instead_of_waiting() {
     let d = TempDir::new("opt-try");
     let c = cache_without_flusher(16);

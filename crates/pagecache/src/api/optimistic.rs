@@ -315,7 +315,34 @@ impl<'a> Optimistic<'a> {
         }
         let frame = file
             .inner()
-            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version)
+            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version, false)
+            .ok_or(io::ErrorKind::Interrupted)?;
+        Ok(file.latched(frame, self.index, false))
+    }
+
+    /// [`Optimistic::upgrade`], but a refusal because another holder has
+    /// the page latched first waits for that latch's release (a short
+    /// spin, then a park), then fails (`Interrupted`: restart). For a
+    /// caller that would restart at once and meet the same latch again:
+    /// with more threads than CPUs, a latch holder that was preempted
+    /// would otherwise have every other thread restart over and over
+    /// until it runs again.
+    ///
+    /// The caller must hold no pin or latch of any page (it waits for a
+    /// latch, lock rule 3: that holder might wait for one of them).
+    ///
+    /// # Panics
+    /// As [`Optimistic::validate`], for a load outside an unchanged page.
+    pub fn upgrade_or_wait(self) -> io::Result<PageMut<'a>> {
+        let file = self.file;
+        file.check_writable("upgrade")?;
+        if self.oob.get() {
+            self.validate();
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        let frame = file
+            .inner()
+            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version, true)
             .ok_or(io::ErrorKind::Interrupted)?;
         Ok(file.latched(frame, self.index, false))
     }

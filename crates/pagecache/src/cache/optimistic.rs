@@ -38,6 +38,10 @@
 //!  U4. O6 (nobody else can move the version while we hold LATCHED and
 //!      a pin), else unlatch and restart
 //!  U5. W2 (drain, then runs: 5.7 W2-W3), then W3: a `PageMut`
+//!  U0. (`upgrade_or_wait` only) U1 or U3 refused by another holder's
+//!      latch: wait for its release (a short spin, then a park, while the
+//!      frame still holds the page), then restart. The caller holds no
+//!      pin or latch (lock rule 3)
 //! ```
 //!
 //! Ordering. A writer makes the version odd (W3) before its first byte
@@ -174,21 +178,41 @@ impl Inner {
     /// came between (the caller restarts). Context: may sleep (U5's drain
     /// waits for other pins; runs over the page); no latch of this page
     /// held.
+    ///
+    /// With `wait`, a refusal because another holder has the page latched
+    /// (U1 or U3) first waits for that latch's release (U0): the view is
+    /// stale by then in all likelihood, and a caller that restarted at once
+    /// would meet the same latch again, over and over while its holder is
+    /// preempted. The caller must then hold no pin or latch (lock rule 3),
+    /// as for any wait for a latch.
     pub(crate) fn optimistic_upgrade(
         &self,
         fs: &FileShared,
         index: u64,
         f: FrameNo,
         v: u64,
+        wait: bool,
     ) -> Option<FrameNo> {
+        if f as usize >= self.frames.len() {
+            return None; // garbage from a recycled index node
+        }
+        // U0: another holder's latch, waited out (a spin, then a park)
+        // while the frame still holds this page.
+        let latched = |f: FrameNo| {
+            if wait {
+                self.desc(f).wait_unlatched_spin_as(fs.id, index);
+            }
+            None
+        };
         // U1-U3: pin and latch, in one CAS unless a baseline's hooks need
         // the pin on its own.
         let f = if self.hooks == 0 {
-            if f as usize >= self.frames.len() {
-                return None; // garbage from a recycled index node
-            }
             let d = self.desc(f);
-            let s = d.try_pin_latch().ok()?;
+            let s = match d.try_pin_latch() {
+                Ok(s) => s,
+                Err(PinFail::Latched) => return latched(f),
+                Err(_) => return None,
+            };
             if s.is_removed() || d.identity() != (fs.id, index) {
                 d.unlatch();
                 self.release(f);
@@ -196,10 +220,14 @@ impl Inner {
             }
             f
         } else {
-            let f = self.pin_as(f, fs.id, index).ok()?;
+            let f = match self.pin_as(f, fs.id, index) {
+                Ok(f) => f,
+                Err(super::PinMiss::Fail(PinFail::Latched)) => return latched(f),
+                Err(_) => return None,
+            };
             if !self.desc(f).try_latch() {
                 self.release(f);
-                return None;
+                return latched(f);
             }
             f
         };

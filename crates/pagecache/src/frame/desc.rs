@@ -11,6 +11,13 @@ use crate::sync::{fence, park, unpark_all, wait_timer, AtomicU64, LockClass, Ord
 #[path = "desc_async.rs"]
 mod asynch;
 
+/// Rounds of `wait_unlatched_spin_as`'s spin (a pause each, about 1-4 µs
+/// in all) before it parks.
+#[cfg(not(loom))]
+const LATCH_SPINS: u32 = 20;
+#[cfg(loom)]
+const LATCH_SPINS: u32 = 0; // the models take the park path at once
+
 /// One frame's descriptor. 64-byte aligned so that pins of neighbouring
 /// frames by different threads never bounce one cache line.
 #[repr(C, align(64))]
@@ -261,6 +268,25 @@ impl FrameDesc {
     /// the unlatch wakes every waiter. The caller retries from the root.
     /// Context: may sleep; no pin of this page held (lock rule 3).
     pub fn wait_unlatched_as(&self, owner: u64, index: u64) {
+        self.wait_clear(LATCHED, Some((owner, index)));
+    }
+
+    /// [`FrameDesc::wait_unlatched_as`] after a short spin: a holder
+    /// running on another CPU releases within the spin (a latch is held
+    /// for a page's change, hundreds of nanoseconds), where parking would
+    /// cost two futex calls; one that was preempted is slept through.
+    /// Context: as `wait_unlatched_as`.
+    pub fn wait_unlatched_spin_as(&self, owner: u64, index: u64) {
+        for _ in 0..LATCH_SPINS {
+            // Relaxed: a hint; `wait_clear` re-reads with Acquire.
+            if self.state.load(Ordering::Relaxed) & LATCHED == 0 {
+                break;
+            }
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
+            std::hint::spin_loop();
+        }
         self.wait_clear(LATCHED, Some((owner, index)));
     }
 
