@@ -46,8 +46,10 @@
 // 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
 // which was 0, also a frame; 13: `pc_file_fast` and the inline
 // `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
-// `PC_DESC_WORDS`; a view's private words are documented numbers).
-#define PC_ABI_VERSION 13
+// `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
+// `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
+// takes the call for a latched page).
+#define PC_ABI_VERSION 14
 
 // The `hint` of a pin that holds no page of a file (an anonymous page,
 // a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
@@ -143,6 +145,12 @@
 // the replacement policy's accessed bit, which a view sets when clear
 // (the inline view takes the call then). (Added in ABI 13.)
 #define PC_STATE_ACCESSED 274877906944
+
+// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+// set while a writer holds the page's latch (the view then takes the
+// call, which waits for the writer: a view taken meanwhile would fail
+// validation). (Added in ABI 14.)
+#define PC_STATE_LATCHED 4294967296
 
 // A frame descriptor's size in 64-bit words (`pc_fast::descs`): its state
 // word is word 0, its version word 1, its owner word 2 (`pc_fast::owner`
@@ -726,6 +734,18 @@ int pc_optimistic_validate(const struct pc_optimistic *view);
 // view's file is not closed.
 int pc_optimistic_upgrade(const struct pc_optimistic *view, struct pc_pin *pin);
 
+// `pc_optimistic_upgrade`, but refused because another holder has the
+// page latched, it first waits for that latch's release (a short spin,
+// then a sleep), then returns `-EAGAIN`: for a caller that would restart
+// at once and meet the same latch again (with more threads than CPUs, a
+// preempted latch holder would have every other thread restart until it
+// runs again). The caller must hold no pin or latch of any page: the
+// holder it waits for may be waiting for one of them. (Added in ABI 14.)
+//
+// # Safety
+// As `pc_optimistic_upgrade`.
+int pc_optimistic_upgrade_wait(const struct pc_optimistic *view, struct pc_pin *pin);
+
 // Pins up to `max` consecutive pages from `start` (at most `PC_RUN_MAX`)
 // into `*run`: `run->pages[k]` points to page `start + k`, read-only,
 // unchanged and cached until `pc_run_release`. Cached pages are held by
@@ -936,8 +956,9 @@ static inline int pc_optimistic_valid(const pc_optimistic *view) {
  *   2. the version word, acquire: even (no change in progress); acquire
  *      orders the loads below after it;
  *   3. the state word, acquire: PC_STATE_UPTODATE set, PC_STATE_REMOVED
- *      clear, and PC_STATE_ACCESSED set (a view sets the accessed bit
- *      when clear: the call does that);
+ *      and PC_STATE_LATCHED clear (a writer's page: the call waits for
+ *      it), and PC_STATE_ACCESSED set (a view sets the accessed bit when
+ *      clear: the call does that);
  *   4. the owner and index words: this file's and `index` (a frame
  *      changes page only inside a change, which makes the version odd
  *      and then new: a view of another page fails validation).
@@ -954,7 +975,7 @@ static inline int pc_page_optimistic_fast(const pc_fast *fast,
     if ((version & 1) == 0) {
       uint64_t state = __atomic_load_n(d, __ATOMIC_ACQUIRE);
       const uint64_t want = PC_STATE_UPTODATE | PC_STATE_ACCESSED;
-      if ((state & (want | PC_STATE_REMOVED)) == want &&
+      if ((state & (want | PC_STATE_REMOVED | PC_STATE_LATCHED)) == want &&
           __atomic_load_n(d + 2, __ATOMIC_RELAXED) == fast->owner &&
           __atomic_load_n(d + 3, __ATOMIC_RELAXED) == index) {
         view->data = fast->frames + (hint << fast->page_shift);

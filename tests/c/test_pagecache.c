@@ -891,12 +891,23 @@ static void test_optimistic_fast(void) {
   OK(pc_optimistic_upgrade(&h, &pin));
   EXPECT(pin.index == 2 && pin.data[50] == 'y');
   pc_optimistic busy;
-  /* latched: the version is odd, the inline view takes the call, which
-   * would wait: check the descriptor instead */
+  /* latched: the version is odd and the latch bit set, the inline view
+   * takes the call, which would wait: check the descriptor instead */
   EXPECT((__atomic_load_n(d + 1, __ATOMIC_ACQUIRE) & 1) == 1);
+  EXPECT((__atomic_load_n(d, __ATOMIC_ACQUIRE) & PC_STATE_LATCHED) != 0);
   OK(pc_pin_release(&pin));
+  EXPECT((__atomic_load_n(d, __ATOMIC_ACQUIRE) & PC_STATE_LATCHED) == 0);
   OK(pc_page_optimistic_fast(&fast, 2, v.hint, &busy));
   EXPECT(pc_optimistic_valid(&busy) == 1);
+  /* the waiting upgrade: an unchanged page latches, a changed one restarts */
+  OK(pc_page_optimistic_fast(&fast, 2, v.hint, &h));
+  OK(pc_optimistic_upgrade_wait(&h, &pin));
+  OK(pc_latch_release_clean(&pin));
+  OK(pc_page_optimistic_fast(&fast, 2, v.hint, &h));
+  OK(pc_file_write_at(f, "z", 1, 2 * PS + 51));
+  EXPECT(pc_optimistic_upgrade_wait(&h, &pin) == -EAGAIN);
+  EXPECT(pc_optimistic_upgrade_wait(NULL, &pin) == -EINVAL);
+  OK(pc_page_optimistic_fast(&fast, 2, v.hint, &busy));
   /* a page cut off: its frame's view fails, and the hint of a page gone
    * makes the call report it */
   OK(pc_file_set_len(f, 2 * PS));
@@ -1010,6 +1021,7 @@ static void test_optimistic_views(void) {
 struct upgrader {
   pc_file *f;
   int rounds;
+  int wait; /* pc_optimistic_upgrade_wait */
   int bad, restarts;
   char msg[256];
 };
@@ -1035,7 +1047,7 @@ static void *upgrade_loop(void *arg) {
       u->bad++;
     }
     pc_pin pin;
-    int rc = pc_optimistic_upgrade(&v, &pin);
+    int rc = u->wait ? pc_optimistic_upgrade_wait(&v, &pin) : pc_optimistic_upgrade(&v, &pin);
     if (rc == -EAGAIN) {
       u->restarts++;
       continue;
@@ -1094,7 +1106,7 @@ static void test_upgrade_race(void) {
   pthread_t th[T];
   struct upgrader u[T];
   for (int i = 0; i < T; i++) {
-    u[i] = (struct upgrader){f, ROUNDS, 0, 0, {0}};
+    u[i] = (struct upgrader){f, ROUNDS, i % 2, 0, 0, {0}};
     pthread_create(&th[i], NULL, upgrade_loop, &u[i]);
   }
   for (int i = 0; i < T; i++) {

@@ -85,8 +85,10 @@ pub use run::*;
 /// 12: `PC_NO_HINT`, the `hint` of a pin of an anonymous page or of none,
 /// which was 0, also a frame; 13: `pc_file_fast` and the inline
 /// `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
-/// `PC_DESC_WORDS`; a view's private words are documented numbers).
-pub const PC_ABI_VERSION: u32 = 13;
+/// `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
+/// `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
+/// takes the call for a latched page).
+pub const PC_ABI_VERSION: u32 = 14;
 
 /// The `hint` of a pin that holds no page of a file (an anonymous page,
 /// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`

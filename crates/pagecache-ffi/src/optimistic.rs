@@ -81,6 +81,12 @@ pub const PC_STATE_UPTODATE: u64 = 0x0008_0000_0000;
 /// (the inline view takes the call then). (Added in ABI 13.)
 pub const PC_STATE_ACCESSED: u64 = 0x0040_0000_0000;
 
+/// The bit of a frame's state word that `pc_page_optimistic_fast` tests:
+/// set while a writer holds the page's latch (the view then takes the
+/// call, which waits for the writer: a view taken meanwhile would fail
+/// validation). (Added in ABI 14.)
+pub const PC_STATE_LATCHED: u64 = 0x0001_0000_0000;
+
 /// A frame descriptor's size in 64-bit words (`pc_fast::descs`): its state
 /// word is word 0, its version word 1, its owner word 2 (`pc_fast::owner`
 /// for a page of the file), its page index word 3. (Added in ABI 13.)
@@ -89,6 +95,7 @@ pub const PC_DESC_WORDS: u64 = 8;
 const _: () = assert!(PC_STATE_REMOVED == pagecache::internals::STATE_REMOVED);
 const _: () = assert!(PC_STATE_UPTODATE == pagecache::internals::STATE_UPTODATE);
 const _: () = assert!(PC_STATE_ACCESSED == pagecache::internals::STATE_ACCESSED);
+const _: () = assert!(PC_STATE_LATCHED == pagecache::internals::STATE_LATCHED);
 const _: () = assert!(PC_DESC_WORDS as usize == pagecache::internals::DESC_WORDS);
 
 const _: () = assert!(
@@ -331,29 +338,59 @@ pub unsafe extern "C" fn pc_optimistic_upgrade(
     view: *const pc_optimistic,
     pin: *mut pc_pin,
 ) -> c_int {
-    guard("pc_optimistic_upgrade", || {
+    // SAFETY: the contract.
+    unsafe { upgrade_as(view, pin, false, "pc_optimistic_upgrade") }
+}
+
+/// `pc_optimistic_upgrade`, but refused because another holder has the
+/// page latched, it first waits for that latch's release (a short spin,
+/// then a sleep), then returns `-EAGAIN`: for a caller that would restart
+/// at once and meet the same latch again (with more threads than CPUs, a
+/// preempted latch holder would have every other thread restart until it
+/// runs again). The caller must hold no pin or latch of any page: the
+/// holder it waits for may be waiting for one of them. (Added in ABI 14.)
+///
+/// # Safety
+/// As `pc_optimistic_upgrade`.
+#[no_mangle]
+pub unsafe extern "C" fn pc_optimistic_upgrade_wait(
+    view: *const pc_optimistic,
+    pin: *mut pc_pin,
+) -> c_int {
+    // SAFETY: the contract.
+    unsafe { upgrade_as(view, pin, true, "pc_optimistic_upgrade_wait") }
+}
+
+/// The two upgrades.
+///
+/// # Safety
+/// As `pc_optimistic_upgrade`.
+unsafe fn upgrade_as(
+    view: *const pc_optimistic,
+    pin: *mut pc_pin,
+    wait: bool,
+    what: &'static str,
+) -> c_int {
+    guard(what, || {
         // SAFETY: the contract.
-        let (s, v) = unsafe { stored_view(view, "pc_optimistic_upgrade") }?;
+        let (s, v) = unsafe { stored_view(view, what) }?;
         let index = s.index;
-        hold(s.file, index, pin, "pc_optimistic_upgrade", "file", |f| {
+        hold(s.file, index, pin, what, "file", |f| {
+            let changed =
+                |f| would_wait(what, f, index, "changed since the view was taken: restart");
             // SAFETY: the view's file is not closed (the contract); the
             // view borrows the handle as `hold` does.
             let Some(o) = (unsafe { rebuilt(&s, v) }) else {
-                return Err(would_wait(
-                    "pc_optimistic_upgrade",
-                    f,
-                    index,
-                    "changed since the view was taken: restart",
-                ));
+                return Err(changed(f));
             };
-            o.upgrade().map(Held::Latch).map_err(|e| {
+            let r = if wait {
+                o.upgrade_or_wait()
+            } else {
+                o.upgrade()
+            };
+            r.map(Held::Latch).map_err(|e| {
                 if e.kind() == io::ErrorKind::Interrupted {
-                    would_wait(
-                        "pc_optimistic_upgrade",
-                        f,
-                        index,
-                        "changed since the view was taken: restart",
-                    )
+                    changed(f)
                 } else {
                     e
                 }

@@ -142,6 +142,10 @@ pub mod internals {
     /// reset (`Optimistic::validation_words`).
     pub const STATE_REMOVED: u64 = crate::frame::state::REMOVED;
 
+    /// The state word's latch bit: a writer holds the page
+    /// ([`crate::File::fast_view`]; a view of a latched page waits).
+    pub const STATE_LATCHED: u64 = crate::frame::state::LATCHED;
+
     /// The state word's bit of a frame whose bytes hold its page
     /// ([`crate::File::fast_view`]).
     pub const STATE_UPTODATE: u64 = crate::frame::state::UPTODATE;

@@ -12,9 +12,11 @@
 //!      page is being changed or its frame    W5. version even (Release)
 //!      reassigned: wait for the latch        W6. unlatch (Release), wake
 //!      (or yield), retry from O1
-//!  O3. state UPTODATE, not REMOVED; identity  remover (eviction 5.2, truncate
-//!      == (file, index); else the full path    5.6, frame reuse)
-//!      (pin through 5.1/5.3), go to O2       R1. refcount frozen or orphaned
+//!  O3. state UPTODATE, not REMOVED, not      remover (eviction 5.2, truncate
+//!      LATCHED (a writer's: its view would    5.6, frame reuse)
+//!      fail); identity == (file, index);
+//!      else the full path (pin through       R1. refcount frozen or orphaned
+//!      5.1/5.3: waits for a latch), go to O2
 //!  O4. set ACCESSED only if it was clear     R2. version odd, identity
 //!      (drop the O1 pin, if any)                 cleared (`FrameDesc::reset`)
 //!  -- the view (f, v) is handed out --       R3. next owner: new identity,
@@ -139,7 +141,7 @@ impl Inner {
             let d = self.desc(hint);
             if let Some(v) = d.read_begin() {
                 let s = d.snapshot();
-                if s.is_live() && d.identity() == (fs.id, index) {
+                if s.is_live() && !s.is_latched() && d.identity() == (fs.id, index) {
                     if !s.is_accessed() {
                         d.mark_accessed(s);
                     }

@@ -83,7 +83,7 @@ pub use super::desc::FrameDesc;
 pub use super::desc::DESC_WORDS;
 
 pub(super) const REFS: u64 = 0xffff_ffff;
-pub(super) const LATCHED: u64 = 1 << 32;
+pub(crate) const LATCHED: u64 = 1 << 32;
 pub(super) const WAITERS: u64 = 1 << 33;
 pub(super) const DRAIN: u64 = 1 << 34;
 pub(crate) const UPTODATE: u64 = 1 << 35;

@@ -537,7 +537,7 @@ pub fn tables(o: &Opts, dir: &Path) -> io::Result<Vec<Table>> {
                     fmt_num(med(runs, |r| r.written_per_evicted), 2),
                     pct(med(runs, |r| r.background)),
                     pct(med(runs, |r| r.faults)),
-                    fmt_num(med(runs, |r| r.restarts_per_tx), 3),
+                    fmt_num(med(runs, |r| r.restarts_per_tx), 4),
                 ]);
                 t.series.push(Series::new(
                     &format!("{d} TPC-C ({})", case.name),
