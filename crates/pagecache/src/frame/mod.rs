@@ -36,9 +36,9 @@ pub type FrameNo = u32;
 /// the view validates, which it never does for a torn offset.
 pub const ARENA_SLACK: usize = 64 << 10;
 
-#[cfg(not(loom))]
-pub(crate) use arena::map_huge;
 pub use arena::FrameTable;
+#[cfg(not(loom))]
+pub(crate) use arena::{map_huge, map_table};
 
 mod arena {
     use super::state::FrameDesc;
@@ -67,6 +67,32 @@ mod arena {
     /// 2 MiB or more starts on a 2 MiB boundary (mapped 2 MiB longer, the
     /// ends trimmed), so that each aligned 2 MiB of it can be one huge page.
     pub(crate) fn map_huge(len: usize, what: &str) -> io::Result<NonNull<u8>> {
+        map_with(len, what, false)
+    }
+
+    /// [`map_huge`] for the cache's own tables (the frames, their
+    /// descriptors, the index nodes): private, or shared memory (shmem,
+    /// as a cache shared by processes must use) when the environment
+    /// variable `PAGECACHE_ARENA` is `shared`, for an A/B of what shared
+    /// memory costs the hit path (`docs/benchmarks.md`, "Shared memory").
+    pub(crate) fn map_table(len: usize, what: &str) -> io::Result<NonNull<u8>> {
+        map_with(len, what, arena_shared()?)
+    }
+
+    /// `PAGECACHE_ARENA`: unset, empty or `private` -> false, `shared` ->
+    /// true, anything else an error naming the variable.
+    fn arena_shared() -> io::Result<bool> {
+        match std::env::var("PAGECACHE_ARENA").as_deref() {
+            Ok("") | Ok("private") | Err(_) => Ok(false),
+            Ok("shared") => Ok(true),
+            Ok(other) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("PAGECACHE_ARENA={other:?}: expected \"private\" or \"shared\""),
+            )),
+        }
+    }
+
+    fn map_with(len: usize, what: &str, shared: bool) -> io::Result<NonNull<u8>> {
         const HUGE: usize = 2 << 20;
         // (No padding for a length that would overflow: mmap refuses it.)
         let pad = if (HUGE..=usize::MAX - HUGE).contains(&len) && !cfg!(miri) {
@@ -74,16 +100,20 @@ mod arena {
         } else {
             0
         };
-        // SAFETY: anonymous private mapping with no address hint; the
-        // result is checked against MAP_FAILED before use.
+        // SAFETY: anonymous mapping (private, or shared memory no other
+        // process maps) with no address hint; the result is checked
+        // against MAP_FAILED before use.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len + pad,
                 libc::PROT_READ | libc::PROT_WRITE,
                 // (Miri supports only private anonymous mappings.)
-                libc::MAP_PRIVATE
-                    | libc::MAP_ANONYMOUS
+                if shared {
+                    libc::MAP_SHARED
+                } else {
+                    libc::MAP_PRIVATE
+                } | libc::MAP_ANONYMOUS
                     | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
                 -1,
                 0,
@@ -177,9 +207,9 @@ mod arena {
                 .filter(|l| l.checked_add(super::ARENA_SLACK).is_some())
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity overflows"))?;
             // The frames, then the slack (`ARENA_SLACK`).
-            let base = map_huge(map_len + super::ARENA_SLACK, "the frame arena")?;
+            let base = map_table(map_len + super::ARENA_SLACK, "the frame arena")?;
             let dlen = nframes * std::mem::size_of::<FrameDesc>();
-            let dptr = match map_huge(dlen, "the frame descriptors") {
+            let dptr = match map_table(dlen, "the frame descriptors") {
                 Ok(p) => p.cast::<FrameDesc>(),
                 Err(e) => {
                     // SAFETY: unmapping the arena we just mapped.

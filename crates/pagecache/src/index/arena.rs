@@ -64,7 +64,7 @@ impl NodeArena {
         let map_len = (max_nodes as usize + 1) * std::mem::size_of::<Node>();
         // Huge pages: a random lookup touches a leaf anywhere in the arena.
         #[cfg(not(loom))]
-        let base = crate::frame::map_huge(map_len, "the index node arena")?;
+        let base = crate::frame::map_table(map_len, "the index node arena")?;
         Ok(NodeArena {
             // Page aligned, so suitably aligned for `Node` (64).
             #[cfg(not(loom))]
