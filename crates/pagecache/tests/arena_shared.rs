@@ -10,8 +10,8 @@ use std::io::ErrorKind;
 
 #[test]
 fn the_tables_in_shared_memory_hold_pages_as_private_ones_and_a_bad_value_is_refused() {
-    // SAFETY (of `set_var`): this binary's only test, so no other thread
-    // reads the environment meanwhile.
+    // SAFETY: this binary's only test, so no other thread reads or writes
+    // the environment meanwhile (the cache reads it only when created).
     unsafe { std::env::set_var("PAGECACHE_ARENA", "shared") };
     let d = TempDir::new("arena-shared");
     let p = d.path("f");
@@ -53,6 +53,7 @@ fn the_tables_in_shared_memory_hold_pages_as_private_ones_and_a_bad_value_is_ref
     drop(f);
     drop(c);
 
+    // SAFETY: as above; the cache above is gone.
     unsafe { std::env::set_var("PAGECACHE_ARENA", "bogus") };
     let e = pagecache::PageCache::new(pagecache::Config {
         capacity: 16 * PS,
@@ -62,5 +63,6 @@ fn the_tables_in_shared_memory_hold_pages_as_private_ones_and_a_bad_value_is_ref
     .expect("a bad PAGECACHE_ARENA was accepted");
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.to_string().contains("PAGECACHE_ARENA"), "{e}");
+    // SAFETY: as above.
     unsafe { std::env::remove_var("PAGECACHE_ARENA") };
 }
