@@ -59,8 +59,7 @@ fn the_tables_in_shared_memory_hold_pages_as_private_ones_and_a_bad_value_is_ref
         capacity: 16 * PS,
         ..pagecache::Config::default()
     })
-    .err()
-    .expect("a bad PAGECACHE_ARENA was accepted");
+    .expect_err("a bad PAGECACHE_ARENA was accepted");
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.to_string().contains("PAGECACHE_ARENA"), "{e}");
     // SAFETY: as above.
