@@ -306,18 +306,7 @@ impl<'a> Optimistic<'a> {
     /// # Panics
     /// As [`Optimistic::validate`], for a load outside an unchanged page.
     pub fn upgrade(self) -> io::Result<PageMut<'a>> {
-        let file = self.file;
-        file.check_writable("upgrade")?;
-        if self.oob.get() {
-            // Fails (a torn offset: restart) or panics (a layout bug).
-            self.validate();
-            return Err(io::ErrorKind::Interrupted.into());
-        }
-        let frame = file
-            .inner()
-            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version, false)
-            .ok_or(io::ErrorKind::Interrupted)?;
-        Ok(file.latched(frame, self.index, false))
+        self.upgrade_as(false)
     }
 
     /// [`Optimistic::upgrade`], but a refusal because another holder has
@@ -334,15 +323,22 @@ impl<'a> Optimistic<'a> {
     /// # Panics
     /// As [`Optimistic::validate`], for a load outside an unchanged page.
     pub fn upgrade_or_wait(self) -> io::Result<PageMut<'a>> {
+        self.upgrade_as(true)
+    }
+
+    /// The two upgrades (5.8 U1-U5; with `wait`, U0).
+    #[inline]
+    fn upgrade_as(self, wait: bool) -> io::Result<PageMut<'a>> {
         let file = self.file;
         file.check_writable("upgrade")?;
         if self.oob.get() {
+            // Fails (a torn offset: restart) or panics (a layout bug).
             self.validate();
             return Err(io::ErrorKind::Interrupted.into());
         }
         let frame = file
             .inner()
-            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version, true)
+            .optimistic_upgrade(&file.shared, self.index, self.frame, self.version, wait)
             .ok_or(io::ErrorKind::Interrupted)?;
         Ok(file.latched(frame, self.index, false))
     }
