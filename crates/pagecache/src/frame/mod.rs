@@ -66,6 +66,7 @@ mod arena {
     /// TLB from adding a page walk to each of those misses. A mapping of
     /// 2 MiB or more starts on a 2 MiB boundary (mapped 2 MiB longer, the
     /// ends trimmed), so that each aligned 2 MiB of it can be one huge page.
+    #[cfg_attr(loom, allow(dead_code))] // (its user, `ahead`, is off under loom)
     pub(crate) fn map_huge(len: usize, what: &str) -> io::Result<NonNull<u8>> {
         map_with(len, what, false)
     }
