@@ -371,8 +371,9 @@ impl File {
     }
 
     /// A view of page `index` if it is still cached in frame `hint` (from
-    /// [`Optimistic::frame_hint`] of an earlier view of the page), else
-    /// `None`: then call [`File::optimistic`]. Never reads, never waits,
+    /// [`Optimistic::frame_hint`] of an earlier view of the page) and no
+    /// writer holds its latch, else `None`: then call [`File::optimistic`]
+    /// (which waits for the writer). Never reads, never waits,
     /// writes nothing shared: a good hint skips the cache's index walk
     /// (what vmcache's page table and LeanStore's swizzled pointers save),
     /// a stale or made-up one costs two loads. An index structure keeps a
