@@ -30,24 +30,20 @@ fn the_tables_in_shared_memory_hold_pages_as_private_ones_and_a_bad_value_is_ref
         assert_eq!(pg[100..108], [i as u8; 8], "page {i}");
         assert_eq!(pg[0], pattern(i * PS as u64), "page {i}");
     }
-    // The arena really is shared memory: its frames count as Shmem.
-    let shmem = |s: &str| {
-        s.lines()
-            .find(|l| l.starts_with("Shmem:"))
+    // The arena really is shared memory: its frames count as RssShmem.
+    let kb = |file: &str, key: &str| {
+        std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with(key))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse::<u64>().ok())
     };
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let rss_shmem = status
-        .lines()
-        .find(|l| l.starts_with("RssShmem:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap();
+    let rss_shmem = kb("/proc/self/status", "RssShmem:").unwrap();
     assert!(
         rss_shmem >= 16 * PS as u64 / 1024,
-        "RssShmem {rss_shmem} kB: the frames are not in shared memory ({:?} system-wide)",
-        shmem(&std::fs::read_to_string("/proc/meminfo").unwrap())
+        "RssShmem {rss_shmem} kB: the frames are not in shared memory ({:?} kB system-wide)",
+        kb("/proc/meminfo", "Shmem:")
     );
     c.validate();
     drop(f);

@@ -8,9 +8,9 @@
 //! its own, its per-second counts parsed; with `--vmcache-pc PATH`, vmcache's
 //! own B-tree and TPC-C built over this library's C ABI
 //! (`benches/vmcache-pc/`), run and parsed as vmcache is (its "written per
-//! evicted" takes pages read as pages evicted, as vmcache's does). All load
-//! the warehouses with the run's threads, then run the mix for the same time with every thread
-//! picking a random home warehouse.
+//! evicted" takes pages read as pages evicted, as vmcache's does). All
+//! load the warehouses with the run's threads, then run the mix for the
+//! same time with every thread picking a random home warehouse.
 //!
 //! Two cases, as vmcache's paper: in memory (2 warehouses in 4 GiB) and
 //! out of memory (10 warehouses in 1 GiB, the kernel's cache of the files
