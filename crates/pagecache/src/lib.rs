@@ -133,6 +133,16 @@ pub mod internals {
     pub use crate::frame::{alloc, state, FrameNo};
     pub use crate::reclaim::{passes, s3fifo, smp_list};
 
+    /// The wait buckets every blocking wait sleeps in (`sync/futex.rs`,
+    /// protocol 5.10): a table placed in memory that processes share and
+    /// registered over it makes the waits on objects in that memory (frame
+    /// descriptors) work between the processes.
+    pub mod wait {
+        #[cfg(not(loom))]
+        pub use crate::sync::futex::{register_region, unregister_region};
+        pub use crate::sync::futex::{WaitTable, BUCKETS};
+    }
+
     /// The per-file size lock (`size_lock.rs`), for its loom model.
     pub mod size_lock {
         pub use crate::size_lock::{SizeExclusive, SizeLock, SizeShared, ALL_PAGES};

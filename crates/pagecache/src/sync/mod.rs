@@ -2,10 +2,11 @@
 //!
 //! Building with `RUSTFLAGS="--cfg loom"` swaps in loom's atomics, mutexes,
 //! rwlocks and yields, so that `tests/loom.rs` model-checks the code users
-//! run: the whole crate builds under loom. Parking maps to
-//! `parking_lot_core` (hashed wait queues keyed by address, the user-space
-//! form of the kernel's `page_waitqueue()` hash); under loom it becomes a
-//! yield so that loom explores the interleavings of the re-checks.
+//! run: the whole crate builds under loom. Parking sleeps on futex words in
+//! hashed wait buckets keyed by address ([`futex`]: the kernel's
+//! `page_waitqueue()` hash, in a form that also works between processes);
+//! under loom the same buckets run on loom's atomics and the futex becomes
+//! a wait for its word to change.
 //!
 //! Two kinds of shared memory are deliberately *not* modelled, and come
 //! from [`unmodelled`]: statistics (counters, lock profiles, fault-injection
@@ -15,6 +16,7 @@
 //! on its frame's [`Witness`], so a model can observe a copy torn by a
 //! concurrent writer exactly where the seqlock must catch it.
 
+pub mod futex;
 pub mod lockstat;
 pub(crate) mod waitq;
 
@@ -218,39 +220,26 @@ pub(crate) fn wait_step(round: &mut u32) {
     yield_now();
 }
 
-/// Sleeps on the wait queue hashed from `key` while `still_blocked()` holds.
+/// Sleeps on the wait bucket hashed from `key` (an object's address) while
+/// `still_blocked()` holds (protocol 5.10, [`futex`]).
 ///
-/// `still_blocked` is evaluated under the wait-queue bucket lock, and every
-/// waker calls [`unpark_all`] on the same key *after* changing the state the
-/// predicate reads, so a wake-up cannot be lost between the check and the
-/// sleep. Spurious returns are allowed: callers loop and re-check.
-#[cfg(not(loom))]
+/// `still_blocked` is evaluated after the sleeper announced itself, and
+/// every waker calls [`unpark_all`] on the same key *after* changing the
+/// state the predicate reads, so a wake-up cannot be lost between the check
+/// and the sleep. Spurious returns are allowed: callers loop and re-check.
+/// Objects in a shared region ([`futex::register_region`]) are waited on
+/// and woken across processes.
 #[track_caller]
 pub(crate) fn park(key: usize, still_blocked: impl Fn() -> bool) {
     may_block("park");
-    // SAFETY: `park` requires that the validate/before_sleep/timed_out
-    // callbacks do not panic and do not call into parking_lot_core; ours only
-    // load an atomic word.
-    unsafe {
-        parking_lot_core::park(
-            key,
-            still_blocked,
-            || {},
-            |_, _| {},
-            parking_lot_core::DEFAULT_PARK_TOKEN,
-            None,
-        );
-    }
+    futex::park(key, still_blocked);
 }
 
-/// Wakes every thread parked on `key`.
-#[cfg(not(loom))]
+/// Wakes every thread parked on `key` (and, where the key's bucket is
+/// shared with others, theirs: they re-check).
+#[inline]
 pub(crate) fn unpark_all(key: usize) {
-    // SAFETY: `unpark_all` is safe to call with any key; the unsafe marker only
-    // reflects that keys are raw addresses shared with `park`.
-    unsafe {
-        parking_lot_core::unpark_all(key, parking_lot_core::DEFAULT_UNPARK_TOKEN);
-    }
+    futex::unpark_all(key);
 }
 
 /// A mutex whose `lock` returns the guard directly: `parking_lot` normally,
@@ -588,13 +577,3 @@ impl Drop for WaitTimer {
         lockstat::waited(self.t.0, self.t.1);
     }
 }
-
-#[cfg(loom)]
-pub(crate) fn park(_key: usize, still_blocked: impl Fn() -> bool) {
-    if still_blocked() {
-        loom::thread::yield_now();
-    }
-}
-
-#[cfg(loom)]
-pub(crate) fn unpark_all(_key: usize) {}

@@ -1,0 +1,349 @@
+//! Sleeping on a key: hashed wait buckets of futex words, which work between
+//! processes when their table lives in memory the processes share.
+//!
+//! [`park`](super::park) and [`unpark_all`](super::unpark_all) key their
+//! waits by an object's address, as the kernel's `page_waitqueue()` hash
+//! does. A key selects a [`Bucket`] of a [`WaitTable`]: an *event count*
+//! (a sequence word the sleepers sleep on with `FUTEX_WAIT`) and the number
+//! of sleepers. The kernel keeps the queue of sleeping threads (its futex
+//! hash), so a bucket is two 32-bit words and nothing else: no list, no
+//! pointer, no lock. That is what lets a table sit in a shared mapping and
+//! serve waits between processes, where a process-private parking lot
+//! (`parking_lot_core`'s queues of its own threads) cannot.
+//!
+//! Which table a key uses: an address inside a registered shared region
+//! ([`register_region`]: a mapping that carries its own table, such as a
+//! cache shared by processes) uses that region's table, keyed by the
+//! address's *offset* in the region, with shared futexes (the kernel keys
+//! them by the page's backing object, the same in every process); any
+//! other address uses the process's own table with private futexes.
+//!
+//! # Protocol (numbered as in `docs/design.md`, 5.10)
+//!
+//! A waiter (park), for a predicate `still_blocked` over some atomic state:
+//!
+//! * P1. `sleepers += 1` on the key's bucket; `fence(SeqCst)`.
+//! * P2. `seq = bucket.seq` (Acquire).
+//! * P3. If `still_blocked()` is false, go to P5.
+//! * P4. `FUTEX_WAIT(&bucket.seq, seq)`: the kernel sleeps only if the word
+//!   still holds `seq`, checked under its own hash-bucket lock.
+//! * P5. `sleepers -= 1`. Return (the caller re-checks and may park again).
+//!
+//! A waker (unpark_all), after it changed the state the predicate reads:
+//!
+//! * K1. `fence(SeqCst)`; if the bucket's `sleepers` is 0, return.
+//! * K2. `seq += 1` (Release).
+//! * K3. `FUTEX_WAKE(&bucket.seq, all)`.
+//!
+//! No lost wake-up: the two SeqCst fences (P1, K1) are ordered one way or
+//! the other. If K1's comes first, P3 (after P1's fence) reads the state
+//! the waker changed before K1, so the waiter does not sleep. If P1's comes
+//! first, K1 reads `sleepers > 0` and the waker goes on to K2-K3: either
+//! P2 reads K2's increment, and then (Acquire against K2's Release) P3 sees
+//! the state change and does not sleep; or P2 read the old `seq`, and P4
+//! either finds the word changed (K2 before P4: no sleep) or sleeps before
+//! K3's wake, which wakes it (the kernel orders the two under its bucket
+//! lock). Every other return is spurious and allowed: keys that hash to one
+//! bucket wake each other, and the callers loop.
+//!
+//! A waker with no sleeper in its bucket pays a fence and a load of a line
+//! no one writes (buckets are padded to a line each); the sleepers' count
+//! is written only by threads about to sleep.
+//!
+//! Under loom the futex becomes a wait for the word to change (a yield
+//! loop: loom fails a model whose waiter is never woken), the rest is the
+//! code above on loom's atomics, with one table.
+
+use super::{fence, AtomicU32, Ordering};
+
+/// Buckets of a table (a power of two). Collisions cost only spurious
+/// wake-ups; 256 as the kernel's `PAGE_WAIT_TABLE_SIZE`.
+#[cfg(not(loom))]
+pub const BUCKETS: usize = 256;
+/// Buckets of a table under loom: one, shared by every key. The bucket a
+/// key hashes to depends on addresses, which differ between a model's
+/// executions, and loom needs each execution to make the same choices;
+/// one bucket for all keys is also the case with the most spurious
+/// wake-ups.
+#[cfg(loom)]
+pub const BUCKETS: usize = 1;
+
+/// One event count: sleepers sleep on `seq`, wakers bump it.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub struct Bucket {
+    /// The futex word: changed by every wake-up (K2).
+    seq: AtomicU32,
+    /// Threads between P1 and P5 (in any process).
+    sleepers: AtomicU32,
+}
+
+/// A table of wait buckets. All zeros is a valid, empty table, so one can
+/// be placed in freshly mapped (zeroed) memory shared by processes.
+#[derive(Debug)]
+#[repr(C)]
+pub struct WaitTable {
+    buckets: [Bucket; BUCKETS],
+}
+
+impl Default for WaitTable {
+    fn default() -> Self {
+        WaitTable {
+            buckets: std::array::from_fn(|_| Bucket::default()),
+        }
+    }
+}
+
+impl WaitTable {
+    fn bucket(&self, key: usize) -> &Bucket {
+        // Fibonacci hashing (descriptors are 64 bytes apart: the low bits
+        // carry little).
+        let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+        &self.buckets[h as usize & (BUCKETS - 1)]
+    }
+
+    /// P1-P5 on `key`'s bucket (see the module docs).
+    fn park(&self, key: usize, shared: bool, still_blocked: impl Fn() -> bool) {
+        let b = self.bucket(key);
+        // P1. Relaxed RMW: the fence after it orders it before P2-P3.
+        b.sleepers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        // P2. Acquire: pairs with K2's Release, so a new value means P3
+        // sees the waker's state change.
+        let seq = b.seq.load(Ordering::Acquire);
+        // P3, P4.
+        if still_blocked() {
+            futex_wait(&b.seq, seq, shared);
+        }
+        // P5. Relaxed: a waker that reads the old count only wakes a bucket
+        // with no sleeper left (spurious, harmless).
+        b.sleepers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// K1-K3 on `key`'s bucket (see the module docs).
+    fn unpark_all(&self, key: usize, shared: bool) {
+        let b = self.bucket(key);
+        // K1. SeqCst fence: Dekker's pattern with P1 (no lost wake-up).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence.
+        if b.sleepers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        // K2. Release: pairs with P2's Acquire.
+        b.seq.fetch_add(1, Ordering::Release);
+        // K3.
+        futex_wake(&b.seq, shared);
+    }
+
+    /// Threads (of any process) now sleeping or about to sleep in this
+    /// table, over all buckets (tests; a racy sum).
+    pub fn sleepers(&self) -> u32 {
+        self.buckets
+            .iter()
+            // Relaxed: a statistic.
+            .map(|b| b.sleepers.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// Sleeps while `*word == expected` (returns at once if not; may return
+/// spuriously). `shared`: the word may be waited on from other processes.
+#[cfg(not(loom))]
+fn futex_wait(word: &AtomicU32, expected: u32, shared: bool) {
+    let op = if shared {
+        libc::FUTEX_WAIT
+    } else {
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG
+    };
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the whole call;
+    // FUTEX_WAIT only reads it (atomically, under the kernel's lock) and
+    // takes no other pointer (the timeout is null: no timeout). EINTR and
+    // EAGAIN are the spurious returns the callers allow.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes every thread sleeping on `word`.
+#[cfg(not(loom))]
+fn futex_wake(word: &AtomicU32, shared: bool) {
+    let op = if shared {
+        libc::FUTEX_WAKE
+    } else {
+        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG
+    };
+    // SAFETY: as `futex_wait`: the kernel only uses the address as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX);
+    }
+}
+
+/// Loom: waits for the word to change. A waiter nobody wakes spins until
+/// loom gives up on the model, which is how a lost wake-up fails it.
+#[cfg(loom)]
+fn futex_wait(word: &AtomicU32, expected: u32, _shared: bool) {
+    // Acquire: as the real futex's return, the caller re-reads the state.
+    while word.load(Ordering::Acquire) == expected {
+        loom::thread::yield_now();
+    }
+}
+
+#[cfg(loom)]
+fn futex_wake(_word: &AtomicU32, _shared: bool) {}
+
+// ----- which table a key uses -------------------------------------------------
+
+/// Shared regions registered at most at once in a process.
+#[cfg(not(loom))]
+const MAX_REGIONS: usize = 8;
+
+/// A registered shared region: `[base, base + len)`, its table at `table`.
+/// Immutable once published and never freed (an unregistered one is kept
+/// in `REGISTER`'s list: a few words per registration, and registrations
+/// are rare), so a lookup racing with an unregistration reads a whole old
+/// record or none, never a torn one.
+#[cfg(not(loom))]
+struct Region {
+    base: usize,
+    len: usize,
+    table: *const WaitTable,
+}
+
+#[cfg(not(loom))]
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_REGION: std::sync::atomic::AtomicPtr<Region> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The registered regions (null: a free slot).
+#[cfg(not(loom))]
+static REGIONS: [std::sync::atomic::AtomicPtr<Region>; MAX_REGIONS] = [NO_REGION; MAX_REGIONS];
+
+/// Slots ever used (`0..N` may hold regions): 0 in a process with no shared
+/// region, so the lookup costs one load of a line nobody writes.
+#[cfg(not(loom))]
+static REGIONS_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Serializes registration (rare: a shared mapping's creation and end),
+/// and keeps the records of unregistered regions (see [`Region`]), as
+/// addresses.
+#[cfg(not(loom))]
+static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// The process's own table (private futexes).
+#[cfg(not(loom))]
+fn local() -> &'static WaitTable {
+    static T: std::sync::OnceLock<WaitTable> = std::sync::OnceLock::new();
+    T.get_or_init(WaitTable::default)
+}
+
+#[cfg(loom)]
+fn local() -> &'static WaitTable {
+    loom::lazy_static! {
+        static ref T: WaitTable = WaitTable::default();
+    }
+    &T
+}
+
+/// The table, the key within it and whether its futexes are shared, for
+/// an object at address `addr`.
+#[inline]
+fn resolve(addr: usize) -> (&'static WaitTable, usize, bool) {
+    #[cfg(not(loom))]
+    {
+        // Relaxed: a slot is filled before N covers it (both under
+        // REGISTER), and the slot's own Acquire load below publishes it.
+        let n = REGIONS_N.load(Ordering::Relaxed);
+        for slot in &REGIONS[..n] {
+            // Acquire: pairs with `register_region`'s Release store.
+            let r = slot.load(Ordering::Acquire);
+            if r.is_null() {
+                continue;
+            }
+            // SAFETY: a published record is immutable and never freed.
+            let r = unsafe { &*r };
+            if addr.wrapping_sub(r.base) < r.len {
+                // SAFETY: `register_region`'s contract: the table stays
+                // mapped until `unregister_region`, which the owner calls
+                // only when no object of the region can be waited on.
+                return (unsafe { &*r.table }, addr - r.base, true);
+            }
+        }
+    }
+    (local(), addr, false)
+}
+
+/// Makes the waits on objects in `[base, base + len)` use `table` (which
+/// lies in that memory or in other memory shared the same way), keyed by
+/// offset from `base`, with shared futexes: processes that map the same
+/// memory, each at its own address, and register it wait on and wake each
+/// other.
+///
+/// # Safety
+///
+/// `table` must stay valid (mapped, not moved) until
+/// [`unregister_region`] of `base`, and nothing in the region may be waited
+/// on or woken after that call. Regions must not overlap.
+#[cfg(not(loom))]
+pub unsafe fn register_region(base: usize, len: usize, table: *const WaitTable) -> bool {
+    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    // Relaxed: under REGISTER.
+    let n = REGIONS_N.load(Ordering::Relaxed);
+    let Some(i) = (0..MAX_REGIONS).find(|&i| REGIONS[i].load(Ordering::Relaxed).is_null()) else {
+        return false;
+    };
+    let r = Box::into_raw(Box::new(Region { base, len, table }));
+    // Release: publishes the record to `resolve`'s Acquire load.
+    REGIONS[i].store(r, Ordering::Release);
+    if i >= n {
+        // Release: as above (a lookup that sees N reads the slot itself
+        // with Acquire anyway).
+        REGIONS_N.store(i + 1, Ordering::Release);
+    }
+    true
+}
+
+/// Ends [`register_region`] of the region at `base` (nothing if none).
+/// Its record is kept: a lookup racing with this reads it whole.
+///
+/// # Safety
+///
+/// No thread of this process may be waiting on, or about to wake, an object
+/// of that region (its users are gone).
+#[cfg(not(loom))]
+pub unsafe fn unregister_region(base: usize) {
+    let mut retired = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    for slot in &REGIONS {
+        // Relaxed: under REGISTER.
+        let r = slot.load(Ordering::Relaxed);
+        // SAFETY: a published record is immutable and never freed.
+        if !r.is_null() && unsafe { (*r).base } == base {
+            slot.store(std::ptr::null_mut(), Ordering::Release);
+            retired.push(r as usize);
+            return;
+        }
+    }
+}
+
+/// Sleeps on the wait bucket of the object at `addr` while
+/// `still_blocked()` holds (P1-P5). The waker changes the state the
+/// predicate reads, then calls [`unpark_all`] with the same `addr`.
+/// Spurious returns are allowed: callers loop and re-check.
+#[inline]
+pub(crate) fn park(addr: usize, still_blocked: impl Fn() -> bool) {
+    let (t, key, shared) = resolve(addr);
+    t.park(key, shared, still_blocked);
+}
+
+/// Wakes every thread parked on `addr`'s bucket (K1-K3), in any process
+/// when the object lies in a registered shared region.
+#[inline]
+pub(crate) fn unpark_all(addr: usize) {
+    let (t, key, shared) = resolve(addr);
+    t.unpark_all(key, shared);
+}

@@ -1,0 +1,248 @@
+//! The blocking waits of a frame (its latch, a latch holder's wait for pins
+//! to drain) between two processes: a frame descriptor and a wait table in
+//! a shared mapping (a memfd each process maps at its own address), the
+//! table registered over it in both (protocol 5.10). One process sleeps in
+//! the real descriptor code, the other wakes it through its own transitions;
+//! the sleeper is seen asleep in the table before it is woken, so the
+//! wake-up really crosses the processes. A watchdog fails a test whose
+//! sleeper is never woken.
+//!
+//! The second process is this test binary again, running the ignored
+//! `child` entry with the memfd's number in its environment.
+#![cfg(not(loom))]
+
+use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
+use pagecache::internals::wait::{register_region, unregister_region, WaitTable};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const LEN: usize = 1 << 20;
+const DESC_AT: usize = 64 << 10;
+const CTL_AT: usize = DESC_AT + 4096;
+const OWNER: u64 = 7;
+const INDEX: u64 = 3;
+
+/// The shared mapping: the table at 0, the descriptor, control words.
+struct Shared {
+    base: *mut u8,
+}
+
+impl Shared {
+    fn map(fd: i32) -> Shared {
+        // SAFETY: a fresh shared mapping of the memfd (LEN bytes, sized by
+        // the creator), checked against MAP_FAILED; unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let base = p as *mut u8;
+        assert!(std::mem::size_of::<WaitTable>() <= DESC_AT);
+        // SAFETY: the table lies in the mapping, which stays until Drop,
+        // where the region is unregistered first.
+        assert!(unsafe { register_region(base as usize, LEN, base as *const WaitTable) });
+        Shared { base }
+    }
+
+    fn table(&self) -> &WaitTable {
+        // SAFETY: zeroed memory is an empty table (its docs); mapped for
+        // `self`'s life.
+        unsafe { &*(self.base as *const WaitTable) }
+    }
+
+    fn desc(&self) -> &FrameDesc {
+        // SAFETY: the creator wrote a FrameDesc there before any child
+        // started; it lives as long as the mapping.
+        unsafe { &*(self.base.add(DESC_AT) as *const FrameDesc) }
+    }
+
+    fn ctl(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: aligned words inside the mapping, zero at creation.
+        unsafe { &*(self.base.add(CTL_AT + 4 * i) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: nothing of this process waits on the region any more;
+        // then the mapping made in `map`.
+        unsafe {
+            unregister_region(self.base as usize);
+            libc::munmap(self.base as *mut libc::c_void, LEN);
+        }
+    }
+}
+
+// Control words.
+const READY: usize = 0;
+const GO: usize = 1;
+const DONE: usize = 2;
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A memfd (inherited by children: no CLOEXEC) with a free frame holding
+/// page (OWNER, INDEX), cached, the cache's reference only.
+fn create() -> (i32, Shared) {
+    // SAFETY: a plain syscall with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"pagecache-wait-test".as_ptr(), 0) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: plain syscall on our fd.
+    assert_eq!(unsafe { libc::ftruncate(fd, LEN as libc::off_t) }, 0);
+    let sh = Shared::map(fd);
+    // SAFETY: the descriptor's place in the fresh mapping, aligned to 64.
+    unsafe { std::ptr::write(sh.base.add(DESC_AT) as *mut FrameDesc, FrameDesc::new()) };
+    sh.desc().assign(OWNER, INDEX, State::cached(1));
+    (fd, sh)
+}
+
+fn spawn(role: &str, fd: i32) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PC_WAIT_ROLE", role)
+        .env("PC_WAIT_FD", fd.to_string())
+        .spawn()
+        .expect("spawn the child process")
+}
+
+fn reap(mut c: Child) {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            assert!(st.success(), "the child failed: {st}");
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = c.kill();
+            panic!("the child hung (never woken?)");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A process parked for a latch is woken by the unlatch of another.
+#[test]
+fn a_latch_released_in_one_process_wakes_a_waiter_in_another() {
+    let (fd, sh) = create();
+    let d = sh.desc();
+    d.try_pin(PinKind::User).unwrap();
+    assert!(d.try_latch());
+    let child = spawn("latch", fd);
+    wait_for("the child to start", || {
+        sh.ctl(READY).load(Ordering::Acquire) == 1
+    });
+    // The child is in the table's wait (P1-P5) ...
+    wait_for("the child to sleep", || sh.table().sleepers() == 1);
+    std::thread::sleep(Duration::from_millis(20));
+    // ... and not past it while the latch is held.
+    assert_eq!(
+        sh.ctl(DONE).load(Ordering::Acquire),
+        0,
+        "woke while latched"
+    );
+    assert_eq!(d.unlatch_release(), Released::Alive);
+    reap(child);
+    assert_eq!(sh.ctl(DONE).load(Ordering::Acquire), 1);
+    assert_eq!(sh.table().sleepers(), 0);
+    // SAFETY: our memfd.
+    unsafe { libc::close(fd) };
+}
+
+/// A latch holder waiting for pins to drain is woken by the release of a
+/// pin held by another process.
+#[test]
+fn a_pin_released_in_one_process_wakes_a_drainer_in_another() {
+    let (fd, sh) = create();
+    let d = sh.desc();
+    let child = spawn("drain", fd);
+    // The child holds a pin.
+    wait_for("the child's pin", || {
+        sh.ctl(READY).load(Ordering::Acquire) == 1
+    });
+    assert_eq!(d.snapshot().refs(), 2);
+    d.try_pin(PinKind::User).unwrap();
+    assert!(d.try_latch());
+    sh.ctl(GO).store(1, Ordering::Release);
+    // The drain: the child releases only once it sees us asleep.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let base = sh.base as usize;
+    std::thread::spawn(move || {
+        // SAFETY: the mapping outlives this thread's use: the test waits
+        // for the message below (or fails, and the process ends).
+        let d = unsafe { &*((base + DESC_AT) as *const FrameDesc) };
+        d.wait_drained();
+        tx.send(d.snapshot().refs()).unwrap();
+    });
+    let refs = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the drainer was never woken");
+    assert_eq!(
+        refs, 2,
+        "the holder's pin and the cache's reference are left"
+    );
+    reap(child);
+    d.unlatch();
+    assert_eq!(d.release(), Released::Alive);
+    assert_eq!(d.snapshot().refs(), 1);
+    // SAFETY: our memfd.
+    unsafe { libc::close(fd) };
+}
+
+/// The other process of the tests above (ignored: the tests run it).
+#[test]
+#[ignore = "run by the tests above in a second process"]
+fn child() {
+    let (Ok(role), Ok(fd)) = (std::env::var("PC_WAIT_ROLE"), std::env::var("PC_WAIT_FD")) else {
+        eprintln!("child: run by the other tests of this file");
+        return;
+    };
+    let sh = Shared::map(fd.parse().unwrap());
+    let d = sh.desc();
+    match role.as_str() {
+        "latch" => {
+            assert!(d.snapshot().is_latched());
+            sh.ctl(READY).store(1, Ordering::Release);
+            d.wait_unlatched_as(OWNER, INDEX);
+            assert!(!d.snapshot().is_latched());
+            sh.ctl(DONE).store(1, Ordering::Release);
+        }
+        "drain" => {
+            d.try_pin(PinKind::User).unwrap();
+            sh.ctl(READY).store(1, Ordering::Release);
+            wait_for("the parent's latch", || {
+                sh.ctl(GO).load(Ordering::Acquire) == 1
+            });
+            wait_for("the parent to sleep", || sh.table().sleepers() == 1);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(d.snapshot().is_latched());
+            assert_eq!(d.release(), Released::Alive);
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
