@@ -111,6 +111,8 @@ pub(crate) mod sync;
 
 mod frame;
 mod reclaim;
+#[cfg(not(loom))]
+mod segment;
 mod stats;
 
 mod anon;
@@ -141,6 +143,13 @@ pub mod internals {
         #[cfg(not(loom))]
         pub use crate::sync::futex::{register_region, unregister_region};
         pub use crate::sync::futex::{WaitTable, BUCKETS};
+    }
+
+    /// The shared segment a cache shared by processes lives in
+    /// (`segment.rs`, protocol 5.11): creation, attachment, its checks.
+    #[cfg(not(loom))]
+    pub mod segment {
+        pub use crate::segment::*;
     }
 
     /// The per-file size lock (`size_lock.rs`), for its loom model.

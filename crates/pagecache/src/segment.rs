@@ -1,0 +1,635 @@
+//! The shared segment: one file in a shared-memory directory (`/dev/shm`
+//! by default) that holds a cache shared by processes, mapped by each of
+//! them at its own address.
+//!
+//! ```text
+//! offset 0                 header (Header: magic, layout version, the
+//!                          creator's configuration, where each table
+//!                          starts, the attached processes)
+//! TableId::Waits           the wait table of protocol 5.10, registered
+//!                          over the whole segment in every process
+//! TableId::Descs           the frame descriptors (64 bytes each)
+//! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
+//! ```
+//!
+//! Every structure inside refers to others by offset or number (frame
+//! numbers, node ids, file ids), never by address, so the processes need
+//! not agree on where the segment is mapped (`docs/design.md`, "A cache
+//! shared by processes").
+//!
+//! # Creation and attachment (protocol 5.11)
+//!
+//! * C1. The creator makes a temporary file beside the name (`O_EXCL`, mode
+//!   0600, or 0660 and the configured group), sizes it, maps it and writes
+//!   the header and every table's initial state.
+//! * C2. It publishes the file under the name with `link`, which fails if
+//!   the name exists: of two racing creators one wins; the other removes
+//!   its temporary file and attaches to the winner's segment (A1). The
+//!   temporary name is unlinked either way.
+//! * A1. An attacher opens the name (`O_RDWR`: the file's mode decides who
+//!   may), checks the size, the magic, the layout version, the header's
+//!   size and every table's bounds against the file, and the creator's
+//!   configuration against its own (a mismatch is an error naming both),
+//!   then maps the whole file.
+//! * A2. Both take a slot of the process table (pid and start time, so a
+//!   reused pid is not taken for the dead process) and register the wait
+//!   table over the mapping (5.10). Dropping the segment gives both back.
+//!
+//! A segment is never seen half-made: the name appears only once C1 is
+//! complete (C2), so an attacher needs no wait and no "initialising" state.
+
+use crate::frame::state::FrameDesc;
+use crate::frame::ARENA_SLACK;
+use crate::sync::futex::{register_region, unregister_region, WaitTable};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The first bytes of every segment.
+pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
+/// The layout this build writes and reads; any change of the header or of
+/// a table's format bumps it.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Processes attached at most at once.
+pub const MAX_PROCS: usize = 64;
+/// The segments' directory unless configured.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+/// Prefix of a segment's file name (`pagecache.NAME`).
+pub const PREFIX: &str = "pagecache.";
+
+/// What the creator decides and every attacher must ask for alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Geometry {
+    /// Bytes per page (a power of two).
+    pub page_size: u64,
+    /// Frames.
+    pub frames: u64,
+}
+
+/// The tables of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableId {
+    /// The wait table (5.10).
+    Waits = 0,
+    /// The frame descriptors.
+    Descs = 1,
+    /// The frames and the slack after them.
+    Frames = 2,
+}
+
+const TABLES: usize = 3;
+
+/// Where a table lies in the segment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Extent {
+    /// Bytes from the segment's start.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// One attached process.
+#[derive(Debug)]
+#[repr(C)]
+struct ProcSlot {
+    /// Its pid, 0 for a free slot.
+    pid: AtomicU32,
+    _pad: u32,
+    /// Its start time (`/proc/PID/stat` field 22), to tell it from a later
+    /// process with the same pid.
+    start: AtomicU64,
+}
+
+/// The segment's first bytes.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Header {
+    magic: [u8; 8],
+    version: u32,
+    header_len: u32,
+    total_len: u64,
+    creator: u32,
+    _pad: u32,
+    geometry: Geometry,
+    tables: [Extent; TABLES],
+    procs: [ProcSlot; MAX_PROCS],
+}
+
+// The header is read by other processes, maybe of other builds: its
+// layout changes only with LAYOUT_VERSION (and the tests' byte offsets).
+const _: () = assert!(
+    std::mem::offset_of!(Header, version) == 8
+        && std::mem::offset_of!(Header, total_len) == 16
+        && std::mem::offset_of!(Header, geometry) == 32
+        && std::mem::offset_of!(Header, tables) == 48
+        && std::mem::offset_of!(Header, procs) == 96
+);
+
+/// The offsets of every table for `g` (C1; A1 checks the header's against
+/// them).
+pub fn layout(g: Geometry) -> io::Result<(Vec<Extent>, u64)> {
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a shared cache of {} frames of {} bytes does not fit in a segment",
+                g.frames, g.page_size
+            ),
+        )
+    };
+    if !g.page_size.is_power_of_two() || g.frames == 0 || g.frames > u32::MAX as u64 {
+        return Err(bad());
+    }
+    const HUGE: u64 = 2 << 20;
+    let mut at = (std::mem::size_of::<Header>() as u64).next_multiple_of(4096);
+    let mut put = |len: u64, align: u64| -> io::Result<Extent> {
+        let offset = at.checked_next_multiple_of(align).ok_or_else(bad)?;
+        at = offset.checked_add(len).ok_or_else(bad)?;
+        Ok(Extent { offset, len })
+    };
+    let waits = put(std::mem::size_of::<WaitTable>() as u64, 4096)?;
+    let descs = put(
+        g.frames
+            .checked_mul(std::mem::size_of::<FrameDesc>() as u64)
+            .ok_or_else(bad)?,
+        4096,
+    )?;
+    let frames = put(
+        g.frames
+            .checked_mul(g.page_size)
+            .and_then(|b| b.checked_add(ARENA_SLACK as u64))
+            .ok_or_else(bad)?,
+        HUGE,
+    )?;
+    let total = at.next_multiple_of(4096);
+    if total > isize::MAX as u64 {
+        return Err(bad());
+    }
+    Ok((vec![waits, descs, frames], total))
+}
+
+/// A mapped segment, attached (a process-table slot held, its wait table
+/// registered) until dropped.
+#[derive(Debug)]
+pub struct Segment {
+    base: NonNull<u8>,
+    len: usize,
+    path: PathBuf,
+    slot: usize,
+    created: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; what is inside is reached
+// through atomics and the protocols of each table.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+/// A segment name's file: `DIR/pagecache.NAME`. Names are 1-200 bytes of
+/// letters, digits, `-`, `_` and `.`, not starting with `.`.
+pub fn path_of(dir: &Path, name: &str) -> io::Result<PathBuf> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if !ok {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "shared cache name {name:?}: use 1-200 letters, digits, '-', '_' or '.', not starting with '.'"
+            ),
+        ));
+    }
+    Ok(dir.join(format!("{PREFIX}{name}")))
+}
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: a NUL byte in the path", p.display()),
+        )
+    })
+}
+
+fn ctx(e: io::Error, what: String) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// This process's start time (`/proc/PID/stat` field 22; 0 if unreadable).
+fn start_time(pid: u32) -> u64 {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // The command may hold spaces and parentheses: fields follow the last ')'.
+    s.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(19))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the process `pid` that started at `start` still runs.
+fn alive(pid: u32, start: u64) -> bool {
+    pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists() && start_time(pid) == start
+}
+
+impl Segment {
+    /// Creates the segment `name` in `dir` with geometry `g` if it does not
+    /// exist, and attaches to it otherwise (5.11). `group`: a group whose
+    /// members may attach too (mode 0660), else only this user (0600).
+    pub fn open(dir: &Path, name: &str, g: Geometry, group: Option<u32>) -> io::Result<Segment> {
+        let path = path_of(dir, name)?;
+        for _ in 0..8 {
+            match Self::attach(&path, Some(g)) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                r => return r,
+            }
+            match Self::create(&path, g, group) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                r => return r,
+            }
+        }
+        Err(io::Error::other(format!(
+            "{}: created and removed by others while we tried to attach",
+            path.display()
+        )))
+    }
+
+    /// Attaches to the existing segment at `path` (A1-A2); `want`: the
+    /// geometry this process asks for (`None`: whatever it is).
+    pub fn attach(path: &Path, want: Option<Geometry>) -> io::Result<Segment> {
+        let c = cpath(path)?;
+        // SAFETY: a NUL-terminated path; the result is checked.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            let what = if e.kind() == io::ErrorKind::PermissionDenied {
+                format!(
+                    "opening shared cache {} (its mode or owner does not let this user attach)",
+                    path.display()
+                )
+            } else {
+                format!("opening shared cache {}", path.display())
+            };
+            return Err(ctx(e, what));
+        }
+        // SAFETY: a descriptor we just opened and now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        let corrupt = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is not a usable shared cache: {why}", path.display()),
+            )
+        };
+        let hlen = std::mem::size_of::<Header>() as u64;
+        if size < hlen {
+            return Err(corrupt(format!(
+                "{size} bytes, shorter than a header ({hlen})"
+            )));
+        }
+        let (base, len) = map(&fd, size, path)?;
+        let seg = Segment {
+            base,
+            len,
+            path: path.to_path_buf(),
+            slot: usize::MAX,
+            created: false,
+        };
+        let h = seg.header();
+        if h.magic != MAGIC {
+            return Err(corrupt("no pagecache header (wrong magic)".into()));
+        }
+        if h.version != LAYOUT_VERSION {
+            return Err(corrupt(format!(
+                "layout version {}, this library reads version {LAYOUT_VERSION}",
+                h.version
+            )));
+        }
+        if h.header_len as u64 != hlen || h.total_len != size {
+            return Err(corrupt(format!(
+                "header says {} header bytes and {} in all, the file has {size} (this library: {hlen} header bytes)",
+                h.header_len, h.total_len
+            )));
+        }
+        let g = h.geometry;
+        let (tables, total) = layout(g).map_err(|e| corrupt(e.to_string()))?;
+        if total != size || tables[..] != h.tables[..] {
+            return Err(corrupt(format!(
+                "its tables ({:?}) are not where its geometry puts them ({tables:?})",
+                h.tables
+            )));
+        }
+        if let Some(w) = want {
+            if w != g {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "shared cache {} was created with {} frames of {} bytes; this process asked for {} frames of {} bytes",
+                        path.display(),
+                        g.frames,
+                        g.page_size,
+                        w.frames,
+                        w.page_size
+                    ),
+                ));
+            }
+        }
+        seg.enter()
+    }
+
+    /// C1-C2.
+    fn create(path: &Path, g: Geometry, group: Option<u32>) -> io::Result<Segment> {
+        let (tables, total) = layout(g)?;
+        // Unique among this process's threads too.
+        static NTH: AtomicU64 = AtomicU64::new(0);
+        let tmp = path.with_file_name(format!(
+            ".{}.{}.{}.tmp",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id(),
+            NTH.fetch_add(1, Ordering::Relaxed)
+        ));
+        let ct = cpath(&tmp)?;
+        let mode = if group.is_some() { 0o660 } else { 0o600 };
+        // SAFETY: a NUL-terminated path; the result is checked.
+        let fd = unsafe {
+            libc::open(
+                ct.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(ctx(e, format!("creating shared cache {}", tmp.display())));
+        }
+        // SAFETY: a descriptor we just opened and now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let unlink_tmp = || {
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::unlink(ct.as_ptr()) };
+        };
+        let r = (|| {
+            // The umask may have taken bits away; a group needs its bits.
+            // SAFETY: plain syscalls on our descriptor.
+            unsafe {
+                if let Some(gid) = group {
+                    if libc::fchown(fd.as_raw_fd(), u32::MAX, gid) != 0 {
+                        let e = io::Error::last_os_error();
+                        return Err(ctx(e, format!("giving {} to group {gid}", tmp.display())));
+                    }
+                }
+                libc::fchmod(fd.as_raw_fd(), mode);
+                if libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) != 0 {
+                    let e = io::Error::last_os_error();
+                    return Err(ctx(e, format!("sizing {} to {total} bytes", tmp.display())));
+                }
+            }
+            let (base, len) = map(&fd, total, &tmp)?;
+            let seg = Segment {
+                base,
+                len,
+                path: path.to_path_buf(),
+                slot: usize::MAX,
+                created: true,
+            };
+            // C1: the header and the tables' first state. The file is
+            // zeroed (fresh), which is an empty wait table and an empty
+            // process table already.
+            // SAFETY: the header's place, inside the fresh mapping that
+            // no one else sees yet.
+            unsafe {
+                let h = seg.base.as_ptr().cast::<Header>();
+                std::ptr::addr_of_mut!((*h).magic).write(MAGIC);
+                std::ptr::addr_of_mut!((*h).version).write(LAYOUT_VERSION);
+                std::ptr::addr_of_mut!((*h).header_len).write(std::mem::size_of::<Header>() as u32);
+                std::ptr::addr_of_mut!((*h).total_len).write(total);
+                std::ptr::addr_of_mut!((*h).creator).write(std::process::id());
+                std::ptr::addr_of_mut!((*h).geometry).write(g);
+                let mut t = [Extent::default(); TABLES];
+                t.copy_from_slice(&tables);
+                std::ptr::addr_of_mut!((*h).tables).write(t);
+            }
+            let d = seg.table(TableId::Descs).cast::<FrameDesc>();
+            for i in 0..g.frames as usize {
+                // SAFETY: in bounds of the descriptors' extent (4 KiB
+                // aligned, so each is 64-byte aligned); no one reads it yet.
+                unsafe { d.as_ptr().add(i).write(FrameDesc::new()) };
+            }
+            Ok(seg)
+        })();
+        let seg = match r {
+            Ok(seg) => seg,
+            Err(e) => {
+                unlink_tmp();
+                return Err(e);
+            }
+        };
+        // C2.
+        let cp = cpath(path)?;
+        // SAFETY: NUL-terminated paths.
+        let linked = unsafe { libc::link(ct.as_ptr(), cp.as_ptr()) };
+        let e = io::Error::last_os_error();
+        unlink_tmp();
+        if linked != 0 {
+            return Err(if e.kind() == io::ErrorKind::AlreadyExists {
+                e
+            } else {
+                ctx(e, format!("publishing shared cache {}", path.display()))
+            });
+        }
+        seg.enter()
+    }
+
+    /// A2: a process-table slot and the wait table's registration.
+    fn enter(mut self) -> io::Result<Segment> {
+        let me = std::process::id();
+        let start = start_time(me);
+        let procs = &self.header().procs;
+        let mut slot = None;
+        for pass in 0..2 {
+            for (i, p) in procs.iter().enumerate() {
+                // Relaxed: a slot's owner is checked by pid and start time,
+                // which are published by the CAS below and the store after.
+                let pid = p.pid.load(Ordering::Relaxed);
+                let free = pid == 0 || (pass == 1 && !alive(pid, p.start.load(Ordering::Relaxed)));
+                if free
+                    && p.pid
+                        .compare_exchange(pid, me, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    p.start.store(start, Ordering::Release);
+                    slot = Some(i);
+                    break;
+                }
+            }
+            if slot.is_some() {
+                break;
+            }
+        }
+        let Some(slot) = slot else {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "shared cache {}: {MAX_PROCS} live processes attached already",
+                    self.path.display()
+                ),
+            ));
+        };
+        self.slot = slot;
+        let w = self.table(TableId::Waits);
+        // SAFETY: the wait table lies inside the mapping, which stays until
+        // Drop, where it is unregistered first; the region is this mapping.
+        let ok = unsafe {
+            register_region(
+                self.base.as_ptr() as usize,
+                self.len,
+                w.as_ptr() as *const WaitTable,
+            )
+        };
+        if !ok {
+            return Err(io::Error::other(format!(
+                "shared cache {}: too many shared caches attached in this process",
+                self.path.display()
+            )));
+        }
+        Ok(self)
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        // SAFETY: the mapping is at least a header long (checked or made
+        // so), page-aligned; the header lives as long as the mapping.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// The start of table `t` in this process.
+    pub fn table(&self, t: TableId) -> NonNull<u8> {
+        let e = self.header().tables[t as usize];
+        debug_assert!(e.offset + e.len <= self.len as u64);
+        // SAFETY: the extent was checked against the mapping's length.
+        unsafe { NonNull::new_unchecked(self.base.as_ptr().add(e.offset as usize)) }
+    }
+
+    /// The geometry the creator chose.
+    pub fn geometry(&self) -> Geometry {
+        self.header().geometry
+    }
+
+    /// Whether this process created the segment (rather than attached).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: a segment has a header).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The processes attached now (pid, whether it still runs), this one
+    /// included.
+    pub fn processes(&self) -> Vec<(u32, bool)> {
+        self.header()
+            .procs
+            .iter()
+            .filter_map(|p| {
+                // Acquire: pairs with A2's CAS and store.
+                let pid = p.pid.load(Ordering::Acquire);
+                (pid != 0).then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
+            })
+            .collect()
+    }
+
+    /// Removes the segment `name` from `dir` if no live process is attached
+    /// (those attached keep their mapping; new ones create a new segment).
+    pub fn remove(dir: &Path, name: &str) -> io::Result<()> {
+        let path = path_of(dir, name)?;
+        let seg = Self::attach(&path, None)?;
+        let me = std::process::id();
+        let others: Vec<u32> = seg
+            .processes()
+            .into_iter()
+            .filter(|&(pid, live)| live && pid != me)
+            .map(|(pid, _)| pid)
+            .collect();
+        if !others.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "shared cache {} is in use by processes {others:?}",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(&path).map_err(|e| ctx(e, format!("removing {}", path.display())))
+    }
+}
+
+/// Maps `len` bytes of `fd` shared, read-write, with huge pages advised.
+fn map(fd: &OwnedFd, len: u64, path: &Path) -> io::Result<(NonNull<u8>, usize)> {
+    let len = usize::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: too large", path.display()),
+        )
+    })?;
+    // SAFETY: a shared mapping of our descriptor with no address hint; the
+    // result is checked against MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        return Err(ctx(
+            e,
+            format!("mapping shared cache {} ({len} bytes)", path.display()),
+        ));
+    }
+    // SAFETY: advice on the mapping just made (harmless if refused).
+    unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    // SAFETY: mmap succeeded: non-null.
+    Ok((unsafe { NonNull::new_unchecked(p.cast()) }, len))
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: registered in `enter` (or not at all, when `slot` is
+        // unset: then this is a no-op); the segment's users (tables borrowed
+        // from it) are gone before it drops.
+        unsafe { unregister_region(self.base.as_ptr() as usize) };
+        if self.slot != usize::MAX {
+            // Release: our last uses of the segment happen-before a
+            // reader that sees the slot free.
+            self.header().procs[self.slot]
+                .pid
+                .store(0, Ordering::Release);
+        }
+        // SAFETY: the mapping made in `attach` or `create`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
