@@ -10,7 +10,8 @@ const USAGE: &str = "usage:
   pagecache list
   pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--vmcache-pc PATH] [--busy N] [--case in|out]
   pagecache compare A.json B.json
-  pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)";
+  pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)
+  pagecache shared [NAME] [--remove] [--dir DIR]   (caches shared by processes: list them, show one, remove one nobody uses)";
 
 fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
     eprintln!("pagecache: {msg}");
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("compare") => compare(&args[1..]),
         Some("device") => device(&args[1..]),
+        Some("shared") => shared(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -57,6 +59,100 @@ fn device(args: &[String]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail(format!("{file}: {e}"), 1),
+    }
+}
+
+/// `pagecache shared [NAME] [--remove] [--dir DIR]`: the shared caches
+/// of a directory (`/dev/shm` by default), one of them in detail, or its
+/// removal (refused while a live process is attached).
+fn shared(args: &[String]) -> ExitCode {
+    use pagecache::internals::segment::{self, Segment};
+    let mut dir = PathBuf::from(segment::DEFAULT_DIR);
+    let (mut name, mut remove) = (None, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--remove" => remove = true,
+            "--dir" => match it.next() {
+                Some(d) => dir = PathBuf::from(d),
+                None => return fail("--dir needs a directory", 2),
+            },
+            flag if flag.starts_with('-') => return fail(format!("unknown option '{flag}'"), 2),
+            n if name.is_none() => name = Some(n.to_string()),
+            extra => return fail(format!("shared: one NAME only ('{extra}' too)"), 2),
+        }
+    }
+    let describe = |path: &std::path::Path| -> Result<String, String> {
+        let seg = Segment::inspect(path, None).map_err(|e| e.to_string())?;
+        let g = seg.geometry();
+        let procs = seg.processes();
+        let live = procs.iter().filter(|p| p.1).count();
+        let list: Vec<String> = procs
+            .iter()
+            .map(|&(pid, up)| format!("{pid}{}", if up { "" } else { " (dead)" }))
+            .collect();
+        Ok(format!(
+            "{} frames of {} bytes ({:.1} MiB mapped), created by {}, {live} live process(es) attached{}",
+            g.frames,
+            g.page_size,
+            seg.len() as f64 / (1 << 20) as f64,
+            seg.creator(),
+            if list.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", list.join(", "))
+            }
+        ))
+    };
+    match (name, remove) {
+        (None, true) => fail("shared --remove needs the cache's NAME", 2),
+        (Some(n), true) => match Segment::remove(&dir, &n) {
+            Ok(()) => {
+                println!("removed shared cache {n} from {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e, 1),
+        },
+        (Some(n), false) => {
+            let path = match segment::path_of(&dir, &n) {
+                Ok(p) => p,
+                Err(e) => return fail(e, 2),
+            };
+            match describe(&path) {
+                Ok(d) => {
+                    println!("{n} ({}): {d}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e, 1),
+            }
+        }
+        (None, false) => {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) => return fail(format!("{}: {e}", dir.display()), 1),
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|f| f.strip_prefix(segment::PREFIX))
+                        .map(str::to_string)
+                })
+                .collect();
+            names.sort();
+            if names.is_empty() {
+                println!("no shared caches in {}", dir.display());
+            }
+            for n in names {
+                let path = dir.join(format!("{}{n}", segment::PREFIX));
+                match describe(&path) {
+                    Ok(d) => println!("{n}: {d}"),
+                    Err(e) => println!("{n}: unusable: {e}"),
+                }
+            }
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -663,3 +663,69 @@ fn tpcc_case_in_runs_the_in_memory_table_alone() {
     assert_eq!(tables[0].rows.len(), 1);
     assert_ne!(tables[0].cell(0, "tx/s"), Some("-"));
 }
+
+#[test]
+fn shared_lists_shows_and_removes_caches_shared_by_processes() {
+    use pagecache::internals::segment::{Geometry, Segment};
+    let d = std::env::temp_dir().join(format!("pagecache-lab-shared-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let ds = d.to_str().unwrap();
+    let out = |o: std::process::Output| {
+        (
+            o.status.code(),
+            String::from_utf8(o.stdout).unwrap(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let (code, s, _) = out(lab(&["shared", "--dir", ds]));
+    assert_eq!(code, Some(0));
+    assert!(s.contains("no shared caches"), "{s}");
+    let g = Geometry {
+        page_size: 4096,
+        frames: 32,
+    };
+    let seg = Segment::open(&d, "one", g, None).unwrap();
+    std::fs::write(d.join("pagecache.junk"), b"not a cache").unwrap();
+    let me = std::process::id().to_string();
+    let (code, s, _) = out(lab(&["shared", "--dir", ds]));
+    assert_eq!(code, Some(0));
+    assert!(s.contains("one: 32 frames of 4096 bytes"), "{s}");
+    assert!(
+        s.contains(&format!("1 live process(es) attached: {me}")),
+        "{s}"
+    );
+    assert!(
+        s.contains("junk: unusable:") && s.contains("shorter than a header"),
+        "{s}"
+    );
+    let (code, s, _) = out(lab(&["shared", "one", "--dir", ds]));
+    assert_eq!(code, Some(0));
+    assert!(
+        s.contains("pagecache.one") && s.contains("created by"),
+        "{s}"
+    );
+    // In use: refused, naming this process.
+    let (code, _, e) = out(lab(&["shared", "one", "--remove", "--dir", ds]));
+    assert_eq!(code, Some(1));
+    assert!(e.contains("in use by processes") && e.contains(&me), "{e}");
+    drop(seg);
+    let (code, s, _) = out(lab(&["shared", "one", "--remove", "--dir", ds]));
+    assert_eq!(code, Some(0), "{s}");
+    assert!(!d.join("pagecache.one").exists());
+    for (args, msg, c) in [
+        (&["shared", "gone", "--dir", ds][..], "No such file", 1),
+        (&["shared", "a/b", "--dir", ds][..], "shared cache name", 2),
+        (
+            &["shared", "--remove", "--dir", ds][..],
+            "needs the cache's NAME",
+            2,
+        ),
+        (&["shared", "x", "y"][..], "one NAME only", 2),
+    ] {
+        let (code, _, e) = out(lab(args));
+        assert_eq!(code, Some(c), "{args:?}: {e}");
+        assert!(e.contains(msg), "{args:?}: {e}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -266,6 +266,13 @@ impl Segment {
     /// Attaches to the existing segment at `path` (A1-A2); `want`: the
     /// geometry this process asks for (`None`: whatever it is).
     pub fn attach(path: &Path, want: Option<Geometry>) -> io::Result<Segment> {
+        Self::inspect(path, want)?.enter()
+    }
+
+    /// A1 alone: maps and checks the segment at `path` without attaching
+    /// (no process-table slot, no wait table registered): for tools that
+    /// only look.
+    pub fn inspect(path: &Path, want: Option<Geometry>) -> io::Result<Segment> {
         let c = cpath(path)?;
         // SAFETY: a NUL-terminated path; the result is checked.
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -343,7 +350,7 @@ impl Segment {
                 ));
             }
         }
-        seg.enter()
+        Ok(seg)
     }
 
     /// C1-C2.
@@ -524,6 +531,11 @@ impl Segment {
         self.header().geometry
     }
 
+    /// The pid of the process that created the segment.
+    pub fn creator(&self) -> u32 {
+        self.header().creator
+    }
+
     /// Whether this process created the segment (rather than attached).
     pub fn created(&self) -> bool {
         self.created
@@ -562,12 +574,11 @@ impl Segment {
     /// (those attached keep their mapping; new ones create a new segment).
     pub fn remove(dir: &Path, name: &str) -> io::Result<()> {
         let path = path_of(dir, name)?;
-        let seg = Self::attach(&path, None)?;
-        let me = std::process::id();
+        let seg = Self::inspect(&path, None)?;
         let others: Vec<u32> = seg
             .processes()
             .into_iter()
-            .filter(|&(pid, live)| live && pid != me)
+            .filter(|&(_, live)| live)
             .map(|(pid, _)| pid)
             .collect();
         if !others.is_empty() {
