@@ -141,8 +141,13 @@ pub mod internals {
     /// descriptors) work between the processes.
     pub mod wait {
         #[cfg(not(loom))]
-        pub use crate::sync::futex::{register_region, unregister_region};
+        pub use crate::sync::futex::{register_region, unregister_region, FutexMutex};
         pub use crate::sync::futex::{WaitTable, BUCKETS};
+
+        /// The cache's mutex (a futex word, 5.10) around a `T`: all zeros
+        /// is an unlocked mutex around a zeroed `T`.
+        #[cfg(not(loom))]
+        pub type SharedMutex<T> = lock_api::Mutex<FutexMutex, T>;
     }
 
     /// The shared segment a cache shared by processes lives in

@@ -12,7 +12,7 @@
 #![cfg(not(loom))]
 
 use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
-use pagecache::internals::wait::{register_region, unregister_region, WaitTable};
+use pagecache::internals::wait::{register_region, unregister_region, SharedMutex, WaitTable};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -82,6 +82,18 @@ impl Drop for Shared {
             unregister_region(self.base as usize);
             libc::munmap(self.base as *mut libc::c_void, LEN);
         }
+    }
+}
+
+/// The cache's mutex at this offset of the mapping (zeroed: unlocked, 0).
+const MUTEX_AT: usize = CTL_AT + 1024;
+const ROUNDS: u64 = 200_000;
+
+impl Shared {
+    fn mutex(&self) -> &SharedMutex<u64> {
+        // SAFETY: zeroed memory inside the mapping is an unlocked mutex
+        // around 0 (its docs); aligned; lives as long as the mapping.
+        unsafe { &*(self.base.add(MUTEX_AT) as *const SharedMutex<u64>) }
     }
 }
 
@@ -214,6 +226,54 @@ fn a_pin_released_in_one_process_wakes_a_drainer_in_another() {
     unsafe { libc::close(fd) };
 }
 
+/// Two processes, two threads each, add to one counter under the cache's
+/// mutex in shared memory: no increment is lost (the lock excludes across
+/// processes) and nobody hangs (its sleepers are woken across processes).
+#[test]
+fn the_mutex_excludes_and_wakes_across_processes() {
+    let (fd, sh) = create();
+    let mut child = spawn("mutex", fd);
+    wait_for("the child to start", || {
+        sh.ctl(READY).load(Ordering::Acquire) == 1
+    });
+    // A watchdog: a sleeper never woken would hang the adds.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let m = sh.mutex() as *const SharedMutex<u64> as usize;
+    std::thread::spawn(move || {
+        // SAFETY: the mapping outlives this thread's use: the test waits
+        // for the message below (or fails, and the process ends).
+        add_under_the_mutex(unsafe { &*(m as *const SharedMutex<u64>) });
+        tx.send(()).unwrap();
+    });
+    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        let _ = child.kill();
+        panic!("a thread waiting for the mutex was never woken");
+    }
+    reap(child);
+    assert_eq!(*sh.mutex().lock(), 4 * ROUNDS);
+    // SAFETY: our memfd.
+    unsafe { libc::close(fd) };
+}
+
+fn add_under_the_mutex(m: &SharedMutex<u64>) {
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for i in 0..ROUNDS {
+                    let mut g = m.lock();
+                    let v = *g;
+                    if i % 64 == 0 {
+                        // Hold it across a yield now and then, so that
+                        // others sleep on it.
+                        std::thread::yield_now();
+                    }
+                    *g = v + 1;
+                }
+            });
+        }
+    });
+}
+
 /// The other process of the tests above (ignored: the tests run it).
 #[test]
 #[ignore = "run by the tests above in a second process"]
@@ -242,6 +302,10 @@ fn child() {
             std::thread::sleep(Duration::from_millis(20));
             assert!(d.snapshot().is_latched());
             assert_eq!(d.release(), Released::Alive);
+        }
+        "mutex" => {
+            sh.ctl(READY).store(1, Ordering::Release);
+            add_under_the_mutex(sh.mutex());
         }
         r => panic!("unknown role {r}"),
     }

@@ -150,6 +150,24 @@ impl WaitTable {
 /// spuriously). `shared`: the word may be waited on from other processes.
 #[cfg(not(loom))]
 fn futex_wait(word: &AtomicU32, expected: u32, shared: bool) {
+    futex_wait_for(word, expected, shared, None);
+}
+
+/// [`futex_wait`] for at most `limit` (relative) when given.
+#[cfg(not(loom))]
+fn futex_wait_for(
+    word: &AtomicU32,
+    expected: u32,
+    shared: bool,
+    limit: Option<std::time::Duration>,
+) {
+    let ts = limit.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     let op = if shared {
         libc::FUTEX_WAIT
     } else {
@@ -157,22 +175,22 @@ fn futex_wait(word: &AtomicU32, expected: u32, shared: bool) {
     };
     // SAFETY: `word` is a live, aligned 32-bit atomic for the whole call;
     // FUTEX_WAIT only reads it (atomically, under the kernel's lock) and
-    // takes no other pointer (the timeout is null: no timeout). EINTR and
-    // EAGAIN are the spurious returns the callers allow.
+    // the timeout (null, or a timespec that outlives the call). EINTR,
+    // EAGAIN and ETIMEDOUT are the spurious returns the callers allow.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            op,
-            expected,
-            std::ptr::null::<libc::timespec>(),
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, expected, tsp);
     }
 }
 
 /// Wakes every thread sleeping on `word`.
 #[cfg(not(loom))]
 fn futex_wake(word: &AtomicU32, shared: bool) {
+    futex_wake_n(word, shared, i32::MAX);
+}
+
+/// Wakes at most `n` threads sleeping on `word`.
+#[cfg(not(loom))]
+fn futex_wake_n(word: &AtomicU32, shared: bool, n: i32) {
     let op = if shared {
         libc::FUTEX_WAKE
     } else {
@@ -180,7 +198,7 @@ fn futex_wake(word: &AtomicU32, shared: bool) {
     };
     // SAFETY: as `futex_wait`: the kernel only uses the address as a key.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), op, i32::MAX);
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, n);
     }
 }
 
@@ -346,4 +364,137 @@ pub(crate) fn park(addr: usize, still_blocked: impl Fn() -> bool) {
 pub(crate) fn unpark_all(addr: usize) {
     let (t, key, shared) = resolve(addr);
     t.unpark_all(key, shared);
+}
+
+// ----- a word of its own: locks and condition variables ------------------------
+
+/// Whether the word at `addr` lies in a registered shared region.
+#[cfg(not(loom))]
+fn in_region(addr: usize) -> bool {
+    resolve(addr).2
+}
+
+/// Sleeps while `*word == expected`, on the word itself (not a bucket), for
+/// at most `limit`; across processes when the word lies in a registered
+/// shared region. Spurious returns are allowed.
+#[cfg(not(loom))]
+pub(crate) fn wait_word(word: &AtomicU32, expected: u32, limit: Option<std::time::Duration>) {
+    futex_wait_for(word, expected, in_region(word.as_ptr() as usize), limit);
+}
+
+/// Wakes at most `n` sleepers of [`wait_word`] on `word`.
+#[cfg(not(loom))]
+pub(crate) fn wake_word(word: &AtomicU32, n: i32) {
+    futex_wake_n(word, in_region(word.as_ptr() as usize), n);
+}
+
+/// A mutex that is one 32-bit word and works between processes when it
+/// lies in a registered shared region (Drepper's "Futexes Are Tricky",
+/// mutex 2): 0 free, 1 held, 2 held and maybe sleepers.
+///
+/// * L1. CAS 0 -> 1 (Acquire): taken.
+/// * L2. While the word is 1 (no sleeper), a bounded spin: pauses, then
+///   yields, retrying L1.
+/// * L3. Swap in 2 (Acquire); if the old value was 0, taken (with the word
+///   at 2: the unlock may wake someone for nothing, which is allowed).
+/// * L4. `FUTEX_WAIT(word, 2)`, then back to L3.
+/// * U1. Swap in 0 (Release); if the old value was 2, `FUTEX_WAKE` one.
+///
+/// No lost wake-up: a sleeper sleeps only while the word is 2 (the kernel
+/// checks under its lock), and a word at 2 means the unlock that clears it
+/// wakes one sleeper; the woken one sets 2 again at L3, so the sleepers
+/// left are woken by its own unlock.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub struct FutexMutex {
+    word: AtomicU32,
+}
+
+#[cfg(not(loom))]
+impl FutexMutex {
+    #[cold]
+    fn lock_slow(&self) {
+        // L2: while no one sleeps, a few rounds of exponential pauses, then
+        // yields (parking_lot's `SpinWait`): a holder on another CPU lets
+        // go within the pauses; one that was preempted gets the CPU back
+        // in a yield; past that, sleep.
+        for round in 0..SPIN_ROUNDS {
+            // Relaxed: a hint; the CAS decides.
+            match self.word.load(Ordering::Relaxed) {
+                0 => {
+                    if self
+                        .word
+                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                1 => {}
+                _ => break,
+            }
+            if round < 3 {
+                for _ in 0..(2 << round) {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        // L3-L4. Acquire: pairs with U1's Release (the holder's writes).
+        while self.word.swap(2, Ordering::Acquire) != 0 {
+            wait_word(&self.word, 2, None);
+        }
+    }
+}
+
+/// Rounds of [`FutexMutex`]'s spin (L2): 3 of pauses, 7 of yields.
+#[cfg(not(loom))]
+const SPIN_ROUNDS: u32 = 10;
+
+#[cfg(not(loom))]
+// SAFETY: L1-L4 give the lock to one holder at a time (a CAS from 0, or a
+// swap that returned 0), and U1 is called only by the holder (lock_api's
+// contract); Acquire/Release order the holders' critical sections.
+unsafe impl lock_api::RawMutex for FutexMutex {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: FutexMutex = FutexMutex {
+        word: AtomicU32::new(0),
+    };
+    type GuardMarker = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) {
+        // L1. Acquire: pairs with U1's Release.
+        if self
+            .word
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_slow();
+        }
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        // Acquire: as L1.
+        self.word
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // U1. Release: our critical section before the next holder's.
+        if self.word.swap(0, Ordering::Release) == 2 {
+            wake_word(&self.word, 1);
+        }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        // Relaxed: a hint (lock_api's contract).
+        self.word.load(Ordering::Relaxed) != 0
+    }
 }
