@@ -1,4 +1,4 @@
-//! The futex-word mutex a shared segment's structures lock with
+//! The crate's mutex, one futex word that works between processes
 //! (`FutexMutex`, protocol 5.10) against `parking_lot`'s, alone and with 2,
 //! 8 and 32 threads on one lock (each acquisition adds to eight counters),
 //! three rounds; checks the counts.

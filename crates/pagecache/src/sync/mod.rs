@@ -242,14 +242,16 @@ pub(crate) fn unpark_all(key: usize) {
     futex::unpark_all(key);
 }
 
-/// A mutex whose `lock` returns the guard directly: `parking_lot` normally,
-/// loom's (modelled) mutex under `--cfg loom`. With the `lockstat` feature it
+/// A mutex whose `lock` returns the guard directly: a futex word
+/// ([`futex::FutexMutex`], 5.10: it excludes and wakes across processes
+/// when it lies in a registered shared region) normally, loom's (modelled)
+/// mutex under `--cfg loom`. With the `lockstat` feature it
 /// counts acquisitions, contention, wait and hold times per [`LockClass`];
 /// without it the class is not even stored.
 #[derive(Debug)]
 pub(crate) struct Mutex<T> {
     #[cfg(not(loom))]
-    inner: parking_lot::Mutex<T>,
+    inner: lock_api::Mutex<futex::FutexMutex, T>,
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
     #[cfg(all(feature = "lockstat", not(loom)))]
@@ -262,13 +264,16 @@ pub(crate) use lockstat::LockClass;
 #[derive(Debug, Clone, Copy)]
 struct Class(LockClass);
 
+/// The raw guard of [`Mutex`] (the futex word's, 5.10).
+#[cfg(not(loom))]
+pub(crate) type RawGuard<'a, T> = lock_api::MutexGuard<'a, futex::FutexMutex, T>;
 #[cfg(all(not(feature = "lockstat"), not(loom)))]
-pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+pub(crate) type MutexGuard<'a, T> = RawGuard<'a, T>;
 #[cfg(loom)]
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 /// A mutex guard that records its hold time (`lockstat`).
 #[cfg(all(feature = "lockstat", not(loom)))]
-pub(crate) type MutexGuard<'a, T> = Held<parking_lot::MutexGuard<'a, T>>;
+pub(crate) type MutexGuard<'a, T> = Held<RawGuard<'a, T>>;
 
 /// A guard of a profiled lock: records the hold time when dropped
 /// (`lockstat` only).
@@ -342,7 +347,7 @@ impl<T> Mutex<T> {
     pub(crate) fn with_class(v: T, class: LockClass) -> Self {
         Mutex {
             #[cfg(not(loom))]
-            inner: parking_lot::Mutex::new(v),
+            inner: lock_api::Mutex::new(v),
             #[cfg(loom)]
             inner: loom::sync::Mutex::new(v),
             #[cfg(all(feature = "lockstat", not(loom)))]
@@ -380,13 +385,24 @@ impl<T> Mutex<T> {
     }
 }
 
-/// A condition variable for [`Mutex`]: `parking_lot`'s, or loom's
-/// (modelled) under `--cfg loom`. Loom's timed wait never times out, so in
-/// a model a wake-up that is never sent ends in a deadlock loom reports,
-/// where a timeout would hide it.
+/// A condition variable for [`Mutex`]: a futex word of its own (5.10),
+/// which works between processes like the mutex when both lie in a
+/// registered shared region; loom's (modelled) under `--cfg loom`. Loom's
+/// timed wait never times out, so in a model a wake-up that is never sent
+/// ends in a deadlock loom reports, where a timeout would hide it.
+///
+/// A waiter counts itself and reads the sequence word under the mutex,
+/// then unlocks and sleeps while the word holds what it read; a notifier
+/// bumps the word and wakes only if someone counted itself. Notifiers
+/// change the state waiters test under the same mutex (the usual contract;
+/// they may notify after unlocking it), so a waiter's count and read happen
+/// before a notifier's look at them, or the waiter saw the state change and
+/// does not wait.
 pub(crate) struct Condvar {
     #[cfg(not(loom))]
-    inner: parking_lot::Condvar,
+    seq: AtomicU32,
+    #[cfg(not(loom))]
+    waiters: AtomicU32,
     #[cfg(loom)]
     inner: loom::sync::Condvar,
 }
@@ -401,7 +417,9 @@ impl Condvar {
     pub(crate) fn new() -> Self {
         Condvar {
             #[cfg(not(loom))]
-            inner: parking_lot::Condvar::new(),
+            seq: AtomicU32::new(0),
+            #[cfg(not(loom))]
+            waiters: AtomicU32::new(0),
             #[cfg(loom)]
             inner: loom::sync::Condvar::new(),
         }
@@ -430,24 +448,42 @@ impl Condvar {
             let raw = &mut g.g;
             #[cfg(not(feature = "lockstat"))]
             let raw = &mut g;
-            match limit {
-                Some(d) => {
-                    self.inner.wait_for(raw, d);
-                }
-                None => self.inner.wait(raw),
-            }
+            // Relaxed: under the mutex, whose unlock (Release) orders them
+            // before a notifier's lock.
+            self.waiters.fetch_add(1, Ordering::Relaxed);
+            let seq = self.seq.load(Ordering::Relaxed);
+            RawGuard::unlocked(raw, || futex::wait_word(&self.seq, seq, limit));
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
             g
         }
     }
 
-    /// Wakes one waiter. Context: any.
+    /// Wakes one waiter. Context: any (the state change under the mutex).
     pub(crate) fn notify_one(&self) {
+        #[cfg(loom)]
         self.inner.notify_one();
+        #[cfg(not(loom))]
+        self.notify(1);
     }
 
-    /// Wakes every waiter. Context: any.
+    /// Wakes every waiter. Context: any (the state change under the mutex).
     pub(crate) fn notify_all(&self) {
+        #[cfg(loom)]
         self.inner.notify_all();
+        #[cfg(not(loom))]
+        self.notify(i32::MAX);
+    }
+
+    #[cfg(not(loom))]
+    fn notify(&self, n: i32) {
+        // Relaxed: a waiter's count and read of `seq` happened before it
+        // unlocked the mutex, and the notifier changed the state under that
+        // mutex before coming here, so both are visible (or the waiter saw
+        // the change and is not waiting).
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        if self.waiters.load(Ordering::Relaxed) != 0 {
+            futex::wake_word(&self.seq, n);
+        }
     }
 }
 
