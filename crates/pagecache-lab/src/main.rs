@@ -95,7 +95,7 @@ fn shared(args: &[String]) -> ExitCode {
             "{} frames of {} bytes ({:.1} MiB mapped), created by {}, {live} live process(es) attached{}",
             g.frames,
             g.page_size,
-            seg.len() as f64 / (1 << 20) as f64,
+            seg.mapped_bytes() as f64 / (1 << 20) as f64,
             seg.creator(),
             if list.is_empty() {
                 String::new()

@@ -81,7 +81,8 @@ pub enum TableId {
     Frames = 2,
 }
 
-const TABLES: usize = 3;
+/// Tables in a segment.
+pub const TABLES: usize = 3;
 
 /// Where a table lies in the segment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,7 +133,7 @@ const _: () = assert!(
 
 /// The offsets of every table for `g` (C1; A1 checks the header's against
 /// them).
-pub fn layout(g: Geometry) -> io::Result<(Vec<Extent>, u64)> {
+pub fn layout(g: Geometry) -> io::Result<([Extent; TABLES], u64)> {
     let bad = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -170,7 +171,7 @@ pub fn layout(g: Geometry) -> io::Result<(Vec<Extent>, u64)> {
     if total > isize::MAX as u64 {
         return Err(bad());
     }
-    Ok((vec![waits, descs, frames], total))
+    Ok(([waits, descs, frames], total))
 }
 
 /// A mapped segment, attached (a process-table slot held, its wait table
@@ -180,7 +181,8 @@ pub struct Segment {
     base: NonNull<u8>,
     len: usize,
     path: PathBuf,
-    slot: usize,
+    /// Our process-table slot (`None`: inspected, not attached).
+    slot: Option<usize>,
     created: bool,
 }
 
@@ -308,7 +310,7 @@ impl Segment {
             base,
             len,
             path: path.to_path_buf(),
-            slot: usize::MAX,
+            slot: None,
             created: false,
         };
         let h = seg.header();
@@ -329,7 +331,7 @@ impl Segment {
         }
         let g = h.geometry;
         let (tables, total) = layout(g).map_err(|e| corrupt(e.to_string()))?;
-        if total != size || tables[..] != h.tables[..] {
+        if total != size || tables != h.tables {
             return Err(corrupt(format!(
                 "its tables ({:?}) are not where its geometry puts them ({tables:?})",
                 h.tables
@@ -394,7 +396,13 @@ impl Segment {
                         return Err(ctx(e, format!("giving {} to group {gid}", tmp.display())));
                     }
                 }
-                libc::fchmod(fd.as_raw_fd(), mode);
+                if libc::fchmod(fd.as_raw_fd(), mode) != 0 {
+                    let e = io::Error::last_os_error();
+                    return Err(ctx(
+                        e,
+                        format!("setting mode {mode:o} on {}", tmp.display()),
+                    ));
+                }
                 if libc::ftruncate(fd.as_raw_fd(), total as libc::off_t) != 0 {
                     let e = io::Error::last_os_error();
                     return Err(ctx(e, format!("sizing {} to {total} bytes", tmp.display())));
@@ -405,7 +413,7 @@ impl Segment {
                 base,
                 len,
                 path: path.to_path_buf(),
-                slot: usize::MAX,
+                slot: None,
                 created: true,
             };
             // C1: the header and the tables' first state. The file is
@@ -421,9 +429,7 @@ impl Segment {
                 std::ptr::addr_of_mut!((*h).total_len).write(total);
                 std::ptr::addr_of_mut!((*h).creator).write(std::process::id());
                 std::ptr::addr_of_mut!((*h).geometry).write(g);
-                let mut t = [Extent::default(); TABLES];
-                t.copy_from_slice(&tables);
-                std::ptr::addr_of_mut!((*h).tables).write(t);
+                std::ptr::addr_of_mut!((*h).tables).write(tables);
             }
             let d = seg.table(TableId::Descs).cast::<FrameDesc>();
             for i in 0..g.frames as usize {
@@ -461,27 +467,18 @@ impl Segment {
         let me = std::process::id();
         let start = start_time(me);
         let procs = &self.header().procs;
-        let mut slot = None;
-        for pass in 0..2 {
-            for (i, p) in procs.iter().enumerate() {
+        // A free slot, else (second pass) one whose process is dead.
+        let slot = [false, true].into_iter().find_map(|dead_too| {
+            procs.iter().position(|p| {
                 // Relaxed: a slot's owner is checked by pid and start time,
-                // which are published by the CAS below and the store after.
+                // published by the CAS and the store below.
                 let pid = p.pid.load(Ordering::Relaxed);
-                let free = pid == 0 || (pass == 1 && !alive(pid, p.start.load(Ordering::Relaxed)));
-                if free
+                (pid == 0 || dead_too && !alive(pid, p.start.load(Ordering::Relaxed)))
                     && p.pid
                         .compare_exchange(pid, me, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
-                {
-                    p.start.store(start, Ordering::Release);
-                    slot = Some(i);
-                    break;
-                }
-            }
-            if slot.is_some() {
-                break;
-            }
-        }
+            })
+        });
         let Some(slot) = slot else {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
@@ -491,7 +488,9 @@ impl Segment {
                 ),
             ));
         };
-        self.slot = slot;
+        // Release: pairs with `processes`' Acquire load.
+        procs[slot].start.store(start, Ordering::Release);
+        self.slot = Some(slot);
         let w = self.table(TableId::Waits);
         // SAFETY: the wait table lies inside the mapping, which stays until
         // Drop, where it is unregistered first; the region is this mapping.
@@ -546,14 +545,9 @@ impl Segment {
         &self.path
     }
 
-    /// Bytes mapped.
-    pub fn len(&self) -> usize {
+    /// Bytes mapped (the whole file).
+    pub fn mapped_bytes(&self) -> usize {
         self.len
-    }
-
-    /// Whether the mapping is empty (never: a segment has a header).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The processes attached now (pid, whether it still runs), this one
@@ -629,16 +623,14 @@ fn map(fd: &OwnedFd, len: u64, path: &Path) -> io::Result<(NonNull<u8>, usize)> 
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: registered in `enter` (or not at all, when `slot` is
-        // unset: then this is a no-op); the segment's users (tables borrowed
-        // from it) are gone before it drops.
+        // SAFETY: registered in `enter`, or never (inspected, or `enter`
+        // failed: then a no-op); the segment's users (tables borrowed from
+        // it) are gone before it drops.
         unsafe { unregister_region(self.base.as_ptr() as usize) };
-        if self.slot != usize::MAX {
+        if let Some(slot) = self.slot {
             // Release: our last uses of the segment happen-before a
             // reader that sees the slot free.
-            self.header().procs[self.slot]
-                .pid
-                .store(0, Ordering::Release);
+            self.header().procs[slot].pid.store(0, Ordering::Release);
         }
         // SAFETY: the mapping made in `attach` or `create`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };

@@ -36,9 +36,9 @@
 //! holder's S2 sees the phase; so no holder reaching `from` is inside S4
 //! while X5 runs. A shard's highest page only grows while it has holders
 //! (it is reset when the last leaves), so it is never below any current
-//! holder's. No lost wake-up: X3 sleeps with its check re-made under the
-//! wait queue's lock; S5's RMW either precedes that check or S5's load
-//! sees WAITING (the fences again) and wakes it after.
+//! holder's. No lost wake-up: X3 sleeps with its check re-made after the
+//! park's fence (protocol 5.10); S5's RMW either precedes that check or
+//! S5's load sees WAITING (the fences again) and wakes it after.
 //!
 //! Deadlock freedom (`docs/locking.md`, rules 8-10): shared holders never
 //! queue behind a waiting exclusive one but for the bounded hold-back
@@ -199,7 +199,7 @@ impl SizeLock {
             #[cfg(all(feature = "lockstat", not(loom)))]
             waited.get_or_insert_with(std::time::Instant::now);
             if st & PHASE == HELD {
-                // Relaxed: re-checked under the wait queue's lock; X6's
+                // Relaxed: re-checked after the park's fence (5.10); X6's
                 // and X4's wake-ups follow their stores.
                 crate::sync::park(self.shared_key(), || {
                     self.phase.load(Ordering::Relaxed) == st
@@ -308,8 +308,8 @@ impl SizeLock {
         });
         // SeqCst: Dekker's pattern with X2 (no lost wake-up).
         fence(Ordering::SeqCst);
-        // Relaxed: only whether to wake; the sleeper re-checks under the
-        // wait queue's lock.
+        // Relaxed: only whether to wake; the sleeper re-checks after its
+        // park's fence (5.10).
         if self.phase.load(Ordering::Relaxed) & PHASE == WAITING {
             crate::sync::unpark_all(self.exclusive_key());
         }

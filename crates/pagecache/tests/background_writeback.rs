@@ -26,17 +26,6 @@ fn faulty_with(config: Config) -> (PageCache, std::sync::Arc<Faults>) {
     (c, faults)
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Runs 8 writer threads, thread `t` calling `write(t, i)` for `i` in
 /// `0..n`; returns the most dirty pages any of them saw right after a call.
 fn most_dirty_seen(c: &PageCache, n: u64, write: impl Fn(u64, u64) + Sync) -> usize {

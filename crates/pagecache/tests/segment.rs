@@ -9,25 +9,20 @@
 //! tests never meet each other's or a user's segments.
 #![cfg(not(loom))]
 
+mod common;
+use common::{reap, spawn_child, wait_until, TempDir};
 use pagecache::internals::segment::{Geometry, Segment, TableId, LAYOUT_VERSION};
 use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
 const G: Geometry = Geometry {
     page_size: 4096,
     frames: 64,
 };
-
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pagecache-segment-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn desc(seg: &Segment, f: usize) -> &FrameDesc {
     assert!(f < seg.geometry().frames as usize);
@@ -43,48 +38,13 @@ fn desc(seg: &Segment, f: usize) -> &FrameDesc {
 }
 
 fn spawn(role: &str, d: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("PC_SEG_ROLE", role)
-        .env("PC_SEG_DIR", d)
-        .spawn()
-        .expect("spawn the child process")
-}
-
-fn reap(mut c: Child) -> std::process::ExitStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            return st;
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = c.kill();
-            panic!("the child hung");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    spawn_child(&[("PC_SEG_ROLE", role), ("PC_SEG_DIR", d.to_str().unwrap())])
 }
 
 #[test]
 fn the_first_open_creates_and_later_ones_attach_to_the_same_memory() {
-    let d = dir("attach");
+    let td = TempDir::new("segment-attach");
+    let d = td.0.clone();
     let a = Segment::open(&d, "c1", G, None).unwrap();
     assert!(a.created());
     let b = Segment::open(&d, "c1", G, None).unwrap();
@@ -116,12 +76,12 @@ fn the_first_open_creates_and_later_ones_attach_to_the_same_memory() {
     drop(a);
     Segment::remove(&d, "c1").unwrap();
     assert!(!d.join("pagecache.c1").exists());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn racing_creators_make_one_segment() {
-    let d = dir("race");
+    let td = TempDir::new("segment-race");
+    let d = td.0.clone();
     for round in 0..20 {
         let name = format!("r{round}");
         let segs: Vec<Segment> = std::thread::scope(|s| {
@@ -148,12 +108,12 @@ fn racing_creators_make_one_segment() {
     }
     // No temporary file left behind.
     assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn an_attacher_asking_for_another_geometry_is_refused_naming_both() {
-    let d = dir("geom");
+    let td = TempDir::new("segment-geom");
+    let d = td.0.clone();
     let _a = Segment::open(&d, "g", G, None).unwrap();
     let e = Segment::open(
         &d,
@@ -172,12 +132,12 @@ fn an_attacher_asking_for_another_geometry_is_refused_naming_both() {
         "{m}"
     );
     assert!(m.contains("pagecache.g"), "{m}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn foreign_short_and_corrupt_files_are_clear_errors() {
-    let d = dir("bad");
+    let td = TempDir::new("segment-bad");
+    let d = td.0.clone();
     let expect = |name: &str, words: &[&str]| {
         let e = Segment::open(&d, name, G, None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidData, "{name}: {e}");
@@ -232,7 +192,6 @@ fn foreign_short_and_corrupt_files_are_clear_errors() {
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{g:?}");
     }
     assert!(!d.join("pagecache.geom").exists());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// Another user cannot attach to a segment made with the default mode
@@ -244,20 +203,21 @@ fn another_user_cannot_attach() {
         eprintln!("not root: cannot switch users to test it (the mode is checked elsewhere)");
         return;
     }
-    let d = dir("perm");
+    let td = TempDir::new("segment-perm");
+    let d = td.0.clone();
     // The directory must let the other user reach the file.
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
     let _a = Segment::open(&d, "p", G, None).unwrap();
     let st = reap(spawn("nobody", &d));
     assert!(st.success(), "the child (uid 65534) failed: {st}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// A process sleeping for a latch in one process is woken by the unlatch
 /// in another, through the segment's own wait table.
 #[test]
 fn a_latch_wait_crosses_processes_through_the_segment() {
-    let d = dir("wait");
+    let td = TempDir::new("segment-wait");
+    let d = td.0.clone();
     let a = Segment::open(&d, "w", G, None).unwrap();
     let x = desc(&a, 7);
     x.assign(2, 11, State::cached(1));
@@ -265,20 +225,16 @@ fn a_latch_wait_crosses_processes_through_the_segment() {
     assert!(x.try_latch());
     let child = spawn("latch", &d);
     // The child attaches (a second live process) and sleeps.
-    wait_for("the child to attach", || a.processes().len() == 2);
+    wait_until("the child to attach", || a.processes().len() == 2);
     std::thread::sleep(Duration::from_millis(50));
-    assert!(
-        reap_nowait_running(&child),
-        "the child returned while latched"
-    );
+    assert!(still_running(&child), "the child returned while latched");
     assert_eq!(x.unlatch_release(), Released::Alive);
     assert!(reap(child).success());
     drop(a);
     Segment::remove(&d, "w").unwrap();
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
-fn reap_nowait_running(c: &Child) -> bool {
+fn still_running(c: &Child) -> bool {
     // The child's /proc entry: still running (or sleeping), not a zombie.
     let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
     let state = s
@@ -291,11 +247,12 @@ fn reap_nowait_running(c: &Child) -> bool {
 /// a killed process's slot is seen dead and does not keep it.
 #[test]
 fn removal_is_refused_while_a_live_process_is_attached_and_not_for_a_dead_one() {
-    let d = dir("remove");
+    let td = TempDir::new("segment-remove");
+    let d = td.0.clone();
     drop(Segment::open(&d, "r", G, None).unwrap());
     let mut child = spawn("hold", &d);
     let seg = Segment::attach(&d.join("pagecache.r"), None).unwrap();
-    wait_for("the child to attach", || seg.processes().len() == 2);
+    wait_until("the child to attach", || seg.processes().len() == 2);
     drop(seg);
     let e = Segment::remove(&d, "r").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ResourceBusy);
@@ -310,7 +267,6 @@ fn removal_is_refused_while_a_live_process_is_attached_and_not_for_a_dead_one() 
     );
     drop(seg);
     Segment::remove(&d, "r").unwrap();
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// The other process of the tests above (ignored: they run it).

@@ -11,11 +11,12 @@
 //! `child` entry with the memfd's number in its environment.
 #![cfg(not(loom))]
 
+mod common;
+use common::{reap, spawn_child, wait_until};
 use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
 use pagecache::internals::wait::{register_region, unregister_region, SharedMutex, WaitTable};
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LEN: usize = 1 << 20;
 const DESC_AT: usize = 64 << 10;
@@ -102,17 +103,6 @@ const READY: usize = 0;
 const GO: usize = 1;
 const DONE: usize = 2;
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// A memfd (inherited by children: no CLOEXEC) with a free frame holding
 /// page (OWNER, INDEX), cached, the cache's reference only.
 fn create() -> (i32, Shared) {
@@ -128,34 +118,14 @@ fn create() -> (i32, Shared) {
     (fd, sh)
 }
 
-fn spawn(role: &str, fd: i32) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("PC_WAIT_ROLE", role)
-        .env("PC_WAIT_FD", fd.to_string())
-        .spawn()
-        .expect("spawn the child process")
+fn spawn(role: &str, fd: i32) -> std::process::Child {
+    spawn_child(&[("PC_WAIT_ROLE", role), ("PC_WAIT_FD", &fd.to_string())])
 }
 
-fn reap(mut c: Child) {
-    let t = Instant::now();
-    loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            assert!(st.success(), "the child failed: {st}");
-            return;
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = c.kill();
-            panic!("the child hung (never woken?)");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Reaps the child, which must have passed.
+fn reaped_ok(c: std::process::Child) {
+    let st = reap(c);
+    assert!(st.success(), "the child failed: {st}");
 }
 
 /// A process parked for a latch is woken by the unlatch of another.
@@ -166,11 +136,11 @@ fn a_latch_released_in_one_process_wakes_a_waiter_in_another() {
     d.try_pin(PinKind::User).unwrap();
     assert!(d.try_latch());
     let child = spawn("latch", fd);
-    wait_for("the child to start", || {
+    wait_until("the child to start", || {
         sh.ctl(READY).load(Ordering::Acquire) == 1
     });
     // The child is in the table's wait (P1-P5) ...
-    wait_for("the child to sleep", || sh.table().sleepers() == 1);
+    wait_until("the child to sleep", || sh.table().sleepers() == 1);
     std::thread::sleep(Duration::from_millis(20));
     // ... and not past it while the latch is held.
     assert_eq!(
@@ -179,7 +149,7 @@ fn a_latch_released_in_one_process_wakes_a_waiter_in_another() {
         "woke while latched"
     );
     assert_eq!(d.unlatch_release(), Released::Alive);
-    reap(child);
+    reaped_ok(child);
     assert_eq!(sh.ctl(DONE).load(Ordering::Acquire), 1);
     assert_eq!(sh.table().sleepers(), 0);
     // SAFETY: our memfd.
@@ -194,7 +164,7 @@ fn a_pin_released_in_one_process_wakes_a_drainer_in_another() {
     let d = sh.desc();
     let child = spawn("drain", fd);
     // The child holds a pin.
-    wait_for("the child's pin", || {
+    wait_until("the child's pin", || {
         sh.ctl(READY).load(Ordering::Acquire) == 1
     });
     assert_eq!(d.snapshot().refs(), 2);
@@ -218,7 +188,7 @@ fn a_pin_released_in_one_process_wakes_a_drainer_in_another() {
         refs, 2,
         "the holder's pin and the cache's reference are left"
     );
-    reap(child);
+    reaped_ok(child);
     d.unlatch();
     assert_eq!(d.release(), Released::Alive);
     assert_eq!(d.snapshot().refs(), 1);
@@ -233,7 +203,7 @@ fn a_pin_released_in_one_process_wakes_a_drainer_in_another() {
 fn the_mutex_excludes_and_wakes_across_processes() {
     let (fd, sh) = create();
     let mut child = spawn("mutex", fd);
-    wait_for("the child to start", || {
+    wait_until("the child to start", || {
         sh.ctl(READY).load(Ordering::Acquire) == 1
     });
     // A watchdog: a sleeper never woken would hang the adds.
@@ -249,7 +219,7 @@ fn the_mutex_excludes_and_wakes_across_processes() {
         let _ = child.kill();
         panic!("a thread waiting for the mutex was never woken");
     }
-    reap(child);
+    reaped_ok(child);
     assert_eq!(*sh.mutex().lock(), 4 * ROUNDS);
     // SAFETY: our memfd.
     unsafe { libc::close(fd) };
@@ -295,10 +265,10 @@ fn child() {
         "drain" => {
             d.try_pin(PinKind::User).unwrap();
             sh.ctl(READY).store(1, Ordering::Release);
-            wait_for("the parent's latch", || {
+            wait_until("the parent's latch", || {
                 sh.ctl(GO).load(Ordering::Acquire) == 1
             });
-            wait_for("the parent to sleep", || sh.table().sleepers() == 1);
+            wait_until("the parent to sleep", || sh.table().sleepers() == 1);
             std::thread::sleep(Duration::from_millis(20));
             assert!(d.snapshot().is_latched());
             assert_eq!(d.release(), Released::Alive);

@@ -262,8 +262,8 @@ impl FrameDesc {
     }
 
     /// Parks until the latch is released, but only while the frame still
-    /// holds page `(owner, index)`: checked before parking and again under
-    /// the wait-queue lock. The caller found the frame without a pin, so it
+    /// holds page `(owner, index)`: checked before parking and again in the
+    /// park's re-check (5.10 P3). The caller found the frame without a pin, so it
     /// may since have been recycled for another page; parking on *that*
     /// page's latch could make a gang lookup, which holds pins of lower
     /// pages, wait out of page order and deadlock with writers (found by
@@ -294,8 +294,8 @@ impl FrameDesc {
     }
 
     fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>) {
-        // Relaxed identity loads: a hint re-validated under the queue lock;
-        // a wrong answer only costs a retry from the root.
+        // Relaxed identity loads: a hint re-validated in the park's
+        // re-check; a wrong answer only costs a retry from the root.
         let same = || expect.is_none_or(|e| self.identity() == e);
         loop {
             // Acquire: if the bit is already clear we return and the caller
@@ -317,8 +317,9 @@ impl FrameDesc {
             }
             let _timer = wait_timer(LockClass::PageLatchWait);
             park(self.key(), || {
-                // Relaxed: evaluated under the queue lock; the waker clears
-                // the bit before taking the same lock to unpark.
+                // Relaxed: evaluated after the park's SeqCst fence (5.10
+                // P1-P3); the waker clears the bit before its own fence
+                // and unpark (K1), so one of the two sees the other.
                 let s = self.state.load(Ordering::Relaxed);
                 s & bit != 0 && s & WAITERS != 0 && same()
             });
@@ -398,8 +399,9 @@ impl FrameDesc {
             }
             let _timer = wait_timer(LockClass::PageDrainWait);
             park(self.drain_key(), || {
-                // Relaxed: evaluated under the queue lock; releasers drop the
-                // count before unparking on the same key.
+                // Relaxed: evaluated after the park's SeqCst fence (5.10
+                // P1-P3); releasers drop the count before their own fence
+                // and unpark (K1) on the same key.
                 let s = State(self.state.load(Ordering::Relaxed));
                 s.is_draining() && s.refs() > s.latch_base()
             });
@@ -560,7 +562,8 @@ impl FrameDesc {
         match r {
             Ok(old) => {
                 // A latch holder parked for our pin may go now: the same
-                // handshake as `release` (it re-checks under the queue lock).
+                // handshake as `release` (it re-checks after its park's
+                // fence, 5.10).
                 if !stable && State(old).is_draining() {
                     self.wake_drainer();
                 }

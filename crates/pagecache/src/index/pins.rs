@@ -247,8 +247,8 @@ impl Node {
 
     /// Whether slot `s`'s waiter bit is still set (parking's re-check).
     pub(crate) fn pin_waiter_set(&self, s: usize) -> bool {
-        // Relaxed: evaluated under the queue lock; the unpinner clears the
-        // bit before taking the same lock to unpark.
+        // Relaxed: evaluated after the park's SeqCst fence (5.10 P1-P3);
+        // the unpinner clears the bit before its own fence and unpark (K1).
         self.pin_waiters.load(Ordering::Relaxed) & (1 << s) != 0
     }
 }

@@ -113,7 +113,7 @@ impl WaitTable {
         let seq = b.seq.load(Ordering::Acquire);
         // P3, P4.
         if still_blocked() {
-            futex_wait(&b.seq, seq, shared);
+            futex_wait(&b.seq, seq, shared, None);
         }
         // P5. Relaxed: a waker that reads the old count only wakes a bucket
         // with no sleeper left (spurious, harmless).
@@ -132,7 +132,7 @@ impl WaitTable {
         // K2. Release: pairs with P2's Acquire.
         b.seq.fetch_add(1, Ordering::Release);
         // K3.
-        futex_wake(&b.seq, shared);
+        futex_wake(&b.seq, shared, i32::MAX);
     }
 
     /// Threads (of any process) now sleeping or about to sleep in this
@@ -146,21 +146,11 @@ impl WaitTable {
     }
 }
 
-/// Sleeps while `*word == expected` (returns at once if not; may return
-/// spuriously). `shared`: the word may be waited on from other processes.
+/// Sleeps while `*word == expected`, for at most `limit` when given
+/// (returns at once if not; may return spuriously). `shared`: the word may
+/// be waited on from other processes.
 #[cfg(not(loom))]
-fn futex_wait(word: &AtomicU32, expected: u32, shared: bool) {
-    futex_wait_for(word, expected, shared, None);
-}
-
-/// [`futex_wait`] for at most `limit` (relative) when given.
-#[cfg(not(loom))]
-fn futex_wait_for(
-    word: &AtomicU32,
-    expected: u32,
-    shared: bool,
-    limit: Option<std::time::Duration>,
-) {
+fn futex_wait(word: &AtomicU32, expected: u32, shared: bool, limit: Option<std::time::Duration>) {
     let ts = limit.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -182,15 +172,9 @@ fn futex_wait_for(
     }
 }
 
-/// Wakes every thread sleeping on `word`.
-#[cfg(not(loom))]
-fn futex_wake(word: &AtomicU32, shared: bool) {
-    futex_wake_n(word, shared, i32::MAX);
-}
-
 /// Wakes at most `n` threads sleeping on `word`.
 #[cfg(not(loom))]
-fn futex_wake_n(word: &AtomicU32, shared: bool, n: i32) {
+fn futex_wake(word: &AtomicU32, shared: bool, n: i32) {
     let op = if shared {
         libc::FUTEX_WAKE
     } else {
@@ -205,7 +189,7 @@ fn futex_wake_n(word: &AtomicU32, shared: bool, n: i32) {
 /// Loom: waits for the word to change. A waiter nobody wakes spins until
 /// loom gives up on the model, which is how a lost wake-up fails it.
 #[cfg(loom)]
-fn futex_wait(word: &AtomicU32, expected: u32, _shared: bool) {
+fn futex_wait(word: &AtomicU32, expected: u32, _shared: bool, _limit: Option<std::time::Duration>) {
     // Acquire: as the real futex's return, the caller re-reads the state.
     while word.load(Ordering::Acquire) == expected {
         loom::thread::yield_now();
@@ -213,7 +197,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, _shared: bool) {
 }
 
 #[cfg(loom)]
-fn futex_wake(_word: &AtomicU32, _shared: bool) {}
+fn futex_wake(_word: &AtomicU32, _shared: bool, _n: i32) {}
 
 // ----- which table a key uses -------------------------------------------------
 
@@ -274,8 +258,10 @@ fn local() -> &'static WaitTable {
 fn resolve(addr: usize) -> (&'static WaitTable, usize, bool) {
     #[cfg(not(loom))]
     {
-        // Relaxed: a slot is filled before N covers it (both under
-        // REGISTER), and the slot's own Acquire load below publishes it.
+        // Relaxed: an object of a region is reached only through something
+        // its registration happens-before (the segment is handed out after
+        // it registers), so this load sees N cover its slot; the slot's own
+        // Acquire load below publishes the record.
         let n = REGIONS_N.load(Ordering::Relaxed);
         for slot in &REGIONS[..n] {
             // Acquire: pairs with `register_region`'s Release store.
@@ -306,7 +292,10 @@ fn resolve(addr: usize) -> (&'static WaitTable, usize, bool) {
 ///
 /// `table` must stay valid (mapped, not moved) until
 /// [`unregister_region`] of `base`, and nothing in the region may be waited
-/// on or woken after that call. Regions must not overlap.
+/// on or woken after that call; objects in it may be waited on or woken
+/// only by threads that reached them through something this call
+/// happens-before (else their wait may take the process's own table).
+/// Regions must not overlap.
 #[cfg(not(loom))]
 pub unsafe fn register_region(base: usize, len: usize, table: *const WaitTable) -> bool {
     let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
@@ -319,9 +308,8 @@ pub unsafe fn register_region(base: usize, len: usize, table: *const WaitTable) 
     // Release: publishes the record to `resolve`'s Acquire load.
     REGIONS[i].store(r, Ordering::Release);
     if i >= n {
-        // Release: as above (a lookup that sees N reads the slot itself
-        // with Acquire anyway).
-        REGIONS_N.store(i + 1, Ordering::Release);
+        // Relaxed: see `resolve`.
+        REGIONS_N.store(i + 1, Ordering::Relaxed);
     }
     true
 }
@@ -379,13 +367,13 @@ fn in_region(addr: usize) -> bool {
 /// shared region. Spurious returns are allowed.
 #[cfg(not(loom))]
 pub(crate) fn wait_word(word: &AtomicU32, expected: u32, limit: Option<std::time::Duration>) {
-    futex_wait_for(word, expected, in_region(word.as_ptr() as usize), limit);
+    futex_wait(word, expected, in_region(word.as_ptr() as usize), limit);
 }
 
 /// Wakes at most `n` sleepers of [`wait_word`] on `word`.
 #[cfg(not(loom))]
 pub(crate) fn wake_word(word: &AtomicU32, n: i32) {
-    futex_wake_n(word, in_region(word.as_ptr() as usize), n);
+    futex_wake(word, in_region(word.as_ptr() as usize), n);
 }
 
 /// A mutex that is one 32-bit word and works between processes when it

@@ -3,15 +3,17 @@
 //! A future that must wait for a page (its latch, a latch holder's drain)
 //! cannot sleep: it leaves its [`Waker`] in a queue hashed from the same
 //! key a thread would park on (the frame descriptor's address), returns
-//! `Pending`, and whoever changes the state wakes the queue. As with
-//! `park`, the predicate that says the wait is still needed is evaluated
-//! under the bucket's lock, and every waker changes the state *before* it
-//! takes that lock ([`wake_all`]), so a wake-up cannot fall between the
-//! check and the registration (protocol 5.9, `cache/asynch.rs`).
+//! `Pending`, and whoever changes the state wakes the queue. The
+//! predicate that says the wait is still needed is evaluated under the
+//! bucket's lock (where `park` re-checks after a fence, 5.10), and every
+//! waker changes the state *before* it takes that lock ([`wake_all`]), so
+//! a wake-up cannot fall between the check and the registration
+//! (protocol 5.9, `cache/asynch.rs`).
 //!
-//! One table per process, as the kernel's `page_waitqueue()` hash and
-//! `parking_lot_core`'s: keys are addresses, unique while their object
-//! lives. Entries carry an id so that a future polled again replaces its
+//! One table per process, as the kernel's `page_waitqueue()` hash: keys
+//! are addresses, unique while their object lives. (Unlike the blocking
+//! waits' buckets, `futex.rs`, it holds wakers of this process only: a
+//! future is not woken by a change made in another process.) Entries carry an id so that a future polled again replaces its
 //! waker instead of adding one, and a dropped future removes exactly its
 //! own entry ([`cancel`]). Wakers run after the bucket's lock is dropped
 //! (a waker may do anything, even poll), at most [`BATCH`] per lock round.

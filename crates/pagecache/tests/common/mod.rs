@@ -3,7 +3,9 @@
 
 use pagecache::{Config, PageCache};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub const PS: usize = 4096;
 
@@ -140,4 +142,49 @@ pub fn current_thread() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// Polls `f` every few milliseconds until it holds; fails the test naming
+/// `what` after 20 s.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// This test binary again as a second process, running its ignored test
+/// named `child` with `env` set (the tests that need two processes).
+pub fn spawn_child(env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn the child process")
+}
+
+/// Waits for `c` to exit; kills it and fails the test after 20 s.
+pub fn reap(mut c: Child) -> ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = c.kill();
+            panic!("the child process hung");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
