@@ -157,6 +157,12 @@ pub mod internals {
         pub use crate::segment::*;
     }
 
+    /// The index node arena (`index/arena.rs`): its free list (protocol
+    /// 5.12), for its loom model and for placing it in a segment.
+    pub mod nodes {
+        pub use crate::index::NodeArena;
+    }
+
     /// The per-file size lock (`size_lock.rs`), for its loom model.
     pub mod size_lock {
         pub use crate::size_lock::{SizeExclusive, SizeLock, SizeShared, ALL_PAGES};

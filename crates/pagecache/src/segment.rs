@@ -9,6 +9,10 @@
 //! TableId::Waits           the wait table of protocol 5.10, registered
 //!                          over the whole segment in every process
 //! TableId::Descs           the frame descriptors (64 bytes each)
+//! TableId::Nodes           the index node arena (`index/arena.rs`: its
+//!                          head in node 0), 2 MiB-aligned
+//! TableId::Pool            the free-frame pool (`frame/stacks.rs`: per-CPU
+//!                          stacks over a global one, room for MAX_SHARDS)
 //! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
 //! ```
 //!
@@ -38,8 +42,10 @@
 //! A segment is never seen half-made: the name appears only once C1 is
 //! complete (C2), so an attacher needs no wait and no "initialising" state.
 
+use crate::frame::alloc::PerCpuPool;
 use crate::frame::state::FrameDesc;
 use crate::frame::ARENA_SLACK;
+use crate::index::NodeArena;
 use crate::sync::futex::{register_region, unregister_region, WaitTable};
 use std::ffi::CString;
 use std::io;
@@ -52,7 +58,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 /// The segments' directory unless configured.
@@ -79,10 +85,17 @@ pub enum TableId {
     Descs = 1,
     /// The frames and the slack after them.
     Frames = 2,
+    /// The index node arena.
+    Nodes = 3,
+    /// The free-frame pool.
+    Pool = 4,
 }
 
-/// Tables in a segment.
-pub const TABLES: usize = 3;
+/// Tables in a segment; the header has room for [`MAX_TABLES`] (the rest
+/// are zero).
+pub const TABLES: usize = 5;
+/// Table slots in the header.
+pub const MAX_TABLES: usize = 8;
 
 /// Where a table lies in the segment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,7 +130,7 @@ pub struct Header {
     creator: u32,
     _pad: u32,
     geometry: Geometry,
-    tables: [Extent; TABLES],
+    tables: [Extent; MAX_TABLES],
     procs: [ProcSlot; MAX_PROCS],
 }
 
@@ -128,12 +141,12 @@ const _: () = assert!(
         && std::mem::offset_of!(Header, total_len) == 16
         && std::mem::offset_of!(Header, geometry) == 32
         && std::mem::offset_of!(Header, tables) == 48
-        && std::mem::offset_of!(Header, procs) == 96
+        && std::mem::offset_of!(Header, procs) == 176
 );
 
 /// The offsets of every table for `g` (C1; A1 checks the header's against
 /// them).
-pub fn layout(g: Geometry) -> io::Result<([Extent; TABLES], u64)> {
+pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
     let bad = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -160,6 +173,13 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; TABLES], u64)> {
             .ok_or_else(bad)?,
         4096,
     )?;
+    let max_nodes =
+        NodeArena::max_nodes(g.frames as usize, g.page_size as usize).map_err(|_| bad())?;
+    let nodes = put(NodeArena::bytes(max_nodes) as u64, HUGE)?;
+    let pool = put(
+        PerCpuPool::placed_bytes(g.frames as usize) as u64,
+        PerCpuPool::placed_align().max(4096) as u64,
+    )?;
     let frames = put(
         g.frames
             .checked_mul(g.page_size)
@@ -171,7 +191,9 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; TABLES], u64)> {
     if total > isize::MAX as u64 {
         return Err(bad());
     }
-    Ok(([waits, descs, frames], total))
+    let mut tables = [Extent::default(); MAX_TABLES];
+    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool]);
+    Ok((tables, total))
 }
 
 /// A mapped segment, attached (a process-table slot held, its wait table
@@ -437,6 +459,9 @@ impl Segment {
                 // aligned, so each is 64-byte aligned); no one reads it yet.
                 unsafe { d.as_ptr().add(i).write(FrameDesc::new()) };
             }
+            // SAFETY: the pool's extent, sized by `placed_bytes` and aligned
+            // by `layout` to `placed_align`; no one reads it yet.
+            unsafe { PerCpuPool::place(seg.table(TableId::Pool), g.frames as usize) };
             Ok(seg)
         })();
         let seg = match r {

@@ -1133,6 +1133,60 @@ fn anon_fault_loser_vs_stale_pin() {
     });
 }
 
+/// The index node arena's free list (protocol 5.12, a tagged stack): two
+/// threads popping and pushing at once never hold one id both, lose none,
+/// and the tag defeats ABA (thread 0 pops, frees and re-pops while thread 1
+/// sits between P2 and P3 on the same top).
+#[test]
+fn node_free_list() {
+    use loom::sync::atomic::AtomicBool;
+    use pagecache::internals::nodes::NodeArena;
+    const N: u32 = 3;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let a = Arc::new(NodeArena::new(N).unwrap());
+        // Two ids on the free list, one never used.
+        let (x, y) = (a.alloc().unwrap(), a.alloc().unwrap());
+        a.free_node(x);
+        a.free_node(y);
+        let held: Arc<Vec<AtomicBool>> =
+            Arc::new((0..=N).map(|_| AtomicBool::new(false)).collect());
+        let take = |a: &NodeArena, h: &[AtomicBool]| {
+            let id = a.alloc().unwrap();
+            assert!(
+                !h[id as usize].swap(true, Ordering::SeqCst),
+                "node {id} handed out twice"
+            );
+            id
+        };
+        let give = |a: &NodeArena, h: &[AtomicBool], id: u32| {
+            assert!(
+                h[id as usize].swap(false, Ordering::SeqCst),
+                "node {id} not held"
+            );
+            a.free_node(id);
+        };
+        let (a2, h2) = (a.clone(), held.clone());
+        let t = thread::spawn(move || {
+            let i = take(&a2, &h2);
+            give(&a2, &h2, i);
+        });
+        let i = take(&a, &held);
+        let j = take(&a, &held);
+        give(&a, &held, i);
+        let k = take(&a, &held);
+        give(&a, &held, j);
+        give(&a, &held, k);
+        t.join().unwrap();
+        assert_eq!(a.in_use(), 0, "a node lost");
+        // All three allocatable now, distinct.
+        let all: Vec<u32> = (0..N).map(|_| take(&a, &held)).collect();
+        assert_eq!(all.len(), N as usize);
+        assert!(a.alloc().is_err(), "more ids than nodes");
+    });
+}
+
 /// Per-CPU frame caches: refill, drain and steal between two shards and the
 /// global pool never hand one frame to two owners and never lose one.
 #[test]

@@ -2,8 +2,10 @@
 //! racing creators, the creator's geometry against an attacher's, corrupt
 //! and foreign files, bad names, the file's mode and another user's
 //! attempt, the process table (a killed process is seen dead and does not
-//! keep the segment from removal), and a latch wait between two processes
-//! through the segment's own wait table.
+//! keep the segment from removal), a latch wait between two processes
+//! through the segment's own wait table, and the index node arena's free
+//! list (protocol 5.12) and the free-frame pool used by two processes at
+//! once.
 //!
 //! Segments are made in a fresh directory per test (not `/dev/shm`), so
 //! tests never meet each other's or a user's segments.
@@ -11,6 +13,8 @@
 
 mod common;
 use common::{reap, spawn_child, wait_until, TempDir};
+use pagecache::internals::alloc::{FrameAllocator, PerCpuPool};
+use pagecache::internals::nodes::NodeArena;
 use pagecache::internals::segment::{Geometry, Segment, TableId, LAYOUT_VERSION};
 use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
 use std::io::ErrorKind;
@@ -234,6 +238,155 @@ fn a_latch_wait_crosses_processes_through_the_segment() {
     Segment::remove(&d, "w").unwrap();
 }
 
+/// The segment's node arena, and a byte per node id in the frames' table
+/// that says who holds it (to catch an id handed out twice).
+fn arena(seg: &Segment) -> (NodeArena, &[std::sync::atomic::AtomicU8]) {
+    let g = seg.geometry();
+    let max = NodeArena::max_nodes(g.frames as usize, g.page_size as usize).unwrap();
+    assert!((max as u64) < g.frames * g.page_size);
+    // SAFETY: the nodes' table holds an arena of `max` nodes (the layout
+    // puts it there), zeroed at creation and used only through arenas; the
+    // frames' table holds `frames * page_size` bytes, used by nothing else
+    // in these tests; both live as long as `seg`, which the caller keeps
+    // longer than the arena.
+    unsafe {
+        (
+            NodeArena::over(seg.table(TableId::Nodes), max),
+            std::slice::from_raw_parts(
+                seg.table(TableId::Frames).as_ptr().cast(),
+                max as usize + 1,
+            ),
+        )
+    }
+}
+
+/// Allocates and frees node ids for a while, holding up to 16 at a time,
+/// checking through `held` that no id is handed out while held elsewhere.
+fn churn_nodes(a: &NodeArena, held: &[std::sync::atomic::AtomicU8], rounds: usize, seed: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut mine = Vec::new();
+    let mut x = seed | 1;
+    for _ in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if mine.len() < 16 && (x % 3 != 0 || mine.is_empty()) {
+            let id = a.alloc().unwrap();
+            assert_eq!(
+                held[id as usize].swap(1, SeqCst),
+                0,
+                "node {id} handed out twice"
+            );
+            mine.push(id);
+        } else {
+            let id = mine.swap_remove((x as usize / 3) % mine.len());
+            assert_eq!(held[id as usize].swap(0, SeqCst), 1, "node {id} not held");
+            a.free_node(id);
+        }
+    }
+    for id in mine {
+        assert_eq!(held[id as usize].swap(0, SeqCst), 1);
+        a.free_node(id);
+    }
+}
+
+/// Two processes of two threads each take and give back index nodes of one
+/// segment's arena at once: no id is ever held twice, and all come back.
+#[test]
+fn two_processes_share_the_index_node_arena() {
+    let td = TempDir::new("segment-nodes");
+    let d = td.0.clone();
+    let seg = Segment::open(&d, "n", G, None).unwrap();
+    let (a, held) = arena(&seg);
+    let child = spawn("nodes", &d);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (a, held) = (&a, held);
+            s.spawn(move || churn_nodes(a, held, 500_000, 7 + t));
+        }
+    });
+    assert!(reap(child).success());
+    assert_eq!(a.in_use(), 0, "every node back on the free list");
+    // The ids handed out stayed a few dozen: freed ones were reused.
+    let used = a.alloc().unwrap();
+    assert!(used <= 4 * 17, "id {used}: the free list is not reused");
+    drop(a);
+    drop(seg);
+    Segment::remove(&d, "n").unwrap();
+}
+
+/// The segment's free-frame pool, and a byte per frame in the frames'
+/// table that says who holds it.
+fn pool(seg: &Segment) -> (PerCpuPool, &[std::sync::atomic::AtomicU8]) {
+    let n = seg.geometry().frames as usize;
+    // SAFETY: the pool's table holds the pool the creator placed for `n`
+    // frames; the frames' table is used by nothing else in these tests;
+    // both live as long as `seg`, which the caller keeps longer.
+    unsafe {
+        (
+            PerCpuPool::over(seg.table(TableId::Pool), n).unwrap(),
+            std::slice::from_raw_parts(seg.table(TableId::Frames).as_ptr().cast(), n),
+        )
+    }
+}
+
+/// Takes and gives back frames for a while on random shards, holding up to
+/// 12 at a time; checks through `held` that no frame is handed out twice.
+fn churn_frames(p: &PerCpuPool, held: &[std::sync::atomic::AtomicU8], rounds: usize, seed: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut mine = Vec::new();
+    let mut x = seed | 1;
+    for _ in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let shard = (x >> 40) as usize % p.shards();
+        if mine.len() < 12 && x % 3 != 0 {
+            // Others may hold the rest for a moment: none is legitimate.
+            if let Some(f) = p.alloc_on(shard) {
+                assert_eq!(
+                    held[f as usize].swap(1, SeqCst),
+                    0,
+                    "frame {f} handed out twice"
+                );
+                mine.push(f);
+            }
+        } else if let Some(f) = mine.pop() {
+            assert_eq!(held[f as usize].swap(0, SeqCst), 1, "frame {f} not held");
+            p.free_on(shard, f);
+        }
+    }
+    for f in mine {
+        assert_eq!(held[f as usize].swap(0, SeqCst), 1);
+        p.free(f);
+    }
+}
+
+/// Two processes of two threads each take and give back frames of one
+/// segment's free-frame pool at once, on every shard (refills, drains and
+/// steals across processes): no frame is ever held twice, none is lost.
+#[test]
+fn two_processes_share_the_free_frame_pool() {
+    let td = TempDir::new("segment-pool");
+    let d = td.0.clone();
+    let seg = Segment::open(&d, "f", G, None).unwrap();
+    let (p, held) = pool(&seg);
+    assert_eq!(p.free_count(), 64);
+    let child = spawn("frames", &d);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (p, held) = (&p, held);
+            s.spawn(move || churn_frames(p, held, 300_000, 11 + t));
+        }
+    });
+    assert!(reap(child).success());
+    assert_eq!(p.free_count(), 64, "every frame back");
+    p.validate(64);
+    drop(p);
+    drop(seg);
+    Segment::remove(&d, "f").unwrap();
+}
+
 fn still_running(c: &Child) -> bool {
     // The child's /proc entry: still running (or sleeping), not a zombie.
     let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
@@ -299,6 +452,26 @@ fn child() {
             assert!(x.snapshot().is_latched());
             x.wait_unlatched_as(2, 11);
             assert!(!x.snapshot().is_latched());
+        }
+        "nodes" => {
+            let seg = Segment::open(&d, "n", G, None).unwrap();
+            let (a, held) = arena(&seg);
+            std::thread::scope(|s| {
+                for t in 0..2 {
+                    let (a, held) = (&a, held);
+                    s.spawn(move || churn_nodes(a, held, 500_000, 1000 + t));
+                }
+            });
+        }
+        "frames" => {
+            let seg = Segment::open(&d, "f", G, None).unwrap();
+            let (p, held) = pool(&seg);
+            std::thread::scope(|s| {
+                for t in 0..2 {
+                    let (p, held) = (&p, held);
+                    s.spawn(move || churn_frames(p, held, 300_000, 2000 + t));
+                }
+            });
         }
         "hold" => {
             let _s = Segment::open(&d, "r", G, None).unwrap();

@@ -29,8 +29,7 @@
 //!             └─ tree lock (Mutex, per file)
 //!                  ├─ replacement shard / pending batch (Mutex, per CPU; never both)
 //!                  ├─ baseline LRU lock (StrictLru / SmpLru only)
-//!                  ├─ pool lock / per-CPU shard (Mutex; never both)
-//!                  └─ node free list (Mutex)
+//!                  └─ pool lock / per-CPU shard (Mutex; never both)
 //! baseline page mutexes (Config::page_locks only): a leaf around one RMW
 //! ```
 //!
@@ -233,14 +232,7 @@ impl Inner {
         }
         frames.fault_ahead(config.populate);
         let shift = page_size.trailing_zeros();
-        // Live nodes are bounded by pages in the index times the height
-        // needed for the largest page index (see `index`), plus slack.
-        let height = (64 - shift).div_ceil(crate::index::SHIFT);
-        let max_nodes = nframes
-            .checked_mul(height as usize)
-            .and_then(|n| n.checked_add(64))
-            .filter(|&n| n < u32::MAX as usize)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "capacity too large"))?;
+        let max_nodes = NodeArena::max_nodes(nframes, page_size)?;
         let policy = policy.build(nframes);
         // Readahead's largest window in pages: what the user asked for,
         // at most a 32nd of the cache, and at most a quarter of the new
@@ -268,7 +260,7 @@ impl Inner {
             frames,
             hooks,
             page_locks,
-            nodes: NodeArena::new(max_nodes as u32)?,
+            nodes: NodeArena::new(max_nodes)?,
             alloc: Pool::new(pool, nframes),
             policy,
             backend,

@@ -49,7 +49,6 @@
 
 use super::FrameNo;
 use crate::sync::{LockClass, Mutex};
-use crossbeam_utils::CachePadded;
 
 /// Hands out and takes back free frames.
 ///
@@ -96,17 +95,17 @@ impl FrameAllocator for GlobalPool {
     }
 }
 
-/// Largest batch moved between a shard and the global pool.
-pub const MAX_BATCH: usize = 63;
+use super::stacks::{Locked, Stacks};
+pub use super::stacks::{MAX_BATCH, MAX_SHARDS, SHARD_CAP};
 
-/// Per-CPU free-frame caches over a global pool.
+/// Per-CPU free-frame caches over a global pool, in a block of their own
+/// (`stacks.rs`: boxed for a private cache, a segment's table for a cache
+/// shared by processes).
 #[derive(Debug)]
 pub struct PerCpuPool {
-    /// (M) the global pool, coldest frames at the bottom.
-    global: CachePadded<Mutex<Vec<FrameNo>>>,
-    /// (M) one LIFO cache per CPU, each on its own cache line under its own
-    /// mutex.
-    shards: Box<[CachePadded<Mutex<Vec<FrameNo>>>]>,
+    /// (M) stack 0 the global pool, coldest frames at the bottom; one LIFO
+    /// stack per CPU, each under its own mutex on its own cache line.
+    stacks: Stacks,
     /// (C) frames per refill or drain.
     batch: usize,
     /// (C) a shard drains once it holds more than this.
@@ -123,24 +122,53 @@ impl PerCpuPool {
     /// small pools so that the shards together hold at most about half of
     /// the frames: a 16-frame cache must still work.
     pub fn with_shards(n: usize, shards: usize) -> Self {
-        let shards = shards.max(1);
-        let batch = (n / (4 * shards)).clamp(1, MAX_BATCH);
+        Self::over_stacks(Stacks::new(n, shards))
+    }
+
+    fn over_stacks(stacks: Stacks) -> Self {
+        let batch = stacks.batch();
         PerCpuPool {
-            global: CachePadded::new(Mutex::with_class(
-                (0..n as FrameNo).rev().collect(),
-                LockClass::Pool,
-            )),
-            shards: (0..shards)
-                .map(|_| {
-                    CachePadded::new(Mutex::with_class(
-                        Vec::with_capacity(2 * batch + 1),
-                        LockClass::PcpShard,
-                    ))
-                })
-                .collect(),
+            stacks,
             batch,
             high: 2 * batch,
         }
+    }
+
+    /// Bytes a pool of `n` frames placed in shared memory takes
+    /// ([`PerCpuPool::place`]), with room for [`MAX_SHARDS`] shards.
+    pub fn placed_bytes(n: usize) -> usize {
+        Stacks::bytes(n, MAX_SHARDS)
+    }
+
+    /// Alignment a placed pool needs.
+    pub fn placed_align() -> usize {
+        Stacks::align()
+    }
+
+    /// Writes a fresh pool of frames `0..n` at `base`, one shard per CPU
+    /// of this machine (at most [`MAX_SHARDS`]).
+    ///
+    /// # Safety
+    ///
+    /// `base` is [`PerCpuPool::placed_bytes`]`(n)` writable bytes aligned
+    /// to [`PerCpuPool::placed_align`] that no one else uses yet.
+    #[cfg(not(loom))]
+    pub unsafe fn place(base: std::ptr::NonNull<u8>, n: usize) {
+        // SAFETY: the caller's promise, and MAX_SHARDS bounds the shards.
+        unsafe { Stacks::init(base, n, num_cpus().min(MAX_SHARDS)) }
+    }
+
+    /// The pool [`PerCpuPool::place`] wrote at `base`, maybe in another
+    /// process (an error if its head does not say `n` frames).
+    ///
+    /// # Safety
+    ///
+    /// `base` holds what `place(base, n)` wrote and stays mapped while
+    /// the pool lives.
+    #[cfg(not(loom))]
+    pub unsafe fn over(base: std::ptr::NonNull<u8>, n: usize) -> std::io::Result<Self> {
+        // SAFETY: the caller's promise.
+        Ok(Self::over_stacks(unsafe { Stacks::over(base, n)? }))
     }
 
     /// Frames per refill or drain.
@@ -150,38 +178,39 @@ impl PerCpuPool {
 
     /// Number of shards.
     pub fn shards(&self) -> usize {
-        self.shards.len()
+        self.stacks.shards()
     }
 
     /// The calling thread's shard: its current CPU (a hint).
     #[inline]
     fn here(&self) -> usize {
-        current_cpu() % self.shards.len()
+        current_cpu() % self.stacks.shards()
     }
 
     /// Allocation on shard `i` (protocol steps 1-5).
     pub fn alloc_on(&self, i: usize) -> Option<FrameNo> {
         // 1.
-        if let Some(f) = self.shards[i].lock().pop() {
+        if let Some(f) = self.stacks.shard(i).pop() {
             return Some(f);
         }
         let mut buf = [0 as FrameNo; MAX_BATCH];
         // 2. one acquisition of the global lock for a whole batch
         let k = {
-            let mut g = self.global.lock();
+            let mut g = self.stacks.global();
             let k = self.batch.min(g.len());
-            take_top(&mut g, &mut buf[..k])
+            g.take_top(&mut buf[..k])
         };
         if k > 0 {
             return Some(self.keep_hottest(i, &buf[..k])); // 3.
         }
         // 4. the global pool is dry: take half of another shard's frames
-        for d in 1..self.shards.len() {
-            let j = (i + d) % self.shards.len();
+        let n = self.stacks.shards();
+        for d in 1..n {
+            let j = (i + d) % n;
             let k = {
-                let mut s = self.shards[j].lock();
+                let mut s = self.stacks.shard(j);
                 let k = s.len().div_ceil(2).min(MAX_BATCH);
-                take_top(&mut s, &mut buf[..k])
+                s.take_top(&mut buf[..k])
             };
             if k > 0 {
                 return Some(self.keep_hottest(i, &buf[..k]));
@@ -192,33 +221,41 @@ impl PerCpuPool {
     }
 
     /// Steps 3-4's end: hands out the hottest of `got` (the last pushed
-    /// where it came from) and caches the rest on shard `i`.
+    /// where it came from) and caches the rest on shard `i`; frees that
+    /// landed there meanwhile may put it past its high mark, which then
+    /// drains as a free does.
     fn keep_hottest(&self, i: usize, got: &[FrameNo]) -> FrameNo {
         let (&f, rest) = got.split_last().expect("a non-empty batch");
         if !rest.is_empty() {
-            self.shards[i].lock().extend_from_slice(rest);
+            let mut s = self.stacks.shard(i);
+            s.extend(rest);
+            self.drain_past_high(s);
         }
         f
     }
 
     /// Free on shard `i` (protocol steps 1-3).
     pub fn free_on(&self, i: usize, f: FrameNo) {
+        let mut s = self.stacks.shard(i);
+        debug_assert!(!s.as_slice().contains(&f), "double free of frame {f}");
+        s.push(f);
+        self.drain_past_high(s);
+    }
+
+    /// Free's steps 2-3 on a locked shard: past its high mark, the oldest
+    /// (coldest) batch goes back to the global pool (the count clamped).
+    #[inline]
+    fn drain_past_high(&self, mut s: Locked<'_>) {
+        if s.len() <= self.high {
+            return;
+        }
         let mut buf = [0 as FrameNo; MAX_BATCH];
-        let k = {
-            let mut s = self.shards[i].lock();
-            debug_assert!(!s.contains(&f), "double free of frame {f}");
-            s.push(f);
-            if s.len() <= self.high {
-                return;
-            }
-            // 2. the oldest frames (bottom) are the coldest; clamp the count
-            let k = self.batch.min(s.len());
-            buf[..k].copy_from_slice(&s[..k]);
-            s.drain(..k);
-            k
-        };
+        // 2. the oldest frames (bottom) are the coldest; clamp the count
+        let k = self.batch.min(s.len());
+        s.take_bottom(&mut buf[..k]);
+        drop(s);
         // 3.
-        self.global.lock().extend_from_slice(&buf[..k]);
+        self.stacks.global().extend(&buf[..k]);
     }
 
     /// Checks that every frame below `n` is free exactly once (tests; call
@@ -230,11 +267,16 @@ impl PerCpuPool {
             assert!(!seen[f as usize], "frame {f} free twice");
             seen[f as usize] = true;
         };
-        self.global.lock().iter().copied().for_each(&mut check);
-        for s in self.shards.iter() {
-            let s = s.lock();
+        self.stacks
+            .global()
+            .as_slice()
+            .iter()
+            .copied()
+            .for_each(&mut check);
+        for i in 0..self.stacks.shards() {
+            let s = self.stacks.shard(i);
             assert!(s.len() <= self.high, "shard over its high mark");
-            s.iter().copied().for_each(&mut check);
+            s.as_slice().iter().copied().for_each(&mut check);
         }
     }
 }
@@ -251,17 +293,11 @@ impl FrameAllocator for PerCpuPool {
     }
 
     fn free_count(&self) -> usize {
-        self.global.lock().len() + self.shards.iter().map(|s| s.lock().len()).sum::<usize>()
+        self.stacks.global().len()
+            + (0..self.stacks.shards())
+                .map(|i| self.stacks.shard(i).len())
+                .sum::<usize>()
     }
-}
-
-/// Moves the top `out.len()` frames of `v` (the last pushed, the hottest)
-/// into `out`, in order; returns how many.
-fn take_top(v: &mut Vec<FrameNo>, out: &mut [FrameNo]) -> usize {
-    let from = v.len() - out.len();
-    out.copy_from_slice(&v[from..]);
-    v.truncate(from);
-    out.len()
 }
 
 /// Which free-frame allocator a cache uses.
@@ -377,8 +413,8 @@ mod tests {
         assert_eq!(p.batch(), 63);
         let f = p.alloc_on(0).unwrap();
         // one refill moved a batch: 62 stay cached on shard 0
-        assert_eq!(p.shards[0].lock().len(), 62);
-        assert_eq!(p.global.lock().len(), 1000 - 63);
+        assert_eq!(p.stacks.shard(0).len(), 62);
+        assert_eq!(p.stacks.global().len(), 1000 - 63);
         p.free_on(0, f);
         assert_eq!(
             p.alloc_on(0),
@@ -396,7 +432,7 @@ mod tests {
         for &f in &frames {
             p.free_on(0, f);
         }
-        let s = p.shards[0].lock().len();
+        let s = p.stacks.shard(0).len();
         assert!(s <= p.high, "shard holds {s} > high {}", p.high);
         assert_eq!(p.free_count(), 1000);
         // the hottest frame (freed last) is still cached locally

@@ -22,6 +22,7 @@ mod desc;
 pub mod state;
 
 pub mod alloc;
+mod stacks;
 
 /// Frame number: index into the arena and the descriptor array.
 pub type FrameNo = u32;

@@ -49,6 +49,9 @@ pub struct Node {
     dirty: AtomicU64,
     /// (T) number of non-empty slots; a run's drop reads it (`retire`).
     count: AtomicU32,
+    /// The next id on the arena's free list while the node is free
+    /// (`arena.rs`, protocol 5.12); meaningless while it is linked.
+    next_free: AtomicU32,
     /// (T) the owning tree's id while the node is linked; 0 once it is
     /// retired (see `pins.rs`: how a run knows its pinned leaf is real).
     owner: AtomicU64,
@@ -191,6 +194,7 @@ impl Node {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
             dirty: AtomicU64::new(0),
             count: AtomicU32::new(0),
+            next_free: AtomicU32::new(0),
             owner: AtomicU64::new(0),
             pos: AtomicU64::new(0),
             pins: std::array::from_fn(|_| AtomicU64::new(0)),

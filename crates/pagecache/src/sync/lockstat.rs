@@ -31,8 +31,6 @@ pub enum LockClass {
     PcpShard,
     /// Per-file index (tree) locks.
     Tree,
-    /// The index node free list.
-    NodeFreeList,
     /// Replacement-policy shard locks.
     Replacement,
     /// Replacement insertion batches (per CPU).
@@ -67,7 +65,7 @@ pub enum LockClass {
 }
 
 /// Number of classes.
-pub const NCLASSES: usize = 17;
+pub const NCLASSES: usize = 16;
 
 impl LockClass {
     /// All classes.
@@ -75,7 +73,6 @@ impl LockClass {
         LockClass::Pool,
         LockClass::PcpShard,
         LockClass::Tree,
-        LockClass::NodeFreeList,
         LockClass::Replacement,
         LockClass::ReplacementBatch,
         LockClass::PageLatchWait,
@@ -97,7 +94,6 @@ impl LockClass {
             LockClass::Pool => "frame pool (global)",
             LockClass::PcpShard => "frame pool (per-CPU shard)",
             LockClass::Tree => "file index (tree lock)",
-            LockClass::NodeFreeList => "index node free list",
             LockClass::Replacement => "replacement shard",
             LockClass::ReplacementBatch => "replacement insertion batch",
             LockClass::PageLatchWait => "page latch (waits)",
