@@ -91,8 +91,20 @@ fn shared(args: &[String]) -> ExitCode {
             .iter()
             .map(|&(pid, up)| format!("{pid}{}", if up { "" } else { " (dead)" }))
             .collect();
+        let files = match seg.files() {
+            Ok(f) => f
+                .iter()
+                .map(|f| {
+                    format!(
+                        "\n  file {}:{} (id {}): {} byte(s), open in {} process(es)",
+                        f.device, f.inode, f.id, f.len, f.opens
+                    )
+                })
+                .collect::<String>(),
+            Err(e) => format!("\n  files: {e}"),
+        };
         Ok(format!(
-            "{} frames of {} bytes ({:.1} MiB mapped), created by {}, {live} live process(es) attached{}",
+            "{} frames of {} bytes ({:.1} MiB mapped), created by {}, {live} live process(es) attached{}{files}",
             g.frames,
             g.page_size,
             seg.mapped_bytes() as f64 / (1 << 20) as f64,

@@ -13,6 +13,8 @@
 //!                          head in node 0), 2 MiB-aligned
 //! TableId::Pool            the free-frame pool (`frame/stacks.rs`: per-CPU
 //!                          stacks over a global one, room for MAX_SHARDS)
+//! TableId::Files           the files by (device, inode) (`cache/
+//!                          file_table.rs`)
 //! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
 //! ```
 //!
@@ -42,6 +44,7 @@
 //! A segment is never seen half-made: the name appears only once C1 is
 //! complete (C2), so an attacher needs no wait and no "initialising" state.
 
+use crate::cache::file_table::FileTable;
 use crate::frame::alloc::PerCpuPool;
 use crate::frame::state::FrameDesc;
 use crate::frame::ARENA_SLACK;
@@ -89,11 +92,13 @@ pub enum TableId {
     Nodes = 3,
     /// The free-frame pool.
     Pool = 4,
+    /// The files' shared state.
+    Files = 5,
 }
 
 /// Tables in a segment; the header has room for [`MAX_TABLES`] (the rest
 /// are zero).
-pub const TABLES: usize = 5;
+pub const TABLES: usize = 6;
 /// Table slots in the header.
 pub const MAX_TABLES: usize = 8;
 
@@ -104,6 +109,21 @@ pub struct Extent {
     /// Bytes from the segment's start.
     pub offset: u64,
     /// Bytes.
+    pub len: u64,
+}
+
+/// A file open in a shared cache ([`Segment::files`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedFile {
+    /// Its device.
+    pub device: u64,
+    /// Its inode.
+    pub inode: u64,
+    /// Its id in the cache (the owner its frames name).
+    pub id: u64,
+    /// Opens by all processes (one per process that has it open).
+    pub opens: u32,
+    /// Its length in bytes.
     pub len: u64,
 }
 
@@ -180,6 +200,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         PerCpuPool::placed_bytes(g.frames as usize) as u64,
         PerCpuPool::placed_align().max(4096) as u64,
     )?;
+    let files = put(
+        FileTable::bytes() as u64,
+        FileTable::align().max(4096) as u64,
+    )?;
     let frames = put(
         g.frames
             .checked_mul(g.page_size)
@@ -192,7 +216,7 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         return Err(bad());
     }
     let mut tables = [Extent::default(); MAX_TABLES];
-    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool]);
+    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files]);
     Ok((tables, total))
 }
 
@@ -587,6 +611,34 @@ impl Segment {
                 (pid != 0).then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
             })
             .collect()
+    }
+
+    /// The files open in the cache now (device, inode, id, opens by all
+    /// processes, length), or an error if the file table's lock stays held
+    /// (by a process that died holding it, say): inspection never waits.
+    pub fn files(&self) -> io::Result<Vec<SharedFile>> {
+        // SAFETY: the files' table, sized and aligned by `layout`, zeroed
+        // at creation and used only through file tables; it lives as long
+        // as the mapping, which outlives the table (dropped here).
+        let t = unsafe { FileTable::over(self.table(TableId::Files)) };
+        let l = t.list().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "shared cache {}: its file table stays locked",
+                    self.path.display()
+                ),
+            )
+        })?;
+        Ok(l.into_iter()
+            .map(|f| SharedFile {
+                device: f.ident.0,
+                inode: f.ident.1,
+                id: f.id,
+                opens: f.opens,
+                len: f.len,
+            })
+            .collect())
     }
 
     /// Removes the segment `name` from `dir` if no live process is attached

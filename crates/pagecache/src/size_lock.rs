@@ -94,10 +94,19 @@ thread_local! {
     static SHARED_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The per-file size lock (see the module docs).
+/// Shards a lock has room for (it uses a power of two of them, at most
+/// this): fixed, so that a lock holds no pointer and can live in memory
+/// processes share.
+pub const MAX_SHARDS: usize = if cfg!(loom) { 1 } else { 16 };
+
+/// The per-file size lock (see the module docs). No address inside: it
+/// works wherever it is placed, its waits keyed by where it is (5.10).
 #[derive(Debug)]
+#[repr(C)]
 pub struct SizeLock {
-    shards: Box<[crossbeam_utils::CachePadded<AtomicU64>]>,
+    shards: [crossbeam_utils::CachePadded<AtomicU64>; MAX_SHARDS],
+    /// Shards in use: a power of two, at most [`MAX_SHARDS`].
+    used: usize,
     /// The phase and the exclusive holder's first page.
     phase: crossbeam_utils::CachePadded<AtomicU64>,
     /// X1: one exclusive holder at a time.
@@ -129,12 +138,12 @@ impl SizeLock {
         Self::with_shards(Self::default_shards())
     }
 
-    /// A lock of `shards` shards (rounded up to a power of two, at least 1).
+    /// A lock of `shards` shards (rounded up to a power of two, at least 1,
+    /// at most [`MAX_SHARDS`]).
     pub fn with_shards(shards: usize) -> Self {
         SizeLock {
-            shards: (0..shards.max(1).next_power_of_two())
-                .map(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0)))
-                .collect(),
+            shards: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0))),
+            used: shards.max(1).next_power_of_two().min(MAX_SHARDS),
             phase: crossbeam_utils::CachePadded::new(AtomicU64::new(IDLE)),
             exclusive: Mutex::with_class((), LockClass::Other),
         }
@@ -142,14 +151,14 @@ impl SizeLock {
 
     /// Shards for a lock taken shared by every writer of a file: four per
     /// CPU (so that a few threads rarely share one), a power of two, at
-    /// most 16 (128 bytes each, per open file); one under loom.
+    /// most [`MAX_SHARDS`] (128 bytes each, per open file); one under loom.
     pub(crate) fn default_shards() -> usize {
         if cfg!(loom) {
             return 1;
         }
         (4 * crate::frame::alloc::num_cpus())
             .next_power_of_two()
-            .min(16)
+            .min(MAX_SHARDS)
     }
 
     /// The wait-queue key of X3's sleeper.
@@ -171,7 +180,7 @@ impl SizeLock {
     #[inline]
     pub fn read(&self, last: u64) -> SizeShared<'_> {
         let hi = last.min(ALL_PAGES);
-        let shard = &*self.shards[thread_shard() & (self.shards.len() - 1)];
+        let shard = &*self.shards[thread_shard() & (self.used - 1)];
         #[cfg(not(loom))]
         let nested = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0;
         #[cfg(loom)]
@@ -237,7 +246,7 @@ impl SizeLock {
         waker: &std::task::Waker,
     ) -> std::task::Poll<SizeShared<'_>> {
         let hi = last.min(ALL_PAGES);
-        let shard = &*self.shards[thread_shard() & (self.shards.len() - 1)];
+        let shard = &*self.shards[thread_shard() & (self.used - 1)];
         #[cfg(not(loom))]
         let nested = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0;
         #[cfg(loom)]
@@ -318,7 +327,7 @@ impl SizeLock {
     /// Whether a shard has holders that may touch page `from` or later
     /// (X3). Acquire: pairs with S5's Release RMW.
     fn reached(&self, from: u64) -> bool {
-        self.shards.iter().any(|s| {
+        self.shards[..self.used].iter().any(|s| {
             let w = s.load(Ordering::Acquire);
             w & COUNT != 0 && w >> COUNT_BITS >= from
         })

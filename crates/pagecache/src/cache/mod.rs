@@ -13,6 +13,7 @@
 //! | `truncate.rs` | 5.6 truncate (`set_len`) |
 //! | `run.rs` | 5.7 runs: a leaf-level pin over consecutive pages, vs writers, eviction, truncate |
 //! | `registry.rs` | the file registry: one shared state per (device, inode) |
+//! | `file_table.rs` | a shared cache's files: slots by (device, inode) in the segment |
 //! | `validate.rs` | cache-wide invariants (tests) |
 //! | `copy.rs` | per-word atomic copies between frames and buffers |
 //! | `pagelock.rs` | the baseline page locks (global, hashed) |
@@ -75,6 +76,8 @@ mod miss;
 mod pagelock;
 pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
+#[cfg(not(loom))]
+pub(crate) mod file_table;
 mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
 mod run;

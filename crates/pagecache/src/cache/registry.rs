@@ -20,13 +20,15 @@ use std::sync::{Arc, OnceLock};
 /// precondition: `set_len` cannot run under it).
 pub(crate) use crate::size_lock::SizeShared;
 
-/// State shared by every handle of one file (same device and inode).
+/// What every user of one file shares, wherever they are: the part of a
+/// file's state with no address and no heap in it (an index, atomics and
+/// futex locks), so that it can live in memory processes share. Reached
+/// through [`FileShared`] (which derefs to it).
 #[derive(Debug)]
-pub(crate) struct FileShared {
+#[repr(C)]
+pub(crate) struct FileSlot {
     /// (C) unique id, the `owner` of this file's frames.
     pub(crate) id: u64,
-    /// (C) path given at first open, for error messages.
-    pub(crate) path: PathBuf,
     /// (C) `(device, inode)`, the registry key.
     pub(crate) ident: (u64, u64),
     /// The index; its own mutex is the tree lock (T).
@@ -51,14 +53,6 @@ pub(crate) struct FileShared {
     /// never waits for a page while it holds it. Sharded by thread: a
     /// shared hold writes only its thread's shard.
     pub(crate) size: SizeLock,
-    /// (C) descriptor used for reads.
-    pub(crate) read_fd: Arc<dyn BackendFile>,
-    /// (O) descriptor used for writes, set once by the first writable
-    /// open.
-    pub(crate) write_fd: OnceLock<Arc<dyn BackendFile>>,
-    /// (A) open handles; 0 means only the registry keeps it (dirty pages
-    /// whose write-back failed).
-    pub(crate) handles: AtomicUsize,
     /// The flush lock: held by `sync` and close for their whole write-back
     /// (so they serialise), tried by the flusher, which skips a file being
     /// synced — a sync then never misses pages the flusher took from under
@@ -78,14 +72,6 @@ pub(crate) struct FileShared {
     /// a writer held it). A `sync` that sees it move while it waits for
     /// others' write-backs writes those pages itself (`Inner::flush`).
     pub(crate) wb_undone: AtomicU64,
-    /// The file's contents on disk as loom sees them: every read, write
-    /// and length change of the file touches it first (nothing without
-    /// loom; see `sync::Witness`).
-    pub(crate) disk: Witness,
-    /// The write-back hook (`File::set_writeback_hook`), if any.
-    pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::cache::WritebackHook>>,
-    /// (A) whether `hook` is set: write-back then keeps pages stable.
-    pub(crate) hooked: crate::sync::unmodelled::AtomicBool,
     /// (A) where the flusher's next pass over this file starts (the page
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
@@ -95,6 +81,55 @@ pub(crate) struct FileShared {
     /// has no leaf to look at. Read after W2's fence, stored before R1's,
     /// so of a run and a writer at least one sees the other as before.
     pub(crate) had_runs: crate::sync::AtomicBool,
+}
+
+impl FileSlot {
+    /// A fresh slot for file `id` at `ident`, `len` bytes long, at most
+    /// `max_len`.
+    pub(super) fn new(id: u64, ident: (u64, u64), len: u64, max_len: u64) -> FileSlot {
+        FileSlot {
+            id,
+            ident,
+            tree: Tree::new(id),
+            len: AtomicU64::new(len),
+            max_len,
+            disk_end: AtomicU64::new(len),
+            size: SizeLock::new(),
+            flushing: Mutex::with_class((), LockClass::Other),
+            writeback: AtomicUsize::new(0),
+            dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
+            wb_undone: AtomicU64::new(0),
+            wb_cursor: Default::default(),
+            had_runs: crate::sync::AtomicBool::new(false),
+        }
+    }
+}
+
+/// One file as this process holds it (same device and inode): its shared
+/// [`FileSlot`] (what `Deref` reaches) and what stays with the process,
+/// its descriptors, handles, write-back hook and hints.
+#[derive(Debug)]
+pub(crate) struct FileShared {
+    /// The shared part.
+    slot: Box<FileSlot>,
+    /// (C) path given at first open, for error messages.
+    pub(crate) path: PathBuf,
+    /// (C) descriptor used for reads.
+    pub(crate) read_fd: Arc<dyn BackendFile>,
+    /// (O) descriptor used for writes, set once by the first writable
+    /// open.
+    pub(crate) write_fd: OnceLock<Arc<dyn BackendFile>>,
+    /// (A) open handles; 0 means only the registry keeps it (dirty pages
+    /// whose write-back failed).
+    pub(crate) handles: AtomicUsize,
+    /// The file's contents on disk as loom sees them: every read, write
+    /// and length change of the file touches it first (nothing without
+    /// loom; see `sync::Witness`).
+    pub(crate) disk: Witness,
+    /// The write-back hook (`File::set_writeback_hook`), if any.
+    pub(crate) hook: crate::sync::unmodelled::RwLock<Option<crate::cache::WritebackHook>>,
+    /// (A) whether `hook` is set: write-back then keeps pages stable.
+    pub(crate) hooked: crate::sync::unmodelled::AtomicBool,
     /// Bytes from the file's start whose kernel-cache copy a buffered
     /// stream has dropped (`Config::stream_reads`; see
     /// `Inner::drop_behind`). A hint.
@@ -107,6 +142,14 @@ pub(crate) struct FileShared {
     /// yet, 1: no, 2: yes; `Inner::bypasses`): the choice never changes
     /// once made, so it is asked of `Streams` until then only.
     pub(crate) stream_buffered: crate::sync::unmodelled::AtomicU8,
+}
+
+impl std::ops::Deref for FileShared {
+    type Target = FileSlot;
+    #[inline(always)]
+    fn deref(&self) -> &FileSlot {
+        &self.slot
+    }
 }
 
 /// Open files (R: the registry lock guards both maps).
@@ -145,26 +188,14 @@ impl Inner {
             let _ = write_fd.set(fd.clone());
         }
         let fs = Arc::new(FileShared {
-            id,
+            slot: Box::new(FileSlot::new(id, ident, len, fd.max_len())),
             path: path.to_path_buf(),
-            ident,
-            tree: Tree::new(id),
-            len: AtomicU64::new(len),
-            max_len: fd.max_len(),
-            disk_end: AtomicU64::new(len),
-            size: SizeLock::new(),
             read_fd: fd,
             write_fd,
             handles: AtomicUsize::new(1),
-            writeback: AtomicUsize::new(0),
-            dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
-            flushing: Mutex::with_class((), LockClass::Other),
-            wb_undone: AtomicU64::new(0),
             disk: Witness::default(),
             hook: Default::default(),
             hooked: Default::default(),
-            wb_cursor: Default::default(),
-            had_runs: crate::sync::AtomicBool::new(false),
             dropped_behind: Default::default(),
             streamed: Default::default(),
             stream_buffered: Default::default(),

@@ -1,0 +1,455 @@
+//! The files of a cache shared by processes: a fixed table of
+//! [`FileSlot`]s, found by device and inode, in a table of the segment.
+//! Every process that opens the same file, by any path, gets the same slot
+//! (the same index, length, size lock, flush lock and write-back counts);
+//! each keeps its own descriptors in its own `FileShared`.
+//!
+//! ```text
+//! Head     the table lock (a futex mutex, 5.10), the next generation
+//! entries  MAX_FILES x Entry: state (FREE / LIVE / CLOSING), opens (one
+//!          per process that has the file open), the FileSlot
+//! ```
+//!
+//! All zeros is an empty table. Opening, closing and finding a file by id
+//! take the table lock (leaf of the lock order: nothing is taken under it
+//! and it is never held across I/O or a wait). A file's id is its entry's
+//! index plus one in the low [`INDEX_BITS`] bits and a generation above,
+//! bumped by every new file: frames name their file by id, and an id names
+//! one entry and, through the generation, one file that ever lived there.
+//!
+//! An entry is written (its slot made afresh) only while FREE, under the
+//! lock, and only read by processes that have it open (or under the lock),
+//! so no one reads a slot while it is remade.
+
+use super::registry::FileSlot;
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
+use std::cell::UnsafeCell;
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+
+/// Files a shared cache has room for at once.
+pub const MAX_FILES: usize = 4096;
+/// Bits of a file id that hold its entry's index plus one.
+pub const INDEX_BITS: u32 = 20;
+const _: () = assert!(MAX_FILES < 1 << INDEX_BITS);
+
+// `open`, `close`, `release` and `opens` are the shared cache's registry's
+// (issue 41's next step wires `PageCache::shared` to them); until then the
+// tests below are their only callers.
+#[cfg_attr(not(test), allow(dead_code))]
+const FREE: u32 = 0;
+const LIVE: u32 = 1;
+#[cfg_attr(not(test), allow(dead_code))]
+const CLOSING: u32 = 2;
+
+#[repr(C, align(128))]
+struct Head {
+    /// The table lock.
+    lock: Mutex<()>,
+    /// (L) generations handed out so far.
+    gens: AtomicU64,
+}
+
+#[repr(C)]
+struct Entry {
+    /// (L) `FREE`, `LIVE` or `CLOSING`.
+    state: AtomicU32,
+    /// (L) opens of the file by every process (each `FileShared`, one per
+    /// process, counts one).
+    opens: AtomicU32,
+    /// (L while FREE; then shared) the file's slot, valid while LIVE.
+    slot: UnsafeCell<MaybeUninit<FileSlot>>,
+}
+
+/// A file table over memory of [`FileTable::bytes`] bytes (see module
+/// docs).
+#[derive(Debug)]
+pub(crate) struct FileTable {
+    head: NonNull<Head>,
+    entries: NonNull<Entry>,
+}
+
+// SAFETY: the table is reached through its lock and atomics; slots are
+// shared state made of atomics and futex locks.
+unsafe impl Send for FileTable {}
+// SAFETY: as above.
+unsafe impl Sync for FileTable {}
+
+/// What [`FileTable::open`] found.
+#[derive(Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct Opened<'a> {
+    /// The file's slot.
+    pub(crate) slot: &'a FileSlot,
+    /// Whether this open made the slot (the file was not open anywhere).
+    pub(crate) created: bool,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl FileTable {
+    /// Bytes a table takes.
+    pub(crate) fn bytes() -> usize {
+        Self::entries_at() + MAX_FILES * std::mem::size_of::<Entry>()
+    }
+
+    /// Alignment a table needs.
+    pub(crate) fn align() -> usize {
+        std::mem::align_of::<Head>().max(std::mem::align_of::<Entry>())
+    }
+
+    fn entries_at() -> usize {
+        std::mem::size_of::<Head>().next_multiple_of(std::mem::align_of::<Entry>())
+    }
+
+    /// The table at `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base` is [`FileTable::bytes`] bytes aligned to [`FileTable::align`],
+    /// all zeros when first used by any table, used only through tables,
+    /// and mapped while the result lives.
+    pub(crate) unsafe fn over(base: NonNull<u8>) -> FileTable {
+        FileTable {
+            head: base.cast(),
+            // SAFETY: inside the caller's memory.
+            entries: unsafe {
+                NonNull::new_unchecked(base.as_ptr().add(Self::entries_at()).cast())
+            },
+        }
+    }
+
+    fn head(&self) -> &Head {
+        // SAFETY: the head's place in the table's memory (zeroed: an
+        // unlocked mutex, no generation yet).
+        unsafe { self.head.as_ref() }
+    }
+
+    fn entry(&self, i: usize) -> &Entry {
+        assert!(i < MAX_FILES);
+        // SAFETY: in bounds; zeroed memory is a FREE entry.
+        unsafe { &*self.entries.as_ptr().add(i) }
+    }
+
+    /// The slot of a LIVE entry.
+    ///
+    /// # Safety
+    ///
+    /// `e` is LIVE, and stays so while the result is used (the caller holds
+    /// an open of it, or the table lock).
+    unsafe fn slot(e: &Entry) -> &FileSlot {
+        // SAFETY: LIVE entries hold an initialised slot (made under the
+        // lock before the state became LIVE).
+        unsafe { (*e.slot.get()).assume_init_ref() }
+    }
+
+    /// Opens the file `(device, inode)`: its slot, counted one more open;
+    /// made afresh (with `len` and `max_len`) if no process has it open.
+    /// An error if the table is full. Context: no sleep; takes the table
+    /// lock.
+    pub(crate) fn open(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<Opened<'_>> {
+        let _g = self.head().lock.lock();
+        let mut free = None;
+        for i in 0..MAX_FILES {
+            let e = self.entry(i);
+            // Relaxed: under the table lock (L).
+            match e.state.load(Ordering::Relaxed) {
+                LIVE => {
+                    // SAFETY: LIVE under the lock we hold.
+                    let s = unsafe { Self::slot(e) };
+                    if s.ident == ident {
+                        // Relaxed: (L).
+                        e.opens.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Opened {
+                            slot: s,
+                            created: false,
+                        });
+                    }
+                }
+                FREE => {
+                    free.get_or_insert(i);
+                }
+                _ => {} // CLOSING
+            }
+        }
+        let Some(i) = free else {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("the shared cache's file table is full ({MAX_FILES} files open)"),
+            ));
+        };
+        let e = self.entry(i);
+        // Relaxed: (L).
+        let gen = self.head().gens.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = (gen << INDEX_BITS) | (i as u64 + 1);
+        // SAFETY: a FREE entry, under the lock: no one reads its slot.
+        unsafe { (*e.slot.get()).write(FileSlot::new(id, ident, len, max_len)) };
+        // Relaxed: (L); the slot is published to other processes by the
+        // lock's release (they find it under the lock) and to this
+        // process's threads by the `FileShared` that holds it.
+        e.opens.store(1, Ordering::Relaxed);
+        e.state.store(LIVE, Ordering::Relaxed);
+        Ok(Opened {
+            // SAFETY: LIVE now, and we hold the open just counted.
+            slot: unsafe { Self::slot(e) },
+            created: true,
+        })
+    }
+
+    /// The entry index of file id `id`, if it can name one.
+    fn index_of(id: u64) -> Option<usize> {
+        ((id & ((1 << INDEX_BITS) - 1)) as usize)
+            .checked_sub(1)
+            .filter(|&i| i < MAX_FILES)
+    }
+
+    /// Gives back one open of `slot` (from [`FileTable::open`]). Returns
+    /// whether it was the last open anywhere: then the entry is CLOSING
+    /// (no open finds it, none reuses it) until the caller, having dropped
+    /// the file's pages, calls [`FileTable::release`]; an open of the same
+    /// file meanwhile makes a new slot (the file was written back before
+    /// its last close, so the new one reads what the old one held).
+    /// Context: no sleep; takes the table lock.
+    pub(crate) fn close(&self, slot: &FileSlot) -> bool {
+        let e = self.entry(Self::index_of(slot.id).expect("a slot's own id"));
+        let _g = self.head().lock.lock();
+        // Relaxed: (L).
+        let left = e.opens.load(Ordering::Relaxed).saturating_sub(1);
+        e.opens.store(left, Ordering::Relaxed);
+        if left == 0 {
+            e.state.store(CLOSING, Ordering::Relaxed);
+        }
+        left == 0
+    }
+
+    /// Frees the CLOSING entry of `slot` (after [`FileTable::close`]
+    /// returned true and the file's pages are gone). Context: no sleep;
+    /// takes the table lock.
+    pub(crate) fn release(&self, slot: &FileSlot) {
+        let e = self.entry(Self::index_of(slot.id).expect("a slot's own id"));
+        let _g = self.head().lock.lock();
+        // Relaxed: (L).
+        assert_eq!(e.state.load(Ordering::Relaxed), CLOSING);
+        // SAFETY: CLOSING: no open is left and no one finds it; the slot
+        // is the caller's to drop (the caller's reference ends here).
+        unsafe { (*e.slot.get()).assume_init_drop() };
+        e.state.store(FREE, Ordering::Relaxed);
+    }
+
+    /// Opens of the file with id `id` by every process (0 if it is not
+    /// open). Context: no sleep; takes the table lock.
+    pub(crate) fn opens(&self, id: u64) -> u32 {
+        let Some(i) = Self::index_of(id) else {
+            return 0;
+        };
+        let e = self.entry(i);
+        let _g = self.head().lock.lock();
+        // Relaxed: (L).
+        if e.state.load(Ordering::Relaxed) != LIVE {
+            return 0;
+        }
+        // SAFETY: LIVE under the lock.
+        if unsafe { Self::slot(e) }.id == id {
+            // Relaxed: (L).
+            e.opens.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+}
+
+/// One file of a [`FileTable::list`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub(crate) ident: (u64, u64),
+    pub(crate) id: u64,
+    pub(crate) opens: u32,
+    pub(crate) len: u64,
+}
+
+impl FileTable {
+    /// The files open now, if the table lock is free within a few tries
+    /// (`None`: held that long, perhaps by a process that died holding it).
+    /// For inspection: it never waits on the lock. Context: no sleep.
+    pub(crate) fn list(&self) -> Option<Vec<Listed>> {
+        let _g = (0..100).find_map(|_| {
+            let g = self.head().lock.try_lock();
+            if g.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            g
+        })?;
+        let mut out = Vec::new();
+        for i in 0..MAX_FILES {
+            let e = self.entry(i);
+            // Relaxed: (L).
+            if e.state.load(Ordering::Relaxed) == LIVE {
+                // SAFETY: LIVE under the lock.
+                let s = unsafe { Self::slot(e) };
+                out.push(Listed {
+                    ident: s.ident,
+                    id: s.id,
+                    opens: e.opens.load(Ordering::Relaxed),
+                    // Relaxed: a snapshot.
+                    len: s.len.load(Ordering::Relaxed),
+                });
+            }
+        }
+        Some(out)
+    }
+}
+
+impl std::fmt::Debug for Head {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileTable::Head")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::futex::{register_region, unregister_region, WaitTable};
+
+    /// Two mappings of one memfd, each registered with the wait table
+    /// that follows the file table in it (as a segment does): what two
+    /// processes see.
+    struct Shared {
+        a: NonNull<u8>,
+        b: NonNull<u8>,
+        len: usize,
+    }
+
+    impl Shared {
+        fn new() -> Shared {
+            let waits = FileTable::bytes().next_multiple_of(4096);
+            let len = waits + std::mem::size_of::<WaitTable>().next_multiple_of(4096);
+            // SAFETY: plain syscalls, results checked; the mappings are
+            // unmapped by Drop.
+            unsafe {
+                let fd = libc::memfd_create(c"file-table-test".as_ptr(), libc::MFD_CLOEXEC);
+                assert!(fd >= 0);
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                let map = || {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    NonNull::new(p.cast::<u8>()).unwrap()
+                };
+                let (a, b) = (map(), map());
+                libc::close(fd);
+                for m in [a, b] {
+                    let t = m.as_ptr().add(waits).cast::<WaitTable>();
+                    assert!(register_region(m.as_ptr() as usize, len, t));
+                }
+                Shared { a, b, len }
+            }
+        }
+    }
+
+    impl Drop for Shared {
+        fn drop(&mut self) {
+            // SAFETY: our two mappings, unregistered first.
+            unsafe {
+                unregister_region(self.a.as_ptr() as usize);
+                unregister_region(self.b.as_ptr() as usize);
+                libc::munmap(self.a.as_ptr().cast(), self.len);
+                libc::munmap(self.b.as_ptr().cast(), self.len);
+            }
+        }
+    }
+
+    #[test]
+    fn one_file_one_slot_whoever_opens_it() {
+        let m = Shared::new();
+        // SAFETY: zeroed memfd memory of the table's size, page aligned,
+        // mapped while `m` lives (longer than the tables).
+        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
+        let x = a.open((8, 100), 4096, 1 << 40).unwrap();
+        assert!(x.created);
+        // The other mapping finds the same slot, length and all.
+        let y = b.open((8, 100), 0, 0).unwrap();
+        assert!(!y.created);
+        assert_eq!(y.slot.id, x.slot.id);
+        assert_eq!(y.slot.len.load(Ordering::Relaxed), 4096);
+        x.slot.len.store(8192, Ordering::Relaxed);
+        assert_eq!(y.slot.len.load(Ordering::Relaxed), 8192);
+        assert_eq!(b.opens(x.slot.id), 2);
+        // Another inode is another file.
+        let z = b.open((8, 101), 0, 1 << 40).unwrap();
+        assert!(z.created);
+        assert_ne!(z.slot.id, x.slot.id);
+        let listed = a.list().unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains(&Listed {
+            ident: (8, 100),
+            id: x.slot.id,
+            opens: 2,
+            len: 8192
+        }));
+        // Closes: the last one leaves the entry CLOSING (found by nobody)
+        // until released.
+        let id = x.slot.id;
+        assert!(!a.close(x.slot));
+        assert!(b.close(y.slot));
+        assert_eq!(a.opens(id), 0);
+        let again = a.open((8, 100), 0, 1 << 40).unwrap();
+        assert!(again.created, "a closing file is not reopened");
+        assert_ne!(again.slot.id, id);
+        a.release(y.slot);
+        // Its entry is free again, with a new generation.
+        assert_eq!(a.list().unwrap().len(), 2);
+        assert!(b.close(z.slot));
+        b.release(z.slot);
+        let w = b.open((9, 1), 0, 1 << 40).unwrap();
+        assert_eq!(
+            w.slot.id & ((1 << INDEX_BITS) - 1),
+            1,
+            "the first entry reused"
+        );
+        assert_ne!(w.slot.id, id);
+    }
+
+    #[test]
+    fn racing_opens_of_one_file_share_one_slot() {
+        let m = Shared::new();
+        // SAFETY: as above.
+        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
+        for round in 0..200u64 {
+            let ident = (1, round);
+            let ids: Vec<(u64, bool)> = std::thread::scope(|s| {
+                let ts: Vec<_> = [&a, &b, &a, &b]
+                    .into_iter()
+                    .map(|t| {
+                        s.spawn(move || {
+                            let o = t.open(ident, 0, 1 << 40).unwrap();
+                            (o.slot.id, o.created)
+                        })
+                    })
+                    .collect();
+                ts.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            assert!(ids.iter().all(|x| x.0 == ids[0].0), "{ids:?}");
+            assert_eq!(ids.iter().filter(|x| x.1).count(), 1, "{ids:?}");
+            assert_eq!(a.opens(ids[0].0), 4);
+        }
+    }
+
+    #[test]
+    fn a_full_table_is_an_error() {
+        let m = Shared::new();
+        // SAFETY: as above.
+        let a = unsafe { FileTable::over(m.a) };
+        for i in 0..MAX_FILES as u64 {
+            a.open((2, i), 0, 1 << 40).unwrap();
+        }
+        let e = a.open((3, 0), 0, 1 << 40).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
+        assert!(e.to_string().contains("file table is full"), "{e}");
+    }
+}
