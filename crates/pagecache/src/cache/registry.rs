@@ -11,6 +11,7 @@ use crate::io::BackendFile;
 use crate::size_lock::SizeLock;
 use crate::stats::Counter;
 use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, Witness};
+use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,13 +32,19 @@ pub(crate) struct FileSlot {
     pub(crate) id: u64,
     /// (C) `(device, inode)`, the registry key.
     pub(crate) ident: (u64, u64),
+    /// (C) the largest length the file may have (the filesystem's limit).
+    pub(crate) max_len: u64,
+    /// (A) set (never cleared) before the first run over this file's
+    /// pages pins its slots (protocol 5.7 R1): until then a writer's W2
+    /// has no leaf to look at. Read after W2's fence, stored before R1's,
+    /// so of a run and a writer at least one sees the other as before.
+    pub(crate) had_runs: crate::sync::AtomicBool,
     /// The index; its own mutex is the tree lock (T).
     pub(crate) tree: Tree,
     /// (A) logical length in bytes; grows by `fetch_max` per written page,
-    /// shrinks only under the size lock held exclusively.
-    pub(crate) len: AtomicU64,
-    /// (C) the largest length the file may have (the filesystem's limit).
-    pub(crate) max_len: u64,
+    /// shrinks only under the size lock held exclusively. On a line of its
+    /// own: appends write it, while every lookup reads the lines above.
+    pub(crate) len: CachePadded<AtomicU64>,
     /// (A) bytes of the file that may hold data on disk: its length when
     /// opened, raised (`fetch_max`, before the write is issued) to the end
     /// of every write-back, lowered by a truncate (under the size lock
@@ -46,18 +53,6 @@ pub(crate) struct FileSlot {
     /// page there that is not cached was never written by anyone:
     /// `page_new` may create it without reading.
     pub(crate) disk_end: AtomicU64,
-    /// The size lock (S, `size_lock.rs`), over page ranges: shared by
-    /// `write_at` (its pages), write-back (its run's) and `sync` (all),
-    /// recursively; exclusive for `set_len` from the first page it
-    /// changes, which excludes only shared holders that reach that page and
-    /// never waits for a page while it holds it. Sharded by thread: a
-    /// shared hold writes only its thread's shard.
-    pub(crate) size: SizeLock,
-    /// The flush lock: held by `sync` and close for their whole write-back
-    /// (so they serialise), tried by the flusher, which skips a file being
-    /// synced — a sync then never misses pages the flusher took from under
-    /// it. Above the size lock in the lock order.
-    pub(crate) flushing: Mutex<()>,
     /// (A) pages of this file under write-back right now (any writer:
     /// sync, eviction, the flusher); `sync` waits for 0.
     pub(crate) writeback: AtomicUsize,
@@ -76,11 +71,18 @@ pub(crate) struct FileSlot {
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
     pub(crate) wb_cursor: crate::sync::unmodelled::AtomicU64,
-    /// (A) set (never cleared) before the first run over this file's
-    /// pages pins its slots (protocol 5.7 R1): until then a writer's W2
-    /// has no leaf to look at. Read after W2's fence, stored before R1's,
-    /// so of a run and a writer at least one sees the other as before.
-    pub(crate) had_runs: crate::sync::AtomicBool,
+    /// The flush lock: held by `sync` and close for their whole write-back
+    /// (so they serialise), tried by the flusher, which skips a file being
+    /// synced — a sync then never misses pages the flusher took from under
+    /// it. Above the size lock in the lock order.
+    pub(crate) flushing: Mutex<()>,
+    /// The size lock (S, `size_lock.rs`), over page ranges: shared by
+    /// `write_at` (its pages), write-back (its run's) and `sync` (all),
+    /// recursively; exclusive for `set_len` from the first page it
+    /// changes, which excludes only shared holders that reach that page and
+    /// never waits for a page while it holds it. Sharded by thread: a
+    /// shared hold writes only its thread's shard.
+    pub(crate) size: SizeLock,
 }
 
 impl FileSlot {
@@ -91,7 +93,7 @@ impl FileSlot {
             id,
             ident,
             tree: Tree::new(id),
-            len: AtomicU64::new(len),
+            len: CachePadded::new(AtomicU64::new(len)),
             max_len,
             disk_end: AtomicU64::new(len),
             size: SizeLock::new(),
