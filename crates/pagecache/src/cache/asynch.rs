@@ -130,7 +130,8 @@
 //! flusher met since the wait began ends it as the blocking path would
 //! end: its writes failing with none succeeding, the last write-back
 //! error; the hooks deferring pages it took for reclaim, `OutOfMemory`;
-//! two rounds of its work for reclaim writing nothing, `OutOfMemory`.
+//! two rounds of its work for reclaim writing nothing with no write-back
+//! still in flight, `OutOfMemory`.
 //! Nothing evictable and nothing on its way back: `OutOfMemory`, or the
 //! last write-back error if write-backs failed while it waited.
 //!
