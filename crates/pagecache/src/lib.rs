@@ -143,6 +143,8 @@ pub mod internals {
         #[cfg(not(loom))]
         pub use crate::sync::futex::{register_region, unregister_region, FutexMutex};
         pub use crate::sync::futex::{WaitTable, BUCKETS};
+        /// A future's place in the wait queues (`FrameDesc::poll_unlatched_as`).
+        pub use crate::sync::waitq::Registration as FutureWait;
 
         /// The cache's mutex (a futex word, 5.10) around a `T`: all zeros
         /// is an unlocked mutex around a zeroed `T`.

@@ -64,6 +64,7 @@ pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 pub const LAYOUT_VERSION: u32 = 2;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
+const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
 /// The segments' directory unless configured.
 pub const DEFAULT_DIR: &str = "/dev/shm";
 /// Prefix of a segment's file name (`pagecache.NAME`).
@@ -542,17 +543,19 @@ impl Segment {
         self.slot = Some(slot);
         let w = self.table(TableId::Waits);
         // SAFETY: the wait table lies inside the mapping, which stays until
-        // Drop, where it is unregistered first; the region is this mapping.
+        // Drop, where it is unregistered first; the region is this mapping;
+        // our process slot is our mailbox (5.13).
         let ok = unsafe {
             register_region(
                 self.base.as_ptr() as usize,
                 self.len,
                 w.as_ptr() as *const WaitTable,
+                Some(slot),
             )
         };
         if !ok {
             return Err(io::Error::other(format!(
-                "shared cache {}: too many shared caches attached in this process",
+                "shared cache {}: too many shared caches attached in this process (or no thread for its doorbell)",
                 self.path.display()
             )));
         }

@@ -1,5 +1,6 @@
 //! The blocking waits of a frame (its latch, a latch holder's wait for pins
-//! to drain) between two processes: a frame descriptor and a wait table in
+//! to drain) between two processes, and a future's wait for a latch
+//! (protocol 5.13: the region's mailboxes and the doorbell thread): a frame descriptor and a wait table in
 //! a shared mapping (a memfd each process maps at its own address), the
 //! table registered over it in both (protocol 5.10). One process sleeps in
 //! the real descriptor code, the other wakes it through its own transitions;
@@ -30,7 +31,8 @@ struct Shared {
 }
 
 impl Shared {
-    fn map(fd: i32) -> Shared {
+    /// The mapping, registered with `mailbox` as this process's (5.13).
+    fn map_as(fd: i32, mailbox: Option<usize>) -> Shared {
         // SAFETY: a fresh shared mapping of the memfd (LEN bytes, sized by
         // the creator), checked against MAP_FAILED; unmapped in Drop.
         let p = unsafe {
@@ -53,7 +55,7 @@ impl Shared {
         assert!(std::mem::size_of::<WaitTable>() <= DESC_AT);
         // SAFETY: the table lies in the mapping, which stays until Drop,
         // where the region is unregistered first.
-        assert!(unsafe { register_region(base as usize, LEN, base as *const WaitTable) });
+        assert!(unsafe { register_region(base as usize, LEN, base as *const WaitTable, mailbox) });
         Shared { base }
     }
 
@@ -111,7 +113,7 @@ fn create() -> (i32, Shared) {
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
     // SAFETY: plain syscall on our fd.
     assert_eq!(unsafe { libc::ftruncate(fd, LEN as libc::off_t) }, 0);
-    let sh = Shared::map(fd);
+    let sh = Shared::map_as(fd, Some(0));
     // SAFETY: the descriptor's place in the fresh mapping, aligned to 64.
     unsafe { std::ptr::write(sh.base.add(DESC_AT) as *mut FrameDesc, FrameDesc::new()) };
     sh.desc().assign(OWNER, INDEX, State::cached(1));
@@ -126,6 +128,30 @@ fn spawn(role: &str, fd: i32) -> std::process::Child {
 fn reaped_ok(c: std::process::Child) {
     let st = reap(c);
     assert!(st.success(), "the child failed: {st}");
+}
+
+/// A future of one process waiting for a latch (registered in its own
+/// wait queue, announced in its mailbox) is woken by the unlatch of
+/// another process, through the doorbell (5.13).
+#[test]
+fn a_latch_released_in_one_process_wakes_a_future_in_another() {
+    let (fd, sh) = create();
+    let d = sh.desc();
+    d.try_pin(PinKind::User).unwrap();
+    assert!(d.try_latch());
+    let child = spawn("future", fd);
+    wait_until("the child's future to wait", || {
+        sh.ctl(READY).load(Ordering::Acquire) == 1
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        sh.ctl(DONE).load(Ordering::Acquire),
+        0,
+        "woken while latched"
+    );
+    assert_eq!(d.unlatch_release(), Released::Alive);
+    reaped_ok(child);
+    assert_eq!(sh.ctl(DONE).load(Ordering::Acquire), 1);
 }
 
 /// A process parked for a latch is woken by the unlatch of another.
@@ -252,9 +278,45 @@ fn child() {
         eprintln!("child: run by the other tests of this file");
         return;
     };
-    let sh = Shared::map(fd.parse().unwrap());
+    let sh = Shared::map_as(fd.parse().unwrap(), Some(1));
     let d = sh.desc();
     match role.as_str() {
+        "future" => {
+            use pagecache::internals::wait::FutureWait;
+            use std::task::{Wake, Waker};
+            /// Wakes this thread, once.
+            struct Flag(std::thread::Thread, std::sync::atomic::AtomicBool);
+            impl Wake for Flag {
+                fn wake(self: std::sync::Arc<Self>) {
+                    self.1.store(true, Ordering::Release);
+                    self.0.unpark();
+                }
+            }
+            let flag = std::sync::Arc::new(Flag(
+                std::thread::current(),
+                std::sync::atomic::AtomicBool::new(false),
+            ));
+            let waker = Waker::from(flag.clone());
+            let mut reg = FutureWait::default();
+            assert!(d.snapshot().is_latched());
+            assert!(
+                d.poll_unlatched_as(OWNER, INDEX, &mut reg, &waker),
+                "a latched page: the future waits"
+            );
+            sh.ctl(READY).store(1, Ordering::Release);
+            let t0 = std::time::Instant::now();
+            while !flag.1.load(Ordering::Acquire) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "the future was never woken by the other process's unlatch"
+                );
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+            assert!(!d.snapshot().is_latched());
+            // Polled again: nothing to wait for.
+            assert!(!d.poll_unlatched_as(OWNER, INDEX, &mut reg, &waker));
+            sh.ctl(DONE).store(1, Ordering::Release);
+        }
         "latch" => {
             assert!(d.snapshot().is_latched());
             sh.ctl(READY).store(1, Ordering::Release);

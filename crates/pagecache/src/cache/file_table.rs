@@ -345,7 +345,7 @@ mod tests {
                 libc::close(fd);
                 for m in [a, b] {
                     let t = m.as_ptr().add(waits).cast::<WaitTable>();
-                    assert!(register_region(m.as_ptr() as usize, len, t));
+                    assert!(register_region(m.as_ptr() as usize, len, t, None));
                 }
                 Shared { a, b, len }
             }

@@ -18,7 +18,7 @@ impl FrameDesc {
     /// frame recycled (the caller retries its lookup). A registration
     /// `reg` left elsewhere is moved here. Context: no sleep (the queue's
     /// leaf lock); the caller holds no pin of this page.
-    pub(crate) fn poll_unlatched_as(
+    pub fn poll_unlatched_as(
         &self,
         owner: u64,
         index: u64,

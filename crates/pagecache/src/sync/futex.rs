@@ -84,12 +84,18 @@ pub struct Bucket {
 #[repr(C)]
 pub struct WaitTable {
     buckets: [Bucket; BUCKETS],
+    /// The attached processes' mailboxes, for futures woken across
+    /// processes (`doorbell.rs`, protocol 5.13).
+    #[cfg(not(loom))]
+    pub(crate) mail: super::doorbell::Mailboxes,
 }
 
 impl Default for WaitTable {
     fn default() -> Self {
         WaitTable {
             buckets: std::array::from_fn(|_| Bucket::default()),
+            #[cfg(not(loom))]
+            mail: Default::default(),
         }
     }
 }
@@ -150,7 +156,12 @@ impl WaitTable {
 /// (returns at once if not; may return spuriously). `shared`: the word may
 /// be waited on from other processes.
 #[cfg(not(loom))]
-fn futex_wait(word: &AtomicU32, expected: u32, shared: bool, limit: Option<std::time::Duration>) {
+pub(crate) fn futex_wait(
+    word: &AtomicU32,
+    expected: u32,
+    shared: bool,
+    limit: Option<std::time::Duration>,
+) {
     let ts = limit.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -174,7 +185,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, shared: bool, limit: Option<std::
 
 /// Wakes at most `n` threads sleeping on `word`.
 #[cfg(not(loom))]
-fn futex_wake(word: &AtomicU32, shared: bool, n: i32) {
+pub(crate) fn futex_wake(word: &AtomicU32, shared: bool, n: i32) {
     let op = if shared {
         libc::FUTEX_WAKE
     } else {
@@ -215,6 +226,8 @@ struct Region {
     base: usize,
     len: usize,
     table: *const WaitTable,
+    /// This process's mailbox in the table (`doorbell.rs`), if it has one.
+    me: Option<usize>,
 }
 
 #[cfg(not(loom))]
@@ -236,6 +249,17 @@ static REGIONS_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 /// addresses.
 #[cfg(not(loom))]
 static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// The doorbell threads of registered regions: base, stop flag, thread.
+#[cfg(not(loom))]
+type Doorbell = (
+    usize,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
+
+#[cfg(not(loom))]
+static DOORBELLS: std::sync::Mutex<Vec<Doorbell>> = std::sync::Mutex::new(Vec::new());
 
 /// The process's own table (private futexes).
 #[cfg(not(loom))]
@@ -297,14 +321,45 @@ fn resolve(addr: usize) -> (&'static WaitTable, usize, bool) {
 /// happens-before (else their wait may take the process's own table).
 /// Regions must not overlap.
 #[cfg(not(loom))]
-pub unsafe fn register_region(base: usize, len: usize, table: *const WaitTable) -> bool {
+pub unsafe fn register_region(
+    base: usize,
+    len: usize,
+    table: *const WaitTable,
+    mailbox: Option<usize>,
+) -> bool {
     let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
     // Relaxed: under REGISTER.
     let n = REGIONS_N.load(Ordering::Relaxed);
     let Some(i) = (0..MAX_REGIONS).find(|&i| REGIONS[i].load(Ordering::Relaxed).is_null()) else {
         return false;
     };
-    let r = Box::into_raw(Box::new(Region { base, len, table }));
+    let mailbox = mailbox.filter(|&m| m < super::doorbell::MAILBOXES);
+    if let Some(me) = mailbox {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (t, s2) = (table as usize, stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("pagecache-doorbell".into())
+            .spawn(move || {
+                // SAFETY: the caller keeps the table mapped until
+                // `unregister_region`, which stops and joins this thread
+                // first.
+                let table = unsafe { &*(t as *const WaitTable) };
+                super::doorbell::serve(table, base, len, me, &s2)
+            });
+        match spawned {
+            Ok(h) => DOORBELLS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((base, stop, h)),
+            Err(_) => return false,
+        }
+    }
+    let r = Box::into_raw(Box::new(Region {
+        base,
+        len,
+        table,
+        me: mailbox,
+    }));
     // Release: publishes the record to `resolve`'s Acquire load.
     REGIONS[i].store(r, Ordering::Release);
     if i >= n {
@@ -331,9 +386,47 @@ pub unsafe fn unregister_region(base: usize) {
         if !r.is_null() && unsafe { (*r).base } == base {
             slot.store(std::ptr::null_mut(), Ordering::Release);
             retired.push(r as usize);
+            // SAFETY: as above.
+            let (table, me) = unsafe { ((*r).table, (*r).me) };
+            drop(retired);
+            if let Some(me) = me {
+                let mut bells = DOORBELLS.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(k) = bells.iter().position(|d| d.0 == base) {
+                    let (_, stop, h) = bells.swap_remove(k);
+                    drop(bells);
+                    // SAFETY: the table is still mapped (the caller's
+                    // contract) until this returns.
+                    super::doorbell::stop_serving(unsafe { &*table }, me, &stop);
+                    let _ = h.join();
+                }
+            }
             return;
         }
     }
+}
+
+/// For an object at `addr` in a registered region: the region's table,
+/// the object's offset in the region and this process's mailbox there
+/// (futures across processes, `doorbell.rs`).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn region_of(addr: usize) -> Option<(&'static WaitTable, usize, Option<usize>)> {
+    // Relaxed: as in `resolve`.
+    let n = REGIONS_N.load(Ordering::Relaxed);
+    for slot in &REGIONS[..n] {
+        // Acquire: as in `resolve`.
+        let r = slot.load(Ordering::Acquire);
+        if r.is_null() {
+            continue;
+        }
+        // SAFETY: a published record is immutable and never freed.
+        let r = unsafe { &*r };
+        if addr.wrapping_sub(r.base) < r.len {
+            // SAFETY: as in `resolve`.
+            return Some((unsafe { &*r.table }, addr - r.base, r.me));
+        }
+    }
+    None
 }
 
 /// Sleeps on the wait bucket of the object at `addr` while

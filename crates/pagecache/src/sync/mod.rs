@@ -16,6 +16,8 @@
 //! on its frame's [`Witness`], so a model can observe a copy torn by a
 //! concurrent writer exactly where the seqlock must catch it.
 
+#[cfg(not(loom))]
+pub(crate) mod doorbell;
 pub mod futex;
 pub mod lockstat;
 pub(crate) mod waitq;

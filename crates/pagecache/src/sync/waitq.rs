@@ -11,9 +11,11 @@
 //! (protocol 5.9, `cache/asynch.rs`).
 //!
 //! One table per process, as the kernel's `page_waitqueue()` hash: keys
-//! are addresses, unique while their object lives. (Unlike the blocking
-//! waits' buckets, `futex.rs`, it holds wakers of this process only: a
-//! future is not woken by a change made in another process.) Entries carry an id so that a future polled again replaces its
+//! are addresses, unique while their object lives. It holds wakers of this
+//! process only; for an object in a region shared by processes, a future
+//! also announces itself in the region's mailbox of this process and a
+//! waker rings the mailboxes of the others, whose doorbell threads wake
+//! their futures (`doorbell.rs`, protocol 5.13). Entries carry an id so that a future polled again replaces its
 //! waker instead of adding one, and a dropped future removes exactly its
 //! own entry ([`cancel`]). Wakers run after the bucket's lock is dropped
 //! (a waker may do anything, even poll), at most [`BATCH`] per lock round.
@@ -82,13 +84,13 @@ fn table() -> &'static Table {
 /// A future's place in the table: nothing, or the key and id of the entry
 /// it left there (which a wake-up may have taken out since).
 #[derive(Debug, Default)]
-pub(crate) struct Registration {
+pub struct Registration {
     at: Option<(usize, u64)>,
 }
 
 impl Registration {
     /// Whether an entry was left (and maybe woken since).
-    pub(crate) fn is_registered(&self) -> bool {
+    pub fn is_registered(&self) -> bool {
         self.at.is_some()
     }
 }
@@ -106,6 +108,11 @@ pub(crate) fn register(
 ) -> bool {
     if matches!(reg.at, Some((k, _)) if k != key) {
         cancel(reg);
+    }
+    // 5.13 D1, before D2's re-check under the bucket's lock.
+    #[cfg(not(loom))]
+    if let Some((t, off, Some(me))) = super::futex::region_of(key) {
+        t.mail.announce(me, off);
     }
     let b = table().bucket(key);
     let mut q = b.lock();
@@ -147,6 +154,11 @@ pub(crate) fn cancel(reg: &mut Registration) {
 /// their predicates read before this call. Context: no sleep but the
 /// wakers' own work; takes the bucket's lock (never while holding one).
 pub(crate) fn wake_all(key: usize) {
+    // 5.13 R1-R2: other processes' futures.
+    #[cfg(not(loom))]
+    if let Some((t, off, me)) = super::futex::region_of(key) {
+        t.mail.ring(me, off);
+    }
     let b = table().bucket(key);
     loop {
         let mut woken: [Option<Waker>; BATCH] = Default::default();
@@ -171,6 +183,32 @@ pub(crate) fn wake_all(key: usize) {
         }
         if !more {
             return;
+        }
+    }
+}
+
+/// 5.13 T2: wakes every future of this process waiting on a key in
+/// `[base, base + len)` whose offset `hit` accepts. Takes each bucket's
+/// lock in turn (the doorbell thread; no lock held).
+#[cfg(not(loom))]
+pub(crate) fn wake_region(base: usize, len: usize, hit: impl Fn(usize) -> bool) {
+    for b in &table().buckets {
+        let woken: Vec<Waker> = {
+            let mut q = b.lock();
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < q.len() {
+                let k = q[i].key;
+                if k.wrapping_sub(base) < len && hit(k - base) {
+                    out.push(q.swap_remove(i).waker);
+                } else {
+                    i += 1;
+                }
+            }
+            out
+        };
+        for w in woken {
+            w.wake();
         }
     }
 }
