@@ -118,13 +118,20 @@ fn shared(args: &[String]) -> ExitCode {
     };
     match (name, remove) {
         (None, true) => fail("shared --remove needs the cache's NAME", 2),
-        (Some(n), true) => match Segment::remove(&dir, &n) {
-            Ok(()) => {
-                println!("removed shared cache {n} from {}", dir.display());
-                ExitCode::SUCCESS
+        (Some(n), true) => {
+            // A name that cannot be a cache's is a usage error (2), as for
+            // showing one; a cache that cannot be removed is 1.
+            if let Err(e) = segment::path_of(&dir, &n) {
+                return fail(e, 2);
             }
-            Err(e) => fail(e, 1),
-        },
+            match Segment::remove(&dir, &n) {
+                Ok(()) => {
+                    println!("removed shared cache {n} from {}", dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e, 1),
+            }
+        }
         (Some(n), false) => {
             let path = match segment::path_of(&dir, &n) {
                 Ok(p) => p,

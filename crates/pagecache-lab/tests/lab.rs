@@ -717,6 +717,11 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
         (&["shared", "gone", "--dir", ds][..], "No such file", 1),
         (&["shared", "a/b", "--dir", ds][..], "shared cache name", 2),
         (
+            &["shared", "a/b", "--remove", "--dir", ds][..],
+            "shared cache name",
+            2,
+        ),
+        (
             &["shared", "--remove", "--dir", ds][..],
             "needs the cache's NAME",
             2,

@@ -429,8 +429,8 @@ impl Drop for SizeExclusive<'_> {
 }
 
 /// This thread's shard index (any value; masked by the lock): threads are
-/// numbered as they first ask, so threads started together get different
-/// shards. 0 under loom (one shard).
+/// numbered as they first ask, from the pid on, so threads started
+/// together get different shards. 0 under loom (one shard).
 #[inline]
 pub(crate) fn thread_shard() -> usize {
     #[cfg(loom)]
@@ -446,8 +446,13 @@ pub(crate) fn thread_shard() -> usize {
             .try_with(|c| {
                 let mut v = c.get();
                 if v == usize::MAX {
-                    // Relaxed: a number, not a publication.
-                    v = NEXT.fetch_add(1, unmodelled::Ordering::Relaxed);
+                    // Relaxed: a number, not a publication. Offset by the
+                    // pid, so that the first threads of two processes
+                    // sharing a file's lock (a shared cache) do not start
+                    // on the same shard.
+                    v = NEXT
+                        .fetch_add(1, unmodelled::Ordering::Relaxed)
+                        .wrapping_add(std::process::id() as usize);
                     c.set(v);
                 }
                 v
