@@ -162,6 +162,12 @@ pub(crate) fn serve(table: &WaitTable, base: usize, len: usize, me: usize, stop:
                     let (ow, om) = bit(off);
                     ow == w && bits & om != 0
                 });
+                // A waker may have ended the region's last user (and the
+                // mapping with it) on this thread: touch nothing after.
+                // Acquire: as above.
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
             }
         }
         // T3.

@@ -397,7 +397,12 @@ pub unsafe fn unregister_region(base: usize) {
                     // SAFETY: the table is still mapped (the caller's
                     // contract) until this returns.
                     super::doorbell::stop_serving(unsafe { &*table }, me, &stop);
-                    let _ = h.join();
+                    // Not from the doorbell thread itself (a waker it ran
+                    // may drop the last user of the region): it returns
+                    // once this call does, seeing `stop`.
+                    if h.thread().id() != std::thread::current().id() {
+                        let _ = h.join();
+                    }
                 }
             }
             return;
