@@ -699,12 +699,21 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
         s.contains("junk: unusable:") && s.contains("shorter than a header"),
         "{s}"
     );
+    let (id, _) = seg.open_file((8, 100), 12288, 1 << 40).unwrap();
     let (code, s, _) = out(lab(&["shared", "one", "--dir", ds]));
     assert_eq!(code, Some(0));
     assert!(
         s.contains("pagecache.one") && s.contains("created by"),
         "{s}"
     );
+    // The files open in it.
+    assert!(
+        s.contains(&format!(
+            "file 8:100 (id {id}): 12288 byte(s), open in 1 process(es)"
+        )),
+        "{s}"
+    );
+    assert!(seg.close_file(id).unwrap());
     // In use: refused, naming this process.
     let (code, _, e) = out(lab(&["shared", "one", "--remove", "--dir", ds]));
     assert_eq!(code, Some(1));

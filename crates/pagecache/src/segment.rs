@@ -616,15 +616,49 @@ impl Segment {
             .collect()
     }
 
+    /// The segment's file table.
+    fn file_table(&self) -> FileTable {
+        // SAFETY: the files' table, sized and aligned by `layout`, zeroed
+        // at creation and used only through file tables; it lives as long
+        // as the mapping, which outlives the returned table (the callers
+        // drop it before returning).
+        unsafe { FileTable::over(self.table(TableId::Files)) }
+    }
+
+    /// Opens the file `(device, inode)` in the cache's file table, as a
+    /// process does when it opens the file: its id, and whether this open
+    /// made its entry (`len` and `max_len` are its length and limit then).
+    /// Tools and tests; a cache opens files through its registry.
+    pub fn open_file(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<(u64, bool)> {
+        let t = self.file_table();
+        let o = t.open(ident, len, max_len)?;
+        Ok((o.slot.id, o.created))
+    }
+
+    /// Gives back one open of file `id`; the last one anywhere frees its
+    /// entry (returns true). Tools and tests, as [`Segment::open_file`],
+    /// and only for files no cache holds pages of (a cache drops a file's
+    /// pages between its last close and the entry's release).
+    pub fn close_file(&self, id: u64) -> io::Result<bool> {
+        let t = self.file_table();
+        let last = t.close(id)?;
+        if last {
+            // No page of it to drop: the segment alone caches nothing.
+            t.release(id)?;
+        }
+        Ok(last)
+    }
+
+    /// Opens of file `id` by every process (0: not open).
+    pub fn file_opens(&self, id: u64) -> u32 {
+        self.file_table().opens(id)
+    }
+
     /// The files open in the cache now (device, inode, id, opens by all
     /// processes, length), or an error if the file table's lock stays held
     /// (by a process that died holding it, say): inspection never waits.
     pub fn files(&self) -> io::Result<Vec<SharedFile>> {
-        // SAFETY: the files' table, sized and aligned by `layout`, zeroed
-        // at creation and used only through file tables; it lives as long
-        // as the mapping, which outlives the table (dropped here).
-        let t = unsafe { FileTable::over(self.table(TableId::Files)) };
-        let l = t.list().ok_or_else(|| {
+        let l = self.file_table().list().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(

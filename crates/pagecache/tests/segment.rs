@@ -4,8 +4,8 @@
 //! attempt, the process table (a killed process is seen dead and does not
 //! keep the segment from removal), a latch wait between two processes
 //! through the segment's own wait table, and the index node arena's free
-//! list (protocol 5.12) and the free-frame pool used by two processes at
-//! once.
+//! list (protocol 5.12), the free-frame pool and the file table used by
+//! two processes at once.
 //!
 //! Segments are made in a fresh directory per test (not `/dev/shm`), so
 //! tests never meet each other's or a user's segments.
@@ -387,6 +387,89 @@ fn two_processes_share_the_free_frame_pool() {
     Segment::remove(&d, "f").unwrap();
 }
 
+/// Where each process writes the ids it got for the files it opened: the
+/// frames' table, as u64s (process p's ids from word `p * FILES`).
+const FILES: u64 = 100;
+
+fn ids_area(seg: &Segment) -> &[std::sync::atomic::AtomicU64] {
+    // SAFETY: the frames' table holds 64 * 4096 bytes, used by nothing
+    // else in this test; it lives as long as `seg`.
+    unsafe {
+        std::slice::from_raw_parts(
+            seg.table(TableId::Frames).as_ptr().cast(),
+            2 * FILES as usize,
+        )
+    }
+}
+
+/// Opens files (device 5, inodes 0..FILES) from two threads, records the
+/// ids in `area[at..]`; every pair of threads must agree.
+fn open_files(seg: &Segment, area: &[std::sync::atomic::AtomicU64]) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let got: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let ts: Vec<_> = (0..2u64)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..FILES)
+                        .map(|i| {
+                            // The two threads go opposite ways: they race on
+                            // the middle files.
+                            let i = if t == 0 { i } else { FILES - 1 - i };
+                            (i, seg.open_file((5, i), 4096 * i, 1 << 40).unwrap().0)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        ts.into_iter()
+            .map(|t| {
+                let mut v = t.join().unwrap();
+                v.sort_unstable();
+                v.into_iter().map(|x| x.1).collect()
+            })
+            .collect()
+    });
+    assert_eq!(got[0], got[1], "two threads, one file, two ids");
+    for (i, id) in got[0].iter().enumerate() {
+        area[i].store(*id, SeqCst);
+    }
+}
+
+/// Two processes of two threads each open the same 100 files (by device
+/// and inode) through one segment's file table at once: one entry per
+/// file, the same id everywhere, four opens each; the closes free them.
+#[test]
+fn two_processes_open_each_file_once_in_the_file_table() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let td = TempDir::new("segment-files");
+    let d = td.0.clone();
+    let seg = Segment::open(&d, "t", G, None).unwrap();
+    let area = ids_area(&seg);
+    let child = spawn("files", &d);
+    open_files(&seg, &area[..FILES as usize]);
+    assert!(reap(child).success());
+    for i in 0..FILES as usize {
+        let (mine, theirs) = (area[i].load(SeqCst), area[FILES as usize + i].load(SeqCst));
+        assert_eq!(mine, theirs, "file {i}: two processes, two ids");
+        assert_eq!(seg.file_opens(mine), 4);
+    }
+    let listed = seg.files().unwrap();
+    assert_eq!(listed.len(), FILES as usize);
+    assert!(listed
+        .iter()
+        .all(|f| f.device == 5 && f.opens == 4 && f.len == 4096 * f.inode));
+    // Four closes each; the fourth frees the entry.
+    for w in &area[..FILES as usize] {
+        let id = w.load(SeqCst);
+        let closed: Vec<bool> = (0..4).map(|_| seg.close_file(id).unwrap()).collect();
+        assert_eq!(closed, [false, false, false, true]);
+        assert_eq!(seg.close_file(id).unwrap_err().kind(), ErrorKind::NotFound);
+    }
+    assert!(seg.files().unwrap().is_empty());
+    drop(seg);
+    Segment::remove(&d, "t").unwrap();
+}
+
 fn still_running(c: &Child) -> bool {
     // The child's /proc entry: still running (or sleeping), not a zombie.
     let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
@@ -472,6 +555,11 @@ fn child() {
                     s.spawn(move || churn_frames(p, held, 300_000, 2000 + t));
                 }
             });
+        }
+        "files" => {
+            let seg = Segment::open(&d, "t", G, None).unwrap();
+            let area = ids_area(&seg);
+            open_files(&seg, &area[FILES as usize..]);
         }
         "hold" => {
             let _s = Segment::open(&d, "r", G, None).unwrap();

@@ -34,13 +34,8 @@ pub const MAX_FILES: usize = 4096;
 pub const INDEX_BITS: u32 = 20;
 const _: () = assert!(MAX_FILES < 1 << INDEX_BITS);
 
-// `open`, `close`, `release` and `opens` are the shared cache's registry's
-// (issue 41's next step wires `PageCache::shared` to them); until then the
-// tests below are their only callers.
-#[cfg_attr(not(test), allow(dead_code))]
 const FREE: u32 = 0;
 const LIVE: u32 = 1;
-#[cfg_attr(not(test), allow(dead_code))]
 const CLOSING: u32 = 2;
 
 #[repr(C, align(128))]
@@ -78,7 +73,6 @@ unsafe impl Sync for FileTable {}
 
 /// What [`FileTable::open`] found.
 #[derive(Debug)]
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) struct Opened<'a> {
     /// The file's slot.
     pub(crate) slot: &'a FileSlot,
@@ -86,7 +80,6 @@ pub(crate) struct Opened<'a> {
     pub(crate) created: bool,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl FileTable {
     /// Bytes a table takes.
     pub(crate) fn bytes() -> usize {
@@ -203,59 +196,75 @@ impl FileTable {
             .filter(|&i| i < MAX_FILES)
     }
 
-    /// Gives back one open of `slot` (from [`FileTable::open`]). Returns
+    /// The LIVE or CLOSING entry of file `id`, under the table lock.
+    fn entry_of(&self, id: u64) -> Option<&Entry> {
+        let e = self.entry(Self::index_of(id)?);
+        // Relaxed: (L), the caller holds the lock.
+        let st = e.state.load(Ordering::Relaxed);
+        // SAFETY: LIVE or CLOSING entries hold an initialised slot; under
+        // the lock nobody remakes it.
+        (st != FREE && unsafe { Self::slot(e) }.id == id).then_some(e)
+    }
+
+    /// Gives back one open of file `id` (from [`FileTable::open`]). Returns
     /// whether it was the last open anywhere: then the entry is CLOSING
     /// (no open finds it, none reuses it) until the caller, having dropped
     /// the file's pages, calls [`FileTable::release`]; an open of the same
     /// file meanwhile makes a new slot (the file was written back before
-    /// its last close, so the new one reads what the old one held).
-    /// Context: no sleep; takes the table lock.
-    pub(crate) fn close(&self, slot: &FileSlot) -> bool {
-        let e = self.entry(Self::index_of(slot.id).expect("a slot's own id"));
+    /// its last close, so the new one reads what the old one held). An
+    /// error if `id` names no open file. Context: no sleep; takes the
+    /// table lock.
+    pub(crate) fn close(&self, id: u64) -> io::Result<bool> {
         let _g = self.head().lock.lock();
+        let e = self
+            .entry_of(id)
+            // Relaxed: (L).
+            .filter(|e| e.state.load(Ordering::Relaxed) == LIVE)
+            .ok_or_else(|| not_open(id))?;
         // Relaxed: (L).
         let left = e.opens.load(Ordering::Relaxed).saturating_sub(1);
         e.opens.store(left, Ordering::Relaxed);
         if left == 0 {
             e.state.store(CLOSING, Ordering::Relaxed);
         }
-        left == 0
+        Ok(left == 0)
     }
 
-    /// Frees the CLOSING entry of `slot` (after [`FileTable::close`]
-    /// returned true and the file's pages are gone). Context: no sleep;
+    /// Frees the CLOSING entry of file `id` (after [`FileTable::close`]
+    /// returned true and the file's pages are gone; references to its
+    /// slot end here). An error if `id` is not CLOSING. Context: no sleep;
     /// takes the table lock.
-    pub(crate) fn release(&self, slot: &FileSlot) {
-        let e = self.entry(Self::index_of(slot.id).expect("a slot's own id"));
+    pub(crate) fn release(&self, id: u64) -> io::Result<()> {
         let _g = self.head().lock.lock();
-        // Relaxed: (L).
-        assert_eq!(e.state.load(Ordering::Relaxed), CLOSING);
+        let e = self
+            .entry_of(id)
+            // Relaxed: (L).
+            .filter(|e| e.state.load(Ordering::Relaxed) == CLOSING)
+            .ok_or_else(|| not_open(id))?;
         // SAFETY: CLOSING: no open is left and no one finds it; the slot
-        // is the caller's to drop (the caller's reference ends here).
+        // is the caller's to drop.
         unsafe { (*e.slot.get()).assume_init_drop() };
+        // Relaxed: (L).
         e.state.store(FREE, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Opens of the file with id `id` by every process (0 if it is not
     /// open). Context: no sleep; takes the table lock.
     pub(crate) fn opens(&self, id: u64) -> u32 {
-        let Some(i) = Self::index_of(id) else {
-            return 0;
-        };
-        let e = self.entry(i);
         let _g = self.head().lock.lock();
-        // Relaxed: (L).
-        if e.state.load(Ordering::Relaxed) != LIVE {
-            return 0;
-        }
-        // SAFETY: LIVE under the lock.
-        if unsafe { Self::slot(e) }.id == id {
+        self.entry_of(id)
             // Relaxed: (L).
-            e.opens.load(Ordering::Relaxed)
-        } else {
-            0
-        }
+            .filter(|e| e.state.load(Ordering::Relaxed) == LIVE)
+            .map_or(0, |e| e.opens.load(Ordering::Relaxed))
     }
+}
+
+fn not_open(id: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("file id {id} is not open in this shared cache"),
+    )
 }
 
 /// One file of a [`FileTable::list`].
@@ -395,17 +404,19 @@ mod tests {
         // Closes: the last one leaves the entry CLOSING (found by nobody)
         // until released.
         let id = x.slot.id;
-        assert!(!a.close(x.slot));
-        assert!(b.close(y.slot));
+        assert!(!a.close(x.slot.id).unwrap());
+        assert!(b.close(y.slot.id).unwrap());
         assert_eq!(a.opens(id), 0);
         let again = a.open((8, 100), 0, 1 << 40).unwrap();
         assert!(again.created, "a closing file is not reopened");
         assert_ne!(again.slot.id, id);
-        a.release(y.slot);
+        a.release(id).unwrap();
+        assert_eq!(a.release(id).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(a.close(id).unwrap_err().kind(), io::ErrorKind::NotFound);
         // Its entry is free again, with a new generation.
         assert_eq!(a.list().unwrap().len(), 2);
-        assert!(b.close(z.slot));
-        b.release(z.slot);
+        assert!(b.close(z.slot.id).unwrap());
+        b.release(z.slot.id).unwrap();
         let w = b.open((9, 1), 0, 1 << 40).unwrap();
         assert_eq!(
             w.slot.id & ((1 << INDEX_BITS) - 1),
