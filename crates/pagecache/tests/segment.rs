@@ -260,9 +260,17 @@ fn arena(seg: &Segment) -> (NodeArena, &[std::sync::atomic::AtomicU8]) {
     }
 }
 
-/// Allocates and frees node ids for a while, holding up to 16 at a time,
-/// checking through `held` that no id is handed out while held elsewhere.
-fn churn_nodes(a: &NodeArena, held: &[std::sync::atomic::AtomicU8], rounds: usize, seed: u64) {
+/// Takes and gives back ids (nodes, frames) for `rounds` rounds, holding
+/// up to `cap` at a time, checking through `held` (a byte per id, shared by
+/// the processes) that no id is handed out while held elsewhere. `take`
+/// and `give` get each round's random word; `take` may find none (others
+/// hold the rest for a moment).
+fn churn(
+    held: &[std::sync::atomic::AtomicU8],
+    (rounds, seed, cap): (usize, u64, usize),
+    take: impl Fn(u64) -> Option<u32>,
+    give: impl Fn(u64, u32),
+) {
     use std::sync::atomic::Ordering::SeqCst;
     let mut mine = Vec::new();
     let mut x = seed | 1;
@@ -270,24 +278,35 @@ fn churn_nodes(a: &NodeArena, held: &[std::sync::atomic::AtomicU8], rounds: usiz
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if mine.len() < 16 && (x % 3 != 0 || mine.is_empty()) {
-            let id = a.alloc().unwrap();
-            assert_eq!(
-                held[id as usize].swap(1, SeqCst),
-                0,
-                "node {id} handed out twice"
-            );
-            mine.push(id);
+        if mine.len() < cap && (x % 3 != 0 || mine.is_empty()) {
+            if let Some(id) = take(x) {
+                assert_eq!(
+                    held[id as usize].swap(1, SeqCst),
+                    0,
+                    "{id} handed out twice"
+                );
+                mine.push(id);
+            }
         } else {
             let id = mine.swap_remove((x as usize / 3) % mine.len());
-            assert_eq!(held[id as usize].swap(0, SeqCst), 1, "node {id} not held");
-            a.free_node(id);
+            assert_eq!(held[id as usize].swap(0, SeqCst), 1, "{id} not held");
+            give(x, id);
         }
     }
     for id in mine {
         assert_eq!(held[id as usize].swap(0, SeqCst), 1);
-        a.free_node(id);
+        give(x, id);
     }
+}
+
+/// Node ids of `a`, 16 at most held: every take must succeed.
+fn churn_nodes(a: &NodeArena, held: &[std::sync::atomic::AtomicU8], rounds: usize, seed: u64) {
+    churn(
+        held,
+        (rounds, seed, 16),
+        |_| Some(a.alloc().unwrap()),
+        |_, id| a.free_node(id),
+    );
 }
 
 /// Two processes of two threads each take and give back index nodes of one
@@ -330,36 +349,16 @@ fn pool(seg: &Segment) -> (PerCpuPool, &[std::sync::atomic::AtomicU8]) {
     }
 }
 
-/// Takes and gives back frames for a while on random shards, holding up to
-/// 12 at a time; checks through `held` that no frame is handed out twice.
+/// Frames of `p` on random shards (refills, drains, steals), 12 at most
+/// held.
 fn churn_frames(p: &PerCpuPool, held: &[std::sync::atomic::AtomicU8], rounds: usize, seed: u64) {
-    use std::sync::atomic::Ordering::SeqCst;
-    let mut mine = Vec::new();
-    let mut x = seed | 1;
-    for _ in 0..rounds {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let shard = (x >> 40) as usize % p.shards();
-        if mine.len() < 12 && x % 3 != 0 {
-            // Others may hold the rest for a moment: none is legitimate.
-            if let Some(f) = p.alloc_on(shard) {
-                assert_eq!(
-                    held[f as usize].swap(1, SeqCst),
-                    0,
-                    "frame {f} handed out twice"
-                );
-                mine.push(f);
-            }
-        } else if let Some(f) = mine.pop() {
-            assert_eq!(held[f as usize].swap(0, SeqCst), 1, "frame {f} not held");
-            p.free_on(shard, f);
-        }
-    }
-    for f in mine {
-        assert_eq!(held[f as usize].swap(0, SeqCst), 1);
-        p.free(f);
-    }
+    let shard = |x: u64| (x >> 40) as usize % p.shards();
+    churn(
+        held,
+        (rounds, seed, 12),
+        |x| p.alloc_on(shard(x)),
+        |x, f| p.free_on(shard(x), f),
+    );
 }
 
 /// Two processes of two threads each take and give back frames of one

@@ -34,10 +34,10 @@
 //!  2. unlock(i); lock(G); take k = min(B,    2. len > high: remove the k =
 //!     |G|) from G's top; unlock(G)              min(B, len) oldest; unlock(i)
 //!  3. k > 0: keep one, lock(i), push the     3. lock(G); push them; unlock(G)
-//!     rest, unlock(i) -> done
+//!     rest (past high: free's 2-3) -> done
 //!  4. k == 0: for each other shard j:
 //!     lock(j); take ceil(len/2); unlock(j);
-//!     found -> keep one, push rest to i
+//!     found -> keep one, push rest as 3
 //!  5. none -> None (the caller reclaims)
 //! ```
 //!
@@ -96,7 +96,7 @@ impl FrameAllocator for GlobalPool {
 }
 
 use super::stacks::{Locked, Stacks};
-pub use super::stacks::{MAX_BATCH, MAX_SHARDS, SHARD_CAP};
+pub use super::stacks::{MAX_BATCH, MAX_SHARDS};
 
 /// Per-CPU free-frame caches over a global pool, in a block of their own
 /// (`stacks.rs`: boxed for a private cache, a segment's table for a cache
@@ -104,12 +104,10 @@ pub use super::stacks::{MAX_BATCH, MAX_SHARDS, SHARD_CAP};
 #[derive(Debug)]
 pub struct PerCpuPool {
     /// (M) stack 0 the global pool, coldest frames at the bottom; one LIFO
-    /// stack per CPU, each under its own mutex on its own cache line.
+    /// stack per CPU, each under its own mutex on its own cache line; (C)
+    /// the batch per refill or drain. A shard drains once it holds more
+    /// than two batches ([`PerCpuPool::high`]).
     stacks: Stacks,
-    /// (C) frames per refill or drain.
-    batch: usize,
-    /// (C) a shard drains once it holds more than this.
-    high: usize,
 }
 
 impl PerCpuPool {
@@ -122,15 +120,8 @@ impl PerCpuPool {
     /// small pools so that the shards together hold at most about half of
     /// the frames: a 16-frame cache must still work.
     pub fn with_shards(n: usize, shards: usize) -> Self {
-        Self::over_stacks(Stacks::new(n, shards))
-    }
-
-    fn over_stacks(stacks: Stacks) -> Self {
-        let batch = stacks.batch();
         PerCpuPool {
-            stacks,
-            batch,
-            high: 2 * batch,
+            stacks: Stacks::new(n, shards),
         }
     }
 
@@ -154,8 +145,9 @@ impl PerCpuPool {
     /// to [`PerCpuPool::placed_align`] that no one else uses yet.
     #[cfg(not(loom))]
     pub unsafe fn place(base: std::ptr::NonNull<u8>, n: usize) {
-        // SAFETY: the caller's promise, and MAX_SHARDS bounds the shards.
-        unsafe { Stacks::init(base, n, num_cpus().min(MAX_SHARDS)) }
+        // SAFETY: the caller's promise (`init` keeps the shards within
+        // MAX_SHARDS).
+        unsafe { Stacks::init(base, n, num_cpus()) }
     }
 
     /// The pool [`PerCpuPool::place`] wrote at `base`, maybe in another
@@ -168,12 +160,20 @@ impl PerCpuPool {
     #[cfg(not(loom))]
     pub unsafe fn over(base: std::ptr::NonNull<u8>, n: usize) -> std::io::Result<Self> {
         // SAFETY: the caller's promise.
-        Ok(Self::over_stacks(unsafe { Stacks::over(base, n)? }))
+        let stacks = unsafe { Stacks::over(base, n)? };
+        Ok(PerCpuPool { stacks })
     }
 
     /// Frames per refill or drain.
+    #[inline]
     pub fn batch(&self) -> usize {
-        self.batch
+        self.stacks.batch()
+    }
+
+    /// A shard drains once it holds more than this: two batches.
+    #[inline]
+    fn high(&self) -> usize {
+        2 * self.batch()
     }
 
     /// Number of shards.
@@ -197,7 +197,7 @@ impl PerCpuPool {
         // 2. one acquisition of the global lock for a whole batch
         let k = {
             let mut g = self.stacks.global();
-            let k = self.batch.min(g.len());
+            let k = self.batch().min(g.len());
             g.take_top(&mut buf[..k])
         };
         if k > 0 {
@@ -246,12 +246,12 @@ impl PerCpuPool {
     /// (coldest) batch goes back to the global pool (the count clamped).
     #[inline]
     fn drain_past_high(&self, mut s: Locked<'_>) {
-        if s.len() <= self.high {
+        if s.len() <= self.high() {
             return;
         }
         let mut buf = [0 as FrameNo; MAX_BATCH];
         // 2. the oldest frames (bottom) are the coldest; clamp the count
-        let k = self.batch.min(s.len());
+        let k = self.batch().min(s.len());
         s.take_bottom(&mut buf[..k]);
         drop(s);
         // 3.
@@ -275,7 +275,7 @@ impl PerCpuPool {
             .for_each(&mut check);
         for i in 0..self.stacks.shards() {
             let s = self.stacks.shard(i);
-            assert!(s.len() <= self.high, "shard over its high mark");
+            assert!(s.len() <= self.high(), "shard over its high mark");
             s.as_slice().iter().copied().for_each(&mut check);
         }
     }
@@ -433,7 +433,7 @@ mod tests {
             p.free_on(0, f);
         }
         let s = p.stacks.shard(0).len();
-        assert!(s <= p.high, "shard holds {s} > high {}", p.high);
+        assert!(s <= p.high(), "shard holds {s} > high {}", p.high());
         assert_eq!(p.free_count(), 1000);
         // the hottest frame (freed last) is still cached locally
         assert_eq!(p.alloc_on(0), Some(*frames.last().unwrap()));

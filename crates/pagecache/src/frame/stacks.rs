@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A stack's slots are read and written only by the holder of its mutex
-//! (through [`Locked`]), as the `Vec` behind a mutex they replace.
+//! (through [`Locked`]), as a `Vec` behind a mutex would be.
 
 use super::FrameNo;
 use crate::sync::{LockClass, Mutex, MutexGuard};
@@ -51,6 +51,16 @@ struct Head {
 }
 
 type Lock = CachePadded<Mutex<u32>>;
+
+/// Stack `i`'s lock, empty (stack 0 is the global pool).
+fn lock(i: usize) -> Lock {
+    let class = if i == 0 {
+        LockClass::Pool
+    } else {
+        LockClass::PcpShard
+    };
+    CachePadded::new(Mutex::with_class(0, class))
+}
 
 /// Byte offsets of the block's parts for `frames` and `shards`.
 fn offsets(frames: usize, shards: usize) -> (usize, usize, usize, usize) {
@@ -117,16 +127,7 @@ impl Stacks {
     /// handed out first), `shards` empty shards.
     pub fn new(frames: usize, shards: usize) -> Self {
         let shards = shards.max(1);
-        let locks: Box<[Lock]> = (0..=shards)
-            .map(|i| {
-                let class = if i == 0 {
-                    LockClass::Pool
-                } else {
-                    LockClass::PcpShard
-                };
-                CachePadded::new(Mutex::with_class(0, class))
-            })
-            .collect();
+        let locks: Box<[Lock]> = (0..=shards).map(lock).collect();
         let lines = (shards * SHARD_CAP + frames).div_ceil(LINE_SLOTS);
         let slots: Box<[Line]> = (0..lines)
             .map(|_| Line(std::array::from_fn(|_| UnsafeCell::new(0))))
@@ -172,13 +173,7 @@ impl Stacks {
             });
             let l = base.as_ptr().add(locks).cast::<Lock>();
             for i in 0..=shards {
-                let class = if i == 0 {
-                    LockClass::Pool
-                } else {
-                    LockClass::PcpShard
-                };
-                l.add(i)
-                    .write(CachePadded::new(Mutex::with_class(0, class)));
+                l.add(i).write(lock(i));
             }
             Self::over(base, frames)
                 .expect("a block just written")

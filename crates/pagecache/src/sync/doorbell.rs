@@ -41,10 +41,11 @@
 //! D2 sees the change and does not wait.
 //!
 //! Waiting bits are never cleared (a bit left set costs a ring that wakes
-//! nobody, or a poll that finds the page busy), so D1 is a load of a line
-//! only this process writes, plus the fence. A waker whose object is in no
-//! region, or in one where no other process ever waited, pays nothing more
-//! than the fence and a load of `any`.
+//! nobody, or a poll that finds the page busy). D1 is two RMWs, one on a
+//! line only this process writes and one on the table's summary word, and
+//! the fence: paid by a future's wait for a page of a shared region only.
+//! A waker whose object is in no region, or in one where no other process
+//! ever waited, pays nothing more than the fence and a load of `any`.
 
 use super::futex::{futex_wait, futex_wake, WaitTable};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -88,7 +89,7 @@ impl Default for Mailboxes {
 
 /// The waiting bit of the object at `offset` in its region: (word, mask).
 #[inline]
-pub(crate) fn bit(offset: usize) -> (usize, u64) {
+fn bit(offset: usize) -> (usize, u64) {
     let h = ((offset as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
     (h / 64, 1 << (h % 64))
 }
@@ -98,14 +99,12 @@ impl Mailboxes {
     #[inline]
     pub(crate) fn announce(&self, me: usize, offset: usize) {
         let (w, m) = bit(offset);
-        let b = &self.boxes[me];
-        // Relaxed: ordered before D2 by the fence below.
-        if b.waiting[w].load(Ordering::Relaxed) & m == 0 {
-            b.waiting[w].fetch_or(m, Ordering::Relaxed);
-        }
-        if self.any.load(Ordering::Relaxed) & (1 << me) == 0 {
-            self.any.fetch_or(1 << me, Ordering::Relaxed);
-        }
+        // Relaxed RMWs, always (not a load that skips a bit already set):
+        // the fence rule that makes R1 see them needs our own write before
+        // our fence; a bit another thread set and fenced later would not
+        // count.
+        self.boxes[me].waiting[w].fetch_or(m, Ordering::Relaxed);
+        self.any.fetch_or(1 << me, Ordering::Relaxed);
         // D1's fence: Dekker's pattern with R1.
         fence(Ordering::SeqCst);
     }

@@ -276,32 +276,42 @@ fn local() -> &'static WaitTable {
     &T
 }
 
+/// The registered region that holds address `addr`, if any.
+#[cfg(not(loom))]
+#[inline]
+fn find_region(addr: usize) -> Option<&'static Region> {
+    // Relaxed: an object of a region is reached only through something
+    // its registration happens-before (the segment is handed out after it
+    // registers), so this load sees N cover its slot; the slot's own
+    // Acquire load below publishes the record.
+    let n = REGIONS_N.load(Ordering::Relaxed);
+    REGIONS[..n].iter().find_map(|slot| {
+        // Acquire: pairs with `register_region`'s Release store.
+        let r = slot.load(Ordering::Acquire);
+        // SAFETY: a published record is immutable and never freed.
+        let r = unsafe { r.as_ref() }?;
+        (addr.wrapping_sub(r.base) < r.len).then_some(r)
+    })
+}
+
+#[cfg(not(loom))]
+impl Region {
+    /// Its table.
+    fn table(&self) -> &'static WaitTable {
+        // SAFETY: `register_region`'s contract: the table stays mapped
+        // until `unregister_region`, which the owner calls only when no
+        // object of the region can be waited on or woken.
+        unsafe { &*self.table }
+    }
+}
+
 /// The table, the key within it and whether its futexes are shared, for
 /// an object at address `addr`.
 #[inline]
 fn resolve(addr: usize) -> (&'static WaitTable, usize, bool) {
     #[cfg(not(loom))]
-    {
-        // Relaxed: an object of a region is reached only through something
-        // its registration happens-before (the segment is handed out after
-        // it registers), so this load sees N cover its slot; the slot's own
-        // Acquire load below publishes the record.
-        let n = REGIONS_N.load(Ordering::Relaxed);
-        for slot in &REGIONS[..n] {
-            // Acquire: pairs with `register_region`'s Release store.
-            let r = slot.load(Ordering::Acquire);
-            if r.is_null() {
-                continue;
-            }
-            // SAFETY: a published record is immutable and never freed.
-            let r = unsafe { &*r };
-            if addr.wrapping_sub(r.base) < r.len {
-                // SAFETY: `register_region`'s contract: the table stays
-                // mapped until `unregister_region`, which the owner calls
-                // only when no object of the region can be waited on.
-                return (unsafe { &*r.table }, addr - r.base, true);
-            }
-        }
+    if let Some(r) = find_region(addr) {
+        return (r.table(), addr - r.base, true);
     }
     (local(), addr, false)
 }
@@ -416,22 +426,7 @@ pub unsafe fn unregister_region(base: usize) {
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn region_of(addr: usize) -> Option<(&'static WaitTable, usize, Option<usize>)> {
-    // Relaxed: as in `resolve`.
-    let n = REGIONS_N.load(Ordering::Relaxed);
-    for slot in &REGIONS[..n] {
-        // Acquire: as in `resolve`.
-        let r = slot.load(Ordering::Acquire);
-        if r.is_null() {
-            continue;
-        }
-        // SAFETY: a published record is immutable and never freed.
-        let r = unsafe { &*r };
-        if addr.wrapping_sub(r.base) < r.len {
-            // SAFETY: as in `resolve`.
-            return Some((unsafe { &*r.table }, addr - r.base, r.me));
-        }
-    }
-    None
+    find_region(addr).map(|r| (r.table(), addr - r.base, r.me))
 }
 
 /// Sleeps on the wait bucket of the object at `addr` while
@@ -457,7 +452,7 @@ pub(crate) fn unpark_all(addr: usize) {
 /// Whether the word at `addr` lies in a registered shared region.
 #[cfg(not(loom))]
 fn in_region(addr: usize) -> bool {
-    resolve(addr).2
+    find_region(addr).is_some()
 }
 
 /// Sleeps while `*word == expected`, on the word itself (not a bucket), for

@@ -15,10 +15,11 @@
 //! process only; for an object in a region shared by processes, a future
 //! also announces itself in the region's mailbox of this process and a
 //! waker rings the mailboxes of the others, whose doorbell threads wake
-//! their futures (`doorbell.rs`, protocol 5.13). Entries carry an id so that a future polled again replaces its
-//! waker instead of adding one, and a dropped future removes exactly its
-//! own entry ([`cancel`]). Wakers run after the bucket's lock is dropped
-//! (a waker may do anything, even poll), at most [`BATCH`] per lock round.
+//! their futures (`doorbell.rs`, protocol 5.13). Entries carry an id so
+//! that a future polled again replaces its waker instead of adding one,
+//! and a dropped future removes exactly its own entry ([`cancel`]). Wakers
+//! run after the bucket's lock is dropped (a waker may do anything, even
+//! poll), at most [`BATCH`] per lock round.
 
 use super::LockClass;
 use super::Mutex;
@@ -159,32 +160,7 @@ pub(crate) fn wake_all(key: usize) {
     if let Some((t, off, me)) = super::futex::region_of(key) {
         t.mail.ring(me, off);
     }
-    let b = table().bucket(key);
-    loop {
-        let mut woken: [Option<Waker>; BATCH] = Default::default();
-        let mut n = 0;
-        let more = {
-            let mut q = b.lock();
-            let mut i = 0;
-            while i < q.len() && n < BATCH {
-                if q[i].key == key {
-                    woken[n] = Some(q.swap_remove(i).waker);
-                    n += 1;
-                } else {
-                    i += 1;
-                }
-            }
-            n == BATCH && q.iter().any(|e| e.key == key)
-        };
-        for w in woken.iter_mut().take(n) {
-            if let Some(w) = w.take() {
-                w.wake();
-            }
-        }
-        if !more {
-            return;
-        }
-    }
+    wake_where(table().bucket(key), |k| k == key);
 }
 
 /// 5.13 T2: wakes every future of this process waiting on a key in
@@ -193,22 +169,36 @@ pub(crate) fn wake_all(key: usize) {
 #[cfg(not(loom))]
 pub(crate) fn wake_region(base: usize, len: usize, hit: impl Fn(usize) -> bool) {
     for b in &table().buckets {
-        let woken: Vec<Waker> = {
+        wake_where(b, |k| k.wrapping_sub(base) < len && hit(k - base));
+    }
+}
+
+/// Wakes the futures of bucket `b` whose key `is` accepts: takes at most
+/// [`BATCH`] wakers per round under the lock, wakes them after it.
+fn wake_where(b: &Mutex<Vec<Entry>>, is: impl Fn(usize) -> bool) {
+    loop {
+        let mut woken: [Option<Waker>; BATCH] = Default::default();
+        let mut n = 0;
+        let more = {
             let mut q = b.lock();
-            let mut out = Vec::new();
             let mut i = 0;
-            while i < q.len() {
-                let k = q[i].key;
-                if k.wrapping_sub(base) < len && hit(k - base) {
-                    out.push(q.swap_remove(i).waker);
+            while i < q.len() && n < BATCH {
+                if is(q[i].key) {
+                    woken[n] = Some(q.swap_remove(i).waker);
+                    n += 1;
                 } else {
                     i += 1;
                 }
             }
-            out
+            n == BATCH && q.iter().any(|e| is(e.key))
         };
-        for w in woken {
-            w.wake();
+        for w in woken.iter_mut().take(n) {
+            if let Some(w) = w.take() {
+                w.wake();
+            }
+        }
+        if !more {
+            return;
         }
     }
 }
