@@ -684,6 +684,7 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
     let g = Geometry {
         page_size: 4096,
         frames: 32,
+        policy: 0,
     };
     let seg = Segment::open(&d, "one", g, None).unwrap();
     std::fs::write(d.join("pagecache.junk"), b"not a cache").unwrap();

@@ -110,6 +110,7 @@ mod size_lock;
 pub(crate) mod sync;
 
 mod frame;
+mod placed;
 mod reclaim;
 #[cfg(not(loom))]
 mod segment;

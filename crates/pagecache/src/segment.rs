@@ -15,6 +15,7 @@
 //!                          stacks over a global one, room for MAX_SHARDS)
 //! TableId::Files           the files by (device, inode) (`cache/
 //!                          file_table.rs`)
+//! TableId::Words           the cache-wide counters (`cache/words.rs`)
 //! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
 //! ```
 //!
@@ -45,6 +46,7 @@
 //! complete (C2), so an attacher needs no wait and no "initialising" state.
 
 use crate::cache::file_table::FileTable;
+use crate::cache::Words;
 use crate::frame::alloc::PerCpuPool;
 use crate::frame::state::FrameDesc;
 use crate::frame::ARENA_SLACK;
@@ -61,7 +63,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -78,6 +80,35 @@ pub struct Geometry {
     pub page_size: u64,
     /// Frames.
     pub frames: u64,
+    /// The replacement policy, by [`Geometry::policy_code`] (0: none
+    /// chosen, as in a segment only tools and tests use).
+    pub policy: u64,
+}
+
+impl Geometry {
+    /// The code of `p` in [`Geometry::policy`] (its place in
+    /// `PolicyKind`, plus one).
+    pub fn policy_code(p: crate::PolicyKind) -> u64 {
+        use crate::PolicyKind::*;
+        match p {
+            S3Fifo => 1,
+            Clock => 2,
+            StrictLru => 3,
+            SmpLru => 4,
+        }
+    }
+}
+
+/// How an error names a [`Geometry::policy`].
+fn policy_name(code: u64) -> String {
+    match code {
+        0 => "no policy".into(),
+        1 => "policy S3Fifo".into(),
+        2 => "policy Clock".into(),
+        3 => "policy StrictLru".into(),
+        4 => "policy SmpLru".into(),
+        c => format!("unknown policy {c}"),
+    }
 }
 
 /// The tables of a segment.
@@ -95,11 +126,13 @@ pub enum TableId {
     Pool = 4,
     /// The files' shared state.
     Files = 5,
+    /// The cache-wide counters (`cache/words.rs`).
+    Words = 6,
 }
 
 /// Tables in a segment; the header has room for [`MAX_TABLES`] (the rest
 /// are zero).
-pub const TABLES: usize = 6;
+pub const TABLES: usize = 7;
 /// Table slots in the header.
 pub const MAX_TABLES: usize = 8;
 
@@ -161,8 +194,8 @@ const _: () = assert!(
     std::mem::offset_of!(Header, version) == 8
         && std::mem::offset_of!(Header, total_len) == 16
         && std::mem::offset_of!(Header, geometry) == 32
-        && std::mem::offset_of!(Header, tables) == 48
-        && std::mem::offset_of!(Header, procs) == 176
+        && std::mem::offset_of!(Header, tables) == 56
+        && std::mem::offset_of!(Header, procs) == 184
 );
 
 /// The offsets of every table for `g` (C1; A1 checks the header's against
@@ -205,6 +238,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         FileTable::bytes() as u64,
         FileTable::align().max(4096) as u64,
     )?;
+    let words = put(
+        std::mem::size_of::<Words>() as u64,
+        std::mem::align_of::<Words>().max(4096) as u64,
+    )?;
     let frames = put(
         g.frames
             .checked_mul(g.page_size)
@@ -217,7 +254,7 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         return Err(bad());
     }
     let mut tables = [Extent::default(); MAX_TABLES];
-    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files]);
+    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files, words]);
     Ok((tables, total))
 }
 
@@ -389,12 +426,14 @@ impl Segment {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
-                        "shared cache {} was created with {} frames of {} bytes; this process asked for {} frames of {} bytes",
+                        "shared cache {} was created with {} frames of {} bytes ({}); this process asked for {} frames of {} bytes ({})",
                         path.display(),
                         g.frames,
                         g.page_size,
+                        policy_name(g.policy),
                         w.frames,
-                        w.page_size
+                        w.page_size,
+                        policy_name(w.policy),
                     ),
                 ));
             }
@@ -487,6 +526,14 @@ impl Segment {
             // SAFETY: the pool's extent, sized by `placed_bytes` and aligned
             // by `layout` to `placed_align`; no one reads it yet.
             unsafe { PerCpuPool::place(seg.table(TableId::Pool), g.frames as usize) };
+            // SAFETY: the words' extent, sized and aligned for them by
+            // `layout`; no one reads it yet.
+            unsafe {
+                seg.table(TableId::Words)
+                    .cast::<Words>()
+                    .as_ptr()
+                    .write(Words::new())
+            };
             Ok(seg)
         })();
         let seg = match r {
@@ -631,7 +678,7 @@ impl Segment {
     /// Tools and tests; a cache opens files through its registry.
     pub fn open_file(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<(u64, bool)> {
         let t = self.file_table();
-        let o = t.open(ident, len, max_len)?;
+        let o = t.open(ident, len, max_len, (0, 0))?;
         Ok((o.slot.id, o.created))
     }
 

@@ -26,6 +26,7 @@ use std::time::Duration;
 const G: Geometry = Geometry {
     page_size: 4096,
     frames: 64,
+    policy: 0,
 };
 
 fn desc(seg: &Segment, f: usize) -> &FrameDesc {
@@ -125,6 +126,7 @@ fn an_attacher_asking_for_another_geometry_is_refused_naming_both() {
         Geometry {
             page_size: 8192,
             frames: 64,
+            policy: 0,
         },
         None,
     )
@@ -168,9 +170,9 @@ fn foreign_short_and_corrupt_files_are_clear_errors() {
     f.set_len(len + 4096).unwrap();
     expect("v", &["in all, the file has"]);
     f.set_len(len).unwrap();
-    // The descriptors' offset moved (the header's tables start at byte 48,
-    // 16 bytes each: the descriptors' offset is at 64).
-    f.write_all_at(&4096u64.to_ne_bytes(), 64).unwrap();
+    // The descriptors' offset moved (the header's tables start at byte 56,
+    // 16 bytes each: the descriptors' offset is at 72).
+    f.write_all_at(&4096u64.to_ne_bytes(), 72).unwrap();
     expect("v", &["not where its geometry puts them"]);
     // Names.
     for bad in ["", "a/b", ".hidden", &"n".repeat(201), "sp ace"] {
@@ -182,14 +184,17 @@ fn foreign_short_and_corrupt_files_are_clear_errors() {
         Geometry {
             page_size: 4095,
             frames: 1,
+            policy: 0,
         },
         Geometry {
             page_size: 4096,
             frames: 0,
+            policy: 0,
         },
         Geometry {
             page_size: 1 << 40,
             frames: 1 << 31,
+            policy: 0,
         },
     ] {
         let e = Segment::open(&d, "geom", g, None).unwrap_err();

@@ -504,7 +504,7 @@ impl GetPage {
             return Some(Poll::Ready(Ok(f)));
         }
         // Relaxed: a hint for reclaim (as `insert_run`).
-        c.filling.fetch_add(1, Ordering::Relaxed);
+        c.words.filling.fetch_add(1, Ordering::Relaxed);
         let fill = c.begin_fill(fs, index, f);
         let latch = self.latch;
         let me = c.me.get().and_then(std::sync::Weak::upgrade);
@@ -588,7 +588,7 @@ impl Inner {
     /// reclaim's count, and F1's event. Context: no sleep.
     pub(crate) fn fills_ended(&self, n: usize) {
         // Release: the pages are unlatched; pairs with `wait_runs`.
-        self.filling.fetch_sub(n, Ordering::Release);
+        self.words.filling.fetch_sub(n, Ordering::Release);
         self.async_frames.event();
     }
 

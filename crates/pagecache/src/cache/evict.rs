@@ -33,6 +33,7 @@
 //! `cache/lookup.rs`. A candidate the evictor could not take goes back to
 //! the policy (`not_evicted`), so a racy policy only costs a retry.
 
+use crate::cache::registry::FileSlot;
 use crate::cache::Inner;
 use crate::error::context;
 use crate::frame::alloc::FrameAllocator;
@@ -127,7 +128,7 @@ impl Inner {
             // leftovers are in the pool for the last try.
             if (scanned >= 2 * pass || empty_rounds >= 2)
                 && patient
-                && self.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+                && self.words.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
             {
                 crate::sync::wait_step(&mut waits);
                 scanned = 0;
@@ -196,7 +197,7 @@ impl Inner {
             cands.clear();
             // Relaxed: a hint for the wait above; the candidates themselves
             // are re-validated by try_evict.
-            self.reclaiming.fetch_add(1, Ordering::Relaxed);
+            self.words.reclaiming.fetch_add(1, Ordering::Relaxed);
             let examined = self
                 .policy
                 .candidates(&self.frames, &mut cands, WANT, urgent);
@@ -237,7 +238,7 @@ impl Inner {
             }
             // Release: the leftovers freed above happen-before a waiter's
             // Acquire RMW that reads this decrement.
-            self.reclaiming.fetch_sub(1, Ordering::Release);
+            self.words.reclaiming.fetch_sub(1, Ordering::Release);
             // Nothing queued at all (every frame pinned, latched, anonymous,
             // or in another reclaimer's batch): see the checks at the top.
             empty_rounds = if examined == 0 && got.is_none() {
@@ -271,13 +272,14 @@ impl Inner {
         }
         // Relaxed: a hint; runs being read end by themselves.
         in_flight |= self
+            .words
             .filling
             .load(crate::sync::unmodelled::Ordering::Relaxed)
             > 0;
         // An RMW: the latest count (as `reclaiming`); Acquire pairs with
         // the remover's Release decrement, so a 0 means its frees are in
         // the pool for the next try.
-        in_flight |= self.freeing.fetch_add(0, Ordering::AcqRel) > 0;
+        in_flight |= self.words.freeing.fetch_add(0, Ordering::AcqRel) > 0;
         (evictable, in_flight)
     }
 
@@ -317,7 +319,7 @@ impl Inner {
         }
         let (owner, index) = d.identity();
         let Some(fs) = self.file_by_id(owner) else {
-            return self.drop_evict_pin(f);
+            return self.evict_borrowed(f, s.is_dirty(), owner, index);
         };
         if s.is_dirty() && defer_dirty_here() {
             // A future's reclaim (the round's plain load saw it clean):
@@ -361,29 +363,9 @@ impl Inner {
                 return self.drop_evict_pin(f);
             }
         }
-        let mut g = fs.tree.lock();
-        // A. freeze from exactly {cache + our pin}, clean and idle.
-        let Ok(frozen) = d.freeze(2) else {
-            drop(g);
-            return self.drop_evict_pin(f);
-        };
-        // Protocol 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
-        crate::sync::fence(Ordering::SeqCst);
-        if g.run_pinned(&self.nodes, index).is_some() {
-            d.unfreeze(frozen);
-            drop(g);
+        if !self.evict_from(&fs, f, index) {
             return self.drop_evict_pin(f);
         }
-        // C. clear the slot (identity was stable under our pin, so it is
-        // ours unless something is badly wrong).
-        let removed = g.remove(&self.nodes, index, f);
-        drop(g);
-        debug_assert!(
-            removed,
-            "frozen page {index} of file {owner} not in its index"
-        );
-        d.reset();
-        self.count(Counter::Evictions);
         // Relaxed: a hint; `release_idle` re-checks under the registry lock.
         if fs.handles.load(Ordering::Relaxed) == 0 {
             // A file whose last close failed to write back: now that its
@@ -391,6 +373,60 @@ impl Inner {
             self.release_idle(&fs);
         }
         Some(f)
+    }
+
+    /// Protocol 5.2 steps A-C for page `index` of `slot` in frame `f`,
+    /// which the caller pinned (`PinKind::Evict`) and found clean: frozen,
+    /// checked against runs, removed from the index, reset. Whether it
+    /// was; if not, the caller still holds its pin. Context: no sleep;
+    /// takes the tree lock.
+    fn evict_from(&self, slot: &FileSlot, f: FrameNo, index: u64) -> bool {
+        let d = self.desc(f);
+        let mut g = slot.tree.lock();
+        // A. freeze from exactly {cache + our pin}, clean and idle.
+        let Ok(frozen) = d.freeze(2) else {
+            return false;
+        };
+        // Protocol 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
+        crate::sync::fence(Ordering::SeqCst);
+        if g.run_pinned(&self.nodes, index).is_some() {
+            d.unfreeze(frozen);
+            return false;
+        }
+        // C. clear the slot (identity was stable under our pin, so it is
+        // ours unless something is badly wrong).
+        let removed = g.remove(&self.nodes, index, f);
+        drop(g);
+        debug_assert!(
+            removed,
+            "frozen page {index} of file {} not in its index",
+            slot.id
+        );
+        d.reset();
+        self.count(Counter::Evictions);
+        true
+    }
+
+    /// A shared cache: the victim `f` (pinned by the caller) is a page of
+    /// file `owner`, which this process does not have open. Clean, it is
+    /// evicted through the file's slot, borrowed from the file table; dirty,
+    /// it stays for a process that has the file open to write back (this
+    /// one has no descriptor of it). Context: as `try_evict`.
+    fn evict_borrowed(&self, f: FrameNo, dirty: bool, owner: u64, index: u64) -> Option<FrameNo> {
+        let t = match self.file_table() {
+            Some(t) if !dirty => t,
+            _ => return self.drop_evict_pin(f),
+        };
+        let Some(slot) = t.borrow(owner) else {
+            return self.drop_evict_pin(f);
+        };
+        let done = self.evict_from(slot, f, index);
+        t.unborrow(owner);
+        if done {
+            Some(f)
+        } else {
+            self.drop_evict_pin(f)
+        }
     }
 
     /// The dirty victim `(index, f)` (pinned by the caller) with up to

@@ -21,6 +21,9 @@
 //! lock, and only read by processes that have it open (or under the lock),
 //! so no one reads a slot while it is remade.
 
+// Under loom only the type is used: no segment exists there.
+#![cfg_attr(loom, allow(dead_code))]
+
 use super::registry::FileSlot;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::UnsafeCell;
@@ -53,6 +56,14 @@ struct Entry {
     /// (L) opens of the file by every process (each `FileShared`, one per
     /// process, counts one).
     opens: AtomicU32,
+    /// (A) borrows of the slot right now ([`FileTable::borrow`]): taken
+    /// under the lock of a LIVE entry, given back without it; the entry
+    /// is not freed while any is held.
+    borrows: AtomicU32,
+    /// (L) the file's change stamp (`BackendFile::change_stamp`) when its
+    /// last open was given back by [`FileTable::close_idle`]: its pages
+    /// are served to the next opener only if the file still has it.
+    stamp: [AtomicU64; 2],
     /// (L while FREE; then shared) the file's slot, valid while LIVE.
     slot: UnsafeCell<MaybeUninit<FileSlot>>,
 }
@@ -137,10 +148,19 @@ impl FileTable {
     }
 
     /// Opens the file `(device, inode)`: its slot, counted one more open;
-    /// made afresh (with `len` and `max_len`) if no process has it open.
-    /// An error if the table is full. Context: no sleep; takes the table
-    /// lock.
-    pub(crate) fn open(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<Opened<'_>> {
+    /// made afresh (with `len` and `max_len`) if no process has it open
+    /// and no idle entry of it has `stamp` (its change stamp now): an idle
+    /// entry (left LIVE by [`FileTable::close_idle`] with no open, its
+    /// pages still cached) of a file that changed since goes CLOSING, its
+    /// pages unreachable by the new slot's id, left to age out. An error if
+    /// the table is full. Context: no sleep; takes the table lock.
+    pub(crate) fn open(
+        &self,
+        ident: (u64, u64),
+        len: u64,
+        max_len: u64,
+        stamp: (u64, u64),
+    ) -> io::Result<Opened<'_>> {
         let _g = self.head().lock.lock();
         let mut free = None;
         for i in 0..MAX_FILES {
@@ -150,14 +170,24 @@ impl FileTable {
                 LIVE => {
                     // SAFETY: LIVE under the lock we hold.
                     let s = unsafe { Self::slot(e) };
-                    if s.ident == ident {
-                        // Relaxed: (L).
-                        e.opens.fetch_add(1, Ordering::Relaxed);
-                        return Ok(Opened {
-                            slot: s,
-                            created: false,
-                        });
+                    if s.ident != ident {
+                        continue;
                     }
+                    // Relaxed (all four): (L).
+                    let idle = e.opens.load(Ordering::Relaxed) == 0;
+                    let same = e.stamp[0].load(Ordering::Relaxed) == stamp.0
+                        && e.stamp[1].load(Ordering::Relaxed) == stamp.1;
+                    if idle && !same {
+                        // Changed behind the cache's back while no one had
+                        // it open: its pages are stale.
+                        e.state.store(CLOSING, Ordering::Relaxed);
+                        continue;
+                    }
+                    e.opens.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Opened {
+                        slot: s,
+                        created: false,
+                    });
                 }
                 FREE => {
                     free.get_or_insert(i);
@@ -230,23 +260,82 @@ impl FileTable {
         Ok(left == 0)
     }
 
+    /// Gives back one open of file `id` (from [`FileTable::open`]), as a
+    /// cache does: the last one anywhere leaves the entry LIVE and idle,
+    /// with `stamp` (the file's change stamp now; `None`: unknown, never
+    /// matched), its pages cached for the next opener of the unchanged
+    /// file (see [`FileTable::open`]). Returns whether it was the last. An
+    /// error if `id` names no open file. Context: no sleep; takes the
+    /// table lock.
+    pub(crate) fn close_idle(&self, id: u64, stamp: Option<(u64, u64)>) -> io::Result<bool> {
+        let _g = self.head().lock.lock();
+        let e = self
+            .entry_of(id)
+            // Relaxed: (L).
+            .filter(|e| {
+                e.state.load(Ordering::Relaxed) == LIVE && e.opens.load(Ordering::Relaxed) > 0
+            })
+            .ok_or_else(|| not_open(id))?;
+        // Relaxed (all): (L).
+        let left = e.opens.load(Ordering::Relaxed) - 1;
+        e.opens.store(left, Ordering::Relaxed);
+        if left == 0 {
+            let (a, b) = stamp.unwrap_or((u64::MAX, u64::MAX));
+            e.stamp[0].store(a, Ordering::Relaxed);
+            e.stamp[1].store(b, Ordering::Relaxed);
+        }
+        Ok(left == 0)
+    }
+
     /// Frees the CLOSING entry of file `id` (after [`FileTable::close`]
     /// returned true and the file's pages are gone; references to its
     /// slot end here). An error if `id` is not CLOSING. Context: no sleep;
     /// takes the table lock.
     pub(crate) fn release(&self, id: u64) -> io::Result<()> {
-        let _g = self.head().lock.lock();
+        let mut g = self.head().lock.lock();
         let e = self
             .entry_of(id)
             // Relaxed: (L).
             .filter(|e| e.state.load(Ordering::Relaxed) == CLOSING)
             .ok_or_else(|| not_open(id))?;
+        // A borrower (another process's reclaim, evicting one clean page:
+        // no I/O, no wait) may still hold the slot; no new one comes now
+        // that the entry is CLOSING. Acquire: pairs with `unborrow`.
+        while e.borrows.load(Ordering::Acquire) != 0 {
+            drop(g);
+            crate::sync::yield_now();
+            g = self.head().lock.lock();
+        }
         // SAFETY: CLOSING: no open is left and no one finds it; the slot
         // is the caller's to drop.
         unsafe { (*e.slot.get()).assume_init_drop() };
         // Relaxed: (L).
         e.state.store(FREE, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The slot of file `id` (LIVE, or CLOSING and still holding pages), held until
+    /// [`FileTable::unborrow`]: for reclaim in a process that does not
+    /// have the file open, which evicts its clean pages through the slot.
+    /// `None` if `id` names no entry. Context: no sleep; takes the table
+    /// lock.
+    pub(crate) fn borrow(&self, id: u64) -> Option<&FileSlot> {
+        let _g = self.head().lock.lock();
+        let e = self.entry_of(id)?;
+        // Relaxed: counted under the lock, which `release` checks it under.
+        e.borrows.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: LIVE under the lock, and not freed while borrowed.
+        Some(unsafe { Self::slot(e) })
+    }
+
+    /// Gives back a [`FileTable::borrow`] of file `id`. Context: any, no
+    /// lock.
+    pub(crate) fn unborrow(&self, id: u64) {
+        if let Some(i) = Self::index_of(id) {
+            // Release: the borrower's uses of the slot before `release`'s
+            // Acquire load frees it.
+            self.entry(i).borrows.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// Opens of the file with id `id` by every process (0 if it is not
@@ -314,7 +403,7 @@ impl std::fmt::Debug for Head {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::sync::futex::{register_region, unregister_region, WaitTable};
@@ -379,10 +468,10 @@ mod tests {
         // SAFETY: zeroed memfd memory of the table's size, page aligned,
         // mapped while `m` lives (longer than the tables).
         let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
-        let x = a.open((8, 100), 4096, 1 << 40).unwrap();
+        let x = a.open((8, 100), 4096, 1 << 40, (0, 0)).unwrap();
         assert!(x.created);
         // The other mapping finds the same slot, length and all.
-        let y = b.open((8, 100), 0, 0).unwrap();
+        let y = b.open((8, 100), 0, 0, (0, 0)).unwrap();
         assert!(!y.created);
         assert_eq!(y.slot.id, x.slot.id);
         assert_eq!(y.slot.len.load(Ordering::Relaxed), 4096);
@@ -390,7 +479,7 @@ mod tests {
         assert_eq!(y.slot.len.load(Ordering::Relaxed), 8192);
         assert_eq!(b.opens(x.slot.id), 2);
         // Another inode is another file.
-        let z = b.open((8, 101), 0, 1 << 40).unwrap();
+        let z = b.open((8, 101), 0, 1 << 40, (0, 0)).unwrap();
         assert!(z.created);
         assert_ne!(z.slot.id, x.slot.id);
         let listed = a.list().unwrap();
@@ -407,7 +496,7 @@ mod tests {
         assert!(!a.close(x.slot.id).unwrap());
         assert!(b.close(y.slot.id).unwrap());
         assert_eq!(a.opens(id), 0);
-        let again = a.open((8, 100), 0, 1 << 40).unwrap();
+        let again = a.open((8, 100), 0, 1 << 40, (0, 0)).unwrap();
         assert!(again.created, "a closing file is not reopened");
         assert_ne!(again.slot.id, id);
         a.release(id).unwrap();
@@ -417,13 +506,47 @@ mod tests {
         assert_eq!(a.list().unwrap().len(), 2);
         assert!(b.close(z.slot.id).unwrap());
         b.release(z.slot.id).unwrap();
-        let w = b.open((9, 1), 0, 1 << 40).unwrap();
+        let w = b.open((9, 1), 0, 1 << 40, (0, 0)).unwrap();
         assert_eq!(
             w.slot.id & ((1 << INDEX_BITS) - 1),
             1,
             "the first entry reused"
         );
         assert_ne!(w.slot.id, id);
+    }
+
+    #[test]
+    fn an_idle_file_is_found_again_unless_its_stamp_changed() {
+        let m = Shared::new();
+        // SAFETY: as above.
+        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
+        let x = a.open((8, 7), 4096, 1 << 40, (11, 4096)).unwrap();
+        let id = x.slot.id;
+        let y = b.open((8, 7), 0, 1 << 40, (99, 1)).unwrap();
+        assert_eq!(y.slot.id, id, "open elsewhere: found whatever its stamp");
+        assert!(!a.close_idle(id, Some((12, 4096))).unwrap());
+        assert!(b.close_idle(id, Some((12, 8192))).unwrap());
+        assert_eq!(
+            a.close_idle(id, None).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        // Idle: listed with no open, found by an opener of the same stamp.
+        assert_eq!(a.list().unwrap()[0].opens, 0);
+        let z = a.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
+        assert!(!z.created);
+        assert_eq!(z.slot.id, id);
+        // Closed again with no stamp known: never matched.
+        assert!(a.close_idle(id, None).unwrap());
+        let w = b.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
+        assert!(w.created, "a stale idle entry is not served");
+        assert_ne!(w.slot.id, id);
+        // The stale entry is CLOSING: borrowed for eviction, then freed.
+        let s = a.borrow(id).unwrap();
+        assert_eq!(s.id, id);
+        a.unborrow(id);
+        a.release(id).unwrap();
+        assert!(a.borrow(id).is_none());
+        assert_eq!(a.list().unwrap().len(), 1);
     }
 
     #[test]
@@ -438,7 +561,7 @@ mod tests {
                     .into_iter()
                     .map(|t| {
                         s.spawn(move || {
-                            let o = t.open(ident, 0, 1 << 40).unwrap();
+                            let o = t.open(ident, 0, 1 << 40, (0, 0)).unwrap();
                             (o.slot.id, o.created)
                         })
                     })
@@ -457,9 +580,9 @@ mod tests {
         // SAFETY: as above.
         let a = unsafe { FileTable::over(m.a) };
         for i in 0..MAX_FILES as u64 {
-            a.open((2, i), 0, 1 << 40).unwrap();
+            a.open((2, i), 0, 1 << 40, (0, 0)).unwrap();
         }
-        let e = a.open((3, 0), 0, 1 << 40).unwrap_err();
+        let e = a.open((3, 0), 0, 1 << 40, (0, 0)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
         assert!(e.to_string().contains("file table is full"), "{e}");
     }

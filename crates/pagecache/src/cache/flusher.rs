@@ -117,7 +117,7 @@ impl Inner {
     #[inline]
     pub(crate) fn dirtied(&self) {
         // Relaxed: a count for thresholds, not a protocol.
-        let n = self.dirty.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.words.dirty.fetch_add(1, Ordering::Relaxed) + 1;
         // Relaxed: hints; a kick too many costs a look.
         if n > self.dirty_limit as isize || !self.flusher.started.load(Ordering::Relaxed) {
             // SeqCst: Dekker's pattern with the flusher going idle
@@ -139,7 +139,7 @@ impl Inner {
     #[inline]
     pub(crate) fn redirtied(&self) {
         // Relaxed: as `dirtied`.
-        self.dirty.fetch_add(1, Ordering::Relaxed);
+        self.words.dirty.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A page of `fs` became dirty: unless the file has a dirty time
@@ -151,7 +151,7 @@ impl Inner {
         // Relaxed: an order for the flusher, which also writes files that
         // have none (last), so a lost race costs order, never data.
         if fs.dirtied_when.load(Ordering::Relaxed) == 0 {
-            let t = self.dirty_seq.fetch_add(1, Ordering::Relaxed);
+            let t = self.words.dirty_seq.fetch_add(1, Ordering::Relaxed);
             let _ = fs
                 .dirtied_when
                 .compare_exchange(0, t, Ordering::Relaxed, Ordering::Relaxed);
@@ -162,13 +162,13 @@ impl Inner {
     #[inline]
     pub(crate) fn cleaned(&self) {
         // Relaxed: as `dirtied`.
-        self.dirty.fetch_sub(1, Ordering::Relaxed);
+        self.words.dirty.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Dirty pages now (a snapshot).
     pub(crate) fn dirty_pages(&self) -> usize {
         // Relaxed: a snapshot.
-        self.dirty.load(Ordering::Relaxed).max(0) as usize
+        self.words.dirty.load(Ordering::Relaxed).max(0) as usize
     }
 
     /// Wakes the flusher, starting it if need be. Context: no sleep but a
@@ -225,11 +225,15 @@ impl Inner {
         // and a patient reclaimer that found nothing else must wait for us,
         // not report `OutOfMemory` (the model check found that window).
         // Relaxed: as reclaim's own increment (`evict.rs`).
-        self.reclaiming.fetch_add(1, crate::sync::Ordering::Relaxed);
+        self.words
+            .reclaiming
+            .fetch_add(1, crate::sync::Ordering::Relaxed);
         let taken = self.write_pinned_for_reclaim(frames);
         // Release: our releases of the pins happen-before a waiter's Acquire
         // RMW that reads this decrement (as reclaim's own).
-        self.reclaiming.fetch_sub(1, crate::sync::Ordering::Release);
+        self.words
+            .reclaiming
+            .fetch_sub(1, crate::sync::Ordering::Release);
         taken
     }
 

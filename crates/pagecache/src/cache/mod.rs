@@ -51,10 +51,10 @@ use crate::frame::{FrameNo, FrameTable};
 use crate::index::NodeArena;
 use crate::io::engine::Engine;
 use crate::io::Backend;
+use crate::placed::Placed;
 use crate::reclaim::Policy;
 use crate::stats::{Counter, Counters};
 use crate::sync::{AtomicU64, AtomicUsize, LockClass, RwLock};
-use crossbeam_utils::CachePadded;
 use std::io;
 use std::sync::{Arc, Weak};
 
@@ -76,7 +76,6 @@ mod miss;
 mod pagelock;
 pub use pagelock::PageLockKind;
 use pagelock::PageLocks;
-#[cfg(not(loom))]
 pub(crate) mod file_table;
 mod registry;
 pub(crate) use registry::{FileShared, Registry, SizeShared};
@@ -87,8 +86,12 @@ pub(crate) use streams::Streams;
 pub use streams::{StreamChoice, StreamReads};
 mod optimistic;
 mod rw;
+mod shared;
 mod truncate;
 mod validate;
+mod words;
+pub(crate) use shared::SharedPart;
+pub(crate) use words::Words;
 mod writeback;
 pub(crate) use writeback::{Pick, Sweep};
 pub use writeback::{WritebackCause, WritebackDecision, WritebackHook, WritebackPage};
@@ -129,28 +132,15 @@ pub(crate) struct Inner {
     deferred: crate::sync::Mutex<Vec<run::Deferred>>,
     /// (A) entries in `deferred` (a run's drop reads it after its fence).
     deferred_n: AtomicUsize,
-    /// (A) reclaimers holding eviction candidates right now: frames in their
-    /// hands are in no policy queue, so an empty queue means "wait", not
-    /// "out of memory", while this is non-zero. A hint.
-    pub(crate) reclaiming: CachePadded<AtomicUsize>,
-    /// (A) truncates and discards removing pages right now: their frames
-    /// are on the way back to the pool (a reclaimer that finds nothing to
-    /// evict waits for them rather than report `OutOfMemory`; a hint read
-    /// by RMW, as `reclaiming`).
-    pub(crate) freeing: AtomicUsize,
     /// (C) page size in bytes, a power of two.
     pub(crate) page_size: usize,
     /// (C) log2 of `page_size`.
     pub(crate) shift: u32,
     /// (C) the asynchronous I/O engine (its own locks, leaves of the order).
     pub(crate) engine: Engine,
-    /// (A) pages of runs (`batch.rs`) inserted and not yet unlatched, read
-    /// synchronously or not: reclaim waits for them rather than report
-    /// `OutOfMemory` (they end by themselves), asynchronous reads start
-    /// only while it is under half the cache, and `validate` waits for 0.
-    pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
-    /// (A) dirty pages (`flusher.rs`); may dip below 0 for a moment.
-    pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
+    /// (A) the cache-wide counters (`words.rs`): on this process's heap,
+    /// or in a shared cache's segment.
+    pub(crate) words: Placed<Words>,
     /// (C) dirty pages down to which the flusher writes once the count is
     /// past the limit (W3, `flusher.rs`).
     pub(crate) dirty_background: usize,
@@ -167,8 +157,6 @@ pub(crate) struct Inner {
     pub(crate) streams: Streams,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
-    /// (A) the dirty sequence: the next `FileShared::dirtied_when`.
-    pub(crate) dirty_seq: crate::sync::unmodelled::AtomicU64,
     /// (C) this cache, for completions that outlive the call that
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
@@ -177,6 +165,21 @@ pub(crate) struct Inner {
     /// Helper threads for futures' work with no asynchronous form
     /// (`sync_async`; a leaf mutex).
     pub(crate) helpers: helpers::Helpers,
+    /// A shared cache's segment and file table (`shared.rs`); `None` for a
+    /// private cache. Last: the tables above may live in the segment, which
+    /// is unmapped when this drops.
+    pub(crate) shared: Option<Arc<SharedPart>>,
+}
+
+/// The tables a cache is made of: this process's own, or a shared cache's
+/// placed in its segment (`shared.rs`).
+pub(crate) struct Tables {
+    frames: FrameTable,
+    nodes: NodeArena,
+    alloc: Pool,
+    policy: Policy,
+    words: Placed<Words>,
+    shared: Option<Arc<SharedPart>>,
 }
 
 /// What every user-facing handle (`PageCache`, `File`, `AnonRegion`) holds:
@@ -222,21 +225,44 @@ impl Inner {
         engine: Engine,
     ) -> io::Result<Inner> {
         let nframes = config.frames()?;
-        let (page_size, pool, policy, page_locks) = (
-            config.page_size,
-            config.pool,
-            config.policy,
-            config.page_locks,
-        );
-        page_locks.check()?;
-        let mut frames = FrameTable::new(nframes, page_size)?;
+        config.page_locks.check()?;
+        let mut frames = FrameTable::new(nframes, config.page_size)?;
         if config.populate {
             frames.populate()?;
         }
         frames.fault_ahead(config.populate);
+        let max_nodes = NodeArena::max_nodes(nframes, config.page_size)?;
+        let tables = Tables {
+            frames,
+            nodes: NodeArena::new(max_nodes)?,
+            alloc: Pool::new(config.pool, nframes),
+            policy: config.policy.build(nframes),
+            words: Placed::new(Words::new()),
+            shared: None,
+        };
+        Self::build(config, backend, engine, tables)
+    }
+
+    /// A cache as `config` says over `tables` (this process's, or a shared
+    /// cache's segment's). Context: any.
+    fn build(
+        config: &crate::Config,
+        backend: Arc<dyn Backend>,
+        engine: Engine,
+        tables: Tables,
+    ) -> io::Result<Inner> {
+        let Tables {
+            frames,
+            nodes,
+            alloc,
+            policy,
+            words,
+            shared,
+        } = tables;
+        let nframes = frames.len();
+        let page_size = config.page_size;
+        let page_locks = config.page_locks;
         let shift = page_size.trailing_zeros();
-        let max_nodes = NodeArena::max_nodes(nframes, page_size)?;
-        let policy = policy.build(nframes);
         // Readahead's largest window in pages: what the user asked for,
         // at most a 32nd of the cache, and at most a quarter of the new
         // pages the policy keeps unreferenced (two windows are in flight,
@@ -263,8 +289,8 @@ impl Inner {
             frames,
             hooks,
             page_locks,
-            nodes: NodeArena::new(max_nodes)?,
-            alloc: Pool::new(pool, nframes),
+            nodes,
+            alloc,
             policy,
             backend,
             counters: Counters::default(),
@@ -276,13 +302,10 @@ impl Inner {
             next_id: AtomicU64::new(1),
             deferred: crate::sync::Mutex::with_class(Vec::new(), LockClass::Other),
             deferred_n: AtomicUsize::new(0),
-            reclaiming: CachePadded::new(AtomicUsize::new(0)),
-            freeing: AtomicUsize::new(0),
             page_size,
             shift,
             engine,
-            filling: CachePadded::new(crate::sync::unmodelled::AtomicUsize::new(0)),
-            dirty: CachePadded::new(crate::sync::unmodelled::AtomicIsize::new(0)),
+            words,
             dirty_background: (nframes * config.dirty_background_percent as usize / 100).max(1),
             dirty_limit: (nframes * config.dirty_limit_percent as usize / 100).max(1),
             dirty_expire: config.dirty_expire,
@@ -290,10 +313,10 @@ impl Inner {
             readahead_max,
             streams: Streams::new(stream_reads, readahead_max << shift),
             stable_writes: config.stable_writes,
-            dirty_seq: crate::sync::unmodelled::AtomicU64::new(1),
             me: std::sync::OnceLock::new(),
             async_frames: Default::default(),
             helpers: Default::default(),
+            shared,
         })
     }
 

@@ -8,6 +8,7 @@
 use super::Inner;
 use crate::index::Tree;
 use crate::io::BackendFile;
+use crate::placed::Placed;
 use crate::size_lock::SizeLock;
 use crate::stats::Counter;
 use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, Witness};
@@ -15,6 +16,7 @@ use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
 /// Proof that the caller holds a file's size lock shared (write-back's
@@ -112,8 +114,12 @@ impl FileSlot {
 /// its descriptors, handles, write-back hook and hints.
 #[derive(Debug)]
 pub(crate) struct FileShared {
-    /// The shared part.
-    slot: Box<FileSlot>,
+    /// The shared part: on the heap, or a shared cache's file table's.
+    slot: Placed<FileSlot>,
+    /// A shared cache's segment, whose file table this holds an open of
+    /// until it drops (then the slot is no longer ours to use: the open
+    /// goes back last, in `Drop`, however long the `Arc` lives).
+    shared: Option<Arc<super::SharedPart>>,
     /// (C) path given at first open, for error messages.
     pub(crate) path: PathBuf,
     /// (C) descriptor used for reads.
@@ -144,6 +150,17 @@ pub(crate) struct FileShared {
     /// yet, 1: no, 2: yes; `Inner::bypasses`): the choice never changes
     /// once made, so it is asked of `Streams` until then only.
     pub(crate) stream_buffered: crate::sync::unmodelled::AtomicU8,
+}
+
+impl Drop for FileShared {
+    fn drop(&mut self) {
+        if let Some(sh) = &self.shared {
+            // The file's stamp now, for the next opener (`None` if it
+            // cannot be had: the pages are then not served again).
+            let stamp = self.read_fd.change_stamp().ok();
+            sh.close_file(self.id, stamp);
+        }
+    }
 }
 
 impl std::ops::Deref for FileShared {
@@ -183,14 +200,32 @@ impl Inner {
             return Ok(fs.clone());
         }
         let len = fd.len()?;
-        // Relaxed: a unique number, published with the file under the lock.
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (slot, id) = match self.file_table() {
+            // A shared cache: the slot every process that has the file open
+            // shares (made here if none has).
+            Some(t) => {
+                let o = t.open(ident, len, fd.max_len(), fd.change_stamp()?)?;
+                let id = o.slot.id;
+                // SAFETY: the slot stays in the segment (which outlives the
+                // registry) until our open is given back (`unregister_idle`),
+                // after the last use through this `FileShared`.
+                (unsafe { Placed::at(NonNull::from(o.slot)) }, id)
+            }
+            None => {
+                // Relaxed: a unique number, published with the file under
+                // the lock.
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let slot = Placed::new(FileSlot::new(id, ident, len, fd.max_len()));
+                (slot, id)
+            }
+        };
         let write_fd = OnceLock::new();
         if writable {
             let _ = write_fd.set(fd.clone());
         }
         let fs = Arc::new(FileShared {
-            slot: Box::new(FileSlot::new(id, ident, len, fd.max_len())),
+            slot,
+            shared: self.shared.clone(),
             path: path.to_path_buf(),
             read_fd: fd,
             write_fd,
@@ -299,9 +334,11 @@ impl Inner {
         if fs.handles.load(Ordering::Relaxed) != 0 {
             return false; // reopened meanwhile
         }
-        // With no handle, pages can be dirtied only by nobody: the check is
-        // for write-back races (a failed eviction write-back re-dirties).
-        // A page under write-back is clean now but dirty again if the write
+        // With no handle, pages can be dirtied only by nobody (in a shared
+        // cache, other processes may: we keep the file while we see dirty
+        // pages, so that eviction here can write them): the check is for
+        // write-back races (a failed eviction write-back re-dirties). A
+        // page under write-back is clean now but dirty again if the write
         // fails: wait for the writer (the flusher or eviction) to finish;
         // it releases the file then. With no handle nothing new can be
         // dirtied, so once the count is 0 `has_dirty` is the last word.
@@ -322,6 +359,17 @@ impl Inner {
         }
         let was = reg.by_id.remove(&fs.id).is_some();
         drop(reg);
+        // (`forget` of a file another process has open drops nothing: its
+        // pages are that process's too.)
+        if fs.shared.is_some()
+            && (!discard || self.file_table().is_some_and(|t| t.opens(fs.id) > 1))
+        {
+            // A shared cache keeps the pages of a file no process here has
+            // open: others may, and the next opener of the unchanged file
+            // finds them (`FileTable::open`); reclaim in any process evicts
+            // them. Our open of the slot goes back when `fs` drops.
+            return was;
+        }
         // Orphaning clears DIRTY: with `discard` that is the point.
         self.remove_pages_from(fs, 0);
         // A discard finds the entry gone when the flusher or eviction

@@ -77,7 +77,7 @@ impl Inner {
         // in the pool (or queued for a run): a reclaimer that finds every
         // frame busy meanwhile waits for these instead of failing.
         // Relaxed: a hint; the reclaimer reads it by RMW and rescans.
-        self.freeing.fetch_add(1, Ordering::Relaxed);
+        self.words.freeing.fetch_add(1, Ordering::Relaxed);
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
         let mut deferred = Vec::new();
@@ -115,7 +115,7 @@ impl Inner {
         self.defer_frees(deferred);
         // Release: the frees above happen-before a reclaimer's Acquire RMW
         // that reads this decrement (its next alloc finds them).
-        self.freeing.fetch_sub(1, Ordering::Release);
+        self.words.freeing.fetch_sub(1, Ordering::Release);
     }
 
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last

@@ -10,6 +10,7 @@ impl Inner {
     pub(crate) fn wait_runs(&self) {
         // Acquire: pairs with `complete_run`'s Release decrement.
         while self
+            .words
             .filling
             .load(crate::sync::unmodelled::Ordering::Acquire)
             > 0

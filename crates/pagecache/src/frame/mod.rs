@@ -57,6 +57,10 @@ mod arena {
         page_size: usize,
         page_shift: u32,
         descs: Descs,
+        /// Whether the arena and the descriptors live in memory someone
+        /// else maps (a shared cache's segment): never unmapped here, never
+        /// faulted ahead (`fault_ahead` is then a no-op).
+        placed: bool,
         /// Faults the arena in ahead of use (`None`: small, populated, or
         /// under loom or Miri). Dropped before the arena is unmapped.
         ahead: Option<super::ahead::FaultAhead>,
@@ -169,6 +173,8 @@ mod arena {
     struct Descs {
         ptr: NonNull<FrameDesc>,
         len: usize,
+        /// In memory someone else maps: not unmapped here.
+        placed: bool,
     }
 
     impl std::ops::Deref for Descs {
@@ -182,6 +188,9 @@ mod arena {
 
     impl Drop for Descs {
         fn drop(&mut self) {
+            if self.placed {
+                return;
+            }
             // SAFETY: unmapping exactly the mapping made in `FrameTable::new`;
             // FrameDesc has no destructor.
             unsafe {
@@ -232,14 +241,54 @@ mod arena {
                 descs: Descs {
                     ptr: dptr,
                     len: nframes,
+                    placed: false,
                 },
+                placed: false,
                 ahead: None,
             })
+        }
+
+        /// The table over `nframes` frames of `page_size` bytes at `base`
+        /// (then [`super::ARENA_SLACK`] bytes of zeros) and their
+        /// descriptors at `descs`: a shared cache's (`segment.rs`).
+        ///
+        /// # Safety
+        ///
+        /// Both are mapped, readable and writable while the table lives
+        /// (it never unmaps them); `base` is page-aligned; the descriptors
+        /// are initialised (`FrameDesc::new`, or in use by processes that
+        /// follow the same protocols); both are reached only through tables.
+        #[cfg(not(loom))]
+        pub unsafe fn over(
+            base: NonNull<u8>,
+            descs: NonNull<FrameDesc>,
+            nframes: usize,
+            page_size: usize,
+        ) -> Self {
+            debug_assert!(page_size.is_power_of_two());
+            FrameTable {
+                base,
+                map_len: nframes * page_size,
+                page_size,
+                page_shift: page_size.trailing_zeros(),
+                descs: Descs {
+                    ptr: descs,
+                    len: nframes,
+                    placed: true,
+                },
+                placed: true,
+                ahead: None,
+            }
         }
 
         /// Starts faulting the arena in ahead of use (`frame::ahead`),
         /// unless `populated` at creation. Context: at cache creation.
         pub fn fault_ahead(&mut self, populated: bool) {
+            if self.placed {
+                // Other processes' frames: the helper may write the pages
+                // it faults.
+                return;
+            }
             self.ahead = super::ahead::FaultAhead::new(self.base.as_ptr(), self.map_len, populated);
         }
 
@@ -304,6 +353,13 @@ mod arena {
                 }
             }
             for off in (0..self.map_len).step_by(4096) {
+                if self.placed {
+                    // Other processes may use these frames: a read faults
+                    // the shared page in without writing it.
+                    // SAFETY: in bounds of the arena, mapped readable.
+                    unsafe { std::ptr::read_volatile(self.base.as_ptr().add(off)) };
+                    continue;
+                }
                 // SAFETY: in bounds of the arena; no frame is in use yet (the
                 // caller's context), so nothing else accesses these bytes,
                 // which hold zero already (a fresh anonymous mapping).
@@ -395,6 +451,9 @@ mod arena {
         fn drop(&mut self) {
             // The helper first: it faults pages of the arena in.
             drop(self.ahead.take());
+            if self.placed {
+                return;
+            }
             // SAFETY: unmapping exactly the mapping made in `new` (frames
             // and slack); no reference into it outlives the table (pins
             // borrow the cache).

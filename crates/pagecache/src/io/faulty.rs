@@ -208,6 +208,10 @@ impl BackendFile for FaultyFile {
         self.inner.identity()
     }
 
+    fn change_stamp(&self) -> io::Result<(u64, u64)> {
+        self.inner.change_stamp()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let len = self.read_len(buf.len())?;
         self.inner.read_at(&mut buf[..len], offset)

@@ -50,6 +50,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 pub trait BackendFile: Send + Sync + std::fmt::Debug {
     /// `(device, inode)`: handles with the same identity share cached pages.
     fn identity(&self) -> io::Result<(u64, u64)>;
+    /// What changes whenever the file's contents change: the inode's
+    /// change time in nanoseconds and the length. A shared cache keeps the
+    /// pages of a file no process has open and serves them to the next
+    /// opener only if this is what it was at the last close. The default,
+    /// `(0, len)`, sees only length changes: backends whose files others
+    /// may change without a length change should override it.
+    fn change_stamp(&self) -> io::Result<(u64, u64)> {
+        Ok((0, self.len()?))
+    }
     /// One positioned read (`pread`); may be short, 0 at end of file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// One positioned scattered read (`preadv`); may be short, 0 at end of

@@ -231,6 +231,14 @@ impl BackendFile for PosixFile {
         Ok((m.dev(), m.ino()))
     }
 
+    fn change_stamp(&self) -> io::Result<(u64, u64)> {
+        let m = self.file.metadata()?;
+        let ns = (m.ctime() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(m.ctime_nsec() as u64);
+        Ok((ns, m.len()))
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if let Some(d) = self.direct() {
             if aligned(offset as usize) && aligned(buf.len()) && aligned(buf.as_ptr() as usize) {

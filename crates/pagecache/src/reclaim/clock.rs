@@ -5,6 +5,7 @@
 
 use super::{examine, ReplacementPolicy, Verdict};
 use crate::frame::{FrameNo, FrameTable};
+use crate::placed::Placed;
 use crate::sync::{AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -12,15 +13,31 @@ use crossbeam_utils::CachePadded;
 pub const CLAIM: usize = 32;
 
 /// CLOCK (second chance) over the frame array.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Clock {
-    hand: CachePadded<AtomicUsize>,
+    hand: Placed<CachePadded<AtomicUsize>>,
 }
 
 impl Clock {
     /// A policy for `frames` frames.
     pub fn new(_frames: usize) -> Clock {
-        Clock::default()
+        Clock {
+            hand: Placed::new(CachePadded::new(AtomicUsize::new(0))),
+        }
+    }
+
+    /// A policy whose hand is the word at `hand` (a shared cache's,
+    /// `cache/words.rs`).
+    ///
+    /// # Safety
+    ///
+    /// As [`Placed::at`].
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) unsafe fn at(hand: std::ptr::NonNull<CachePadded<AtomicUsize>>) -> Clock {
+        Clock {
+            // SAFETY: the caller's.
+            hand: unsafe { Placed::at(hand) },
+        }
     }
 }
 

@@ -1,0 +1,163 @@
+//! A cache shared by processes (`PageCache::shared`): the same `Inner` as a
+//! private cache, its tables placed in a segment (`segment.rs`) instead of
+//! this process's memory: the frames and their descriptors, the index
+//! nodes, the free-frame pool, the cache-wide words and the CLOCK hand, and
+//! the file table through which every process finds a file's shared state
+//! by (device, inode). What stays with the process: its descriptors of the
+//! files, its I/O engine and flusher, its statistics.
+
+#[cfg(not(loom))]
+pub(crate) use imp::SharedPart;
+
+/// Never made under loom (segments are not modelled).
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) enum SharedPart {}
+
+#[cfg(not(loom))]
+mod imp {
+    use super::super::file_table::FileTable;
+    use super::super::{Inner, Tables, Words};
+    use crate::frame::alloc::{PerCpuPool, Pool};
+    use crate::frame::state::FrameDesc;
+    use crate::frame::FrameTable;
+    use crate::index::NodeArena;
+    use crate::io::engine::Engine;
+    use crate::io::Backend;
+    use crate::placed::Placed;
+    use crate::reclaim::Clock;
+    use crate::segment::{Geometry, Segment, TableId};
+    use std::io;
+    use std::path::Path;
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+
+    /// What a shared cache's `Inner` holds beyond a private one's.
+    #[derive(Debug)]
+    pub(crate) struct SharedPart {
+        /// The files by (device, inode), in the segment.
+        pub(crate) files: FileTable,
+        /// The segment (attached while this lives). Last: unmapped when it
+        /// drops.
+        pub(crate) seg: Segment,
+    }
+
+    impl Inner {
+        /// The cache named `name` in `dir`, created as `config` says if it
+        /// does not exist, else attached to (its creator's geometry and
+        /// policy must be `config`'s). `group`: a group whose members may
+        /// attach too. Context: any.
+        pub(crate) fn shared(
+            config: &crate::Config,
+            backend: Arc<dyn Backend>,
+            engine: Engine,
+            dir: &Path,
+            name: &str,
+            group: Option<u32>,
+        ) -> io::Result<Inner> {
+            let nframes = config.frames()?;
+            let unsupported = |what: String| {
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("shared cache {name:?}: {what}"),
+                )
+            };
+            if config.policy != crate::PolicyKind::Clock {
+                return Err(unsupported(format!(
+                    "policy {:?} cannot be shared yet; use PolicyKind::Clock",
+                    config.policy
+                )));
+            }
+            if config.pool != crate::frame::alloc::PoolKind::PerCpu {
+                return Err(unsupported(format!(
+                    "pool {:?} cannot be shared; use PoolKind::PerCpu",
+                    config.pool
+                )));
+            }
+            if config.page_locks != crate::PageLockKind::Bits {
+                return Err(unsupported(format!(
+                    "page locks {:?} cannot be shared; use PageLockKind::Bits",
+                    config.page_locks
+                )));
+            }
+            let g = Geometry {
+                page_size: config.page_size as u64,
+                frames: nframes as u64,
+                policy: Geometry::policy_code(config.policy),
+            };
+            let seg = Segment::open(dir, name, g, group)?;
+            let max_nodes = NodeArena::max_nodes(nframes, config.page_size)?;
+            // Each table below is its extent in the mapping, which `seg`
+            // keeps until it drops, after them (`Inner::shared` is the last
+            // field, and `FileShared`s hold it too); sized and aligned for
+            // it by the segment's layout, initialised by its creator (C1);
+            // reached only through these tables, by every process alike.
+            // SAFETY: the frames and descriptors, as above.
+            let frames = unsafe {
+                FrameTable::over(
+                    seg.table(TableId::Frames),
+                    seg.table(TableId::Descs).cast::<FrameDesc>(),
+                    nframes,
+                    config.page_size,
+                )
+            };
+            if config.populate {
+                frames.populate()?;
+            }
+            // SAFETY: the node arena, as above.
+            let nodes = unsafe { NodeArena::over(seg.table(TableId::Nodes), max_nodes) };
+            // SAFETY: the pool, as above (its head is checked on attach).
+            let pool = unsafe { PerCpuPool::over(seg.table(TableId::Pool), nframes)? };
+            let alloc = Pool::PerCpu(pool);
+            // SAFETY: the words, as above.
+            let words: Placed<Words> = unsafe { Placed::at(seg.table(TableId::Words).cast()) };
+            // SAFETY: the hand is in the words, which live as long.
+            let policy = Box::new(unsafe { Clock::at(NonNull::from(&words.clock_hand)) });
+            // SAFETY: the file table, as above (all zeros when the segment
+            // was made: an empty table).
+            let files = unsafe { FileTable::over(seg.table(TableId::Files)) };
+            let tables = Tables {
+                frames,
+                nodes,
+                alloc,
+                policy,
+                words,
+                shared: Some(Arc::new(SharedPart { files, seg })),
+            };
+            Self::build(config, backend, engine, tables)
+        }
+
+        /// A shared cache's segment file.
+        pub(crate) fn shared_path(&self) -> Option<&Path> {
+            self.shared.as_ref().map(|s| s.seg.path())
+        }
+
+        /// The file table, for a shared cache.
+        #[inline]
+        pub(crate) fn file_table(&self) -> Option<&FileTable> {
+            self.shared.as_ref().map(|s| &s.files)
+        }
+    }
+}
+
+#[cfg(loom)]
+impl super::Inner {
+    /// Never a shared cache under loom.
+    #[inline]
+    pub(crate) fn file_table(&self) -> Option<&super::file_table::FileTable> {
+        None
+    }
+}
+
+impl SharedPart {
+    /// Gives back an open of file `id` (`FileShared`'s drop).
+    pub(crate) fn close_file(&self, id: u64, stamp: Option<(u64, u64)>) {
+        #[cfg(not(loom))]
+        let _ = self.files.close_idle(id, stamp);
+        #[cfg(loom)]
+        {
+            let _ = (id, stamp);
+            match *self {}
+        }
+    }
+}

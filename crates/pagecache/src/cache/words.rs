@@ -1,0 +1,50 @@
+//! The cache-wide counters every thread of every process using the cache
+//! updates: in one block, each on a line of its own, so that a shared
+//! cache keeps them in its segment (`segment.rs`, `TableId::Words`) and a
+//! private one on its heap, reached alike through [`Inner::words`].
+//!
+//! [`Inner::words`]: super::Inner
+
+use crate::sync::AtomicUsize;
+use crossbeam_utils::CachePadded;
+
+/// The cache-wide words (see the module docs).
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct Words {
+    /// (A) pages of runs (`batch.rs`) inserted and not yet unlatched, read
+    /// synchronously or not: reclaim waits for them rather than report
+    /// `OutOfMemory` (they end by themselves), asynchronous reads start
+    /// only while it is under half the cache, and `validate` waits for 0.
+    pub(crate) filling: CachePadded<crate::sync::unmodelled::AtomicUsize>,
+    /// (A) dirty pages (`flusher.rs`); may dip below 0 for a moment.
+    pub(crate) dirty: CachePadded<crate::sync::unmodelled::AtomicIsize>,
+    /// (A) reclaimers holding eviction candidates right now: frames in their
+    /// hands are in no policy queue, so an empty queue means "wait", not
+    /// "out of memory", while this is non-zero. A hint.
+    pub(crate) reclaiming: CachePadded<AtomicUsize>,
+    /// (A) truncates and discards removing pages right now: their frames
+    /// are on the way back to the pool (a reclaimer that finds nothing to
+    /// evict waits for them rather than report `OutOfMemory`; a hint read
+    /// by RMW, as `reclaiming`).
+    pub(crate) freeing: CachePadded<AtomicUsize>,
+    /// (A) the dirty sequence: the next `FileShared::dirtied_when`.
+    pub(crate) dirty_seq: CachePadded<crate::sync::unmodelled::AtomicU64>,
+    /// (A) the CLOCK policy's hand (`reclaim/clock.rs`), when it is the
+    /// policy.
+    pub(crate) clock_hand: CachePadded<AtomicUsize>,
+}
+
+impl Words {
+    /// The words of a new cache.
+    pub(crate) fn new() -> Words {
+        Words {
+            filling: Default::default(),
+            dirty: Default::default(),
+            reclaiming: CachePadded::new(AtomicUsize::new(0)),
+            freeing: CachePadded::new(AtomicUsize::new(0)),
+            dirty_seq: CachePadded::new(crate::sync::unmodelled::AtomicU64::new(1)),
+            clock_hand: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! A cache shared by processes (`PageCache::shared`): pages one process
+//! wrote and has not synced are read by another through the same cache;
+//! a page the other wrote is read back by the first; reclaim in a process
+//! evicts clean pages of a file only another process has open; a file
+//! closed everywhere keeps its pages for the next opener unless it changed
+//! meanwhile; a later process asking for another geometry or a policy not
+//! shared yet gets a clear error.
+//!
+//! The second process is this test binary again, running the ignored
+//! `child` entry with its role in the environment. Caches are made in a
+//! fresh directory per test (not `/dev/shm`). Background write-back is
+//! off: the tests decide when pages are written.
+#![cfg(not(loom))]
+
+mod common;
+use common::{reap, spawn_child, TempDir};
+use pagecache::{Config, PageCache, PolicyKind, SharedOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+const PS: usize = 4096;
+
+fn config(frames: usize) -> Config {
+    Config {
+        capacity: frames * PS,
+        policy: PolicyKind::Clock,
+        dirty_background_percent: 100,
+        dirty_limit_percent: 100,
+        dirty_expire: std::time::Duration::MAX,
+        readahead_max: 0,
+        ..Config::default()
+    }
+}
+
+fn shared(dir: &Path, frames: usize) -> PageCache {
+    PageCache::shared_with(
+        "t",
+        config(frames),
+        &SharedOptions {
+            dir: Some(dir.to_path_buf()),
+            group: None,
+        },
+    )
+    .unwrap()
+}
+
+/// Page `i`'s bytes as written by `who`.
+fn page(who: u8, i: u64) -> Vec<u8> {
+    (0..PS).map(|b| who ^ (i as u8) ^ (b as u8)).collect()
+}
+
+fn check(f: &pagecache::File, who: u8, i: u64) {
+    let mut buf = vec![0u8; PS];
+    f.read_at(&mut buf, i * PS as u64).unwrap();
+    assert!(buf == page(who, i), "page {i} is not {who}'s");
+}
+
+fn spawn(role: &str, dir: &Path, file: &Path) -> std::process::Child {
+    spawn_child(&[
+        ("PC_SHARED_ROLE", role),
+        ("PC_SHARED_DIR", dir.to_str().unwrap()),
+        ("PC_SHARED_FILE", file.to_str().unwrap()),
+    ])
+}
+
+#[test]
+#[ignore = "run by the tests in a second process"]
+fn child() {
+    let role = std::env::var("PC_SHARED_ROLE").unwrap();
+    let dir = PathBuf::from(std::env::var("PC_SHARED_DIR").unwrap());
+    let file = PathBuf::from(std::env::var("PC_SHARED_FILE").unwrap());
+    match role.as_str() {
+        "read-then-write" => {
+            let c = shared(&dir, 64);
+            // Another path to the same file: the same pages.
+            let alias = dir.join("alias");
+            std::fs::hard_link(&file, &alias).unwrap();
+            let f = c.open(&alias).unwrap();
+            for i in 0..4 {
+                check(&f, 1, i);
+            }
+            assert_eq!(c.stats().misses, 0, "every page was the other process's");
+            f.write_at(&page(2, 4), 4 * PS as u64).unwrap();
+            assert_eq!(f.len(), 5 * PS as u64);
+        }
+        "read-other-file" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            for round in 0..3 {
+                for i in 0..100 {
+                    check(&f, 3, i);
+                }
+                let _ = round;
+            }
+        }
+        r => panic!("unknown role {r}"),
+    }
+}
+
+#[test]
+fn pages_one_process_wrote_are_read_by_another_without_a_sync() {
+    let td = TempDir::new("shared-rw");
+    let path = td.path("f");
+    std::fs::write(&path, b"").unwrap();
+    let c = shared(&td.0, 64);
+    assert_eq!(c.shared_path(), Some(td.0.join("pagecache.t").as_path()));
+    let f = c.open(&path).unwrap();
+    for i in 0..4 {
+        f.write_at(&page(1, i), i * PS as u64).unwrap();
+    }
+    // Nothing on disk yet: only the cache holds them.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    let st = reap(spawn("read-then-write", &td.0, &path));
+    assert!(st.success(), "child: {st:?}");
+    // The child's page, and the length it made.
+    assert_eq!(f.len(), 5 * PS as u64);
+    check(&f, 2, 4);
+    for i in 0..4 {
+        check(&f, 1, i);
+    }
+    f.sync().unwrap();
+    let disk = std::fs::File::open(&path).unwrap();
+    for i in 0..5u64 {
+        let mut b = vec![0u8; PS];
+        disk.read_exact_at(&mut b, i * PS as u64).unwrap();
+        assert!(b == page(if i == 4 { 2 } else { 1 }, i), "page {i} on disk");
+    }
+}
+
+#[test]
+fn reclaim_evicts_clean_pages_of_a_file_open_only_in_another_process() {
+    let td = TempDir::new("shared-evict");
+    let (a, b) = (td.path("a"), td.path("b"));
+    let fill = |p: &Path, who: u8, n: u64| {
+        let data: Vec<u8> = (0..n).flat_map(|i| page(who, i)).collect();
+        std::fs::write(p, data).unwrap();
+    };
+    fill(&a, 4, 48);
+    fill(&b, 3, 100);
+    let c = shared(&td.0, 64);
+    let fa = c.open(&a).unwrap();
+    for i in 0..48 {
+        check(&fa, 4, i);
+    }
+    // The child reads a file larger than the cache: it can only go on by
+    // evicting our pages, whose file it does not have open.
+    let st = reap(spawn("read-other-file", &td.0, &b));
+    assert!(st.success(), "child: {st:?}");
+    for i in 0..48 {
+        check(&fa, 4, i);
+    }
+    assert!(
+        c.stats().misses > 48,
+        "some of ours were evicted and read again"
+    );
+}
+
+#[test]
+fn a_closed_file_keeps_its_pages_for_the_next_opener_unless_it_changed() {
+    let td = TempDir::new("shared-idle");
+    let path = td.path("f");
+    let data: Vec<u8> = (0..8).flat_map(|i| page(5, i)).collect();
+    std::fs::write(&path, &data).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    for i in 0..8 {
+        check(&f, 5, i);
+    }
+    drop(f);
+    let misses = c.stats().misses;
+    let f = c.open(&path).unwrap();
+    for i in 0..8 {
+        check(&f, 5, i);
+    }
+    assert_eq!(c.stats().misses, misses, "kept while no one had it open");
+    drop(f);
+    // Changed behind the cache's back: its pages are not served again.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&page(6, 2), 2 * PS as u64)
+        .unwrap();
+    let f = c.open(&path).unwrap();
+    check(&f, 6, 2);
+    check(&f, 5, 3);
+}
+
+#[test]
+fn a_later_process_asking_for_another_cache_gets_a_clear_error() {
+    let td = TempDir::new("shared-mismatch");
+    let _c = shared(&td.0, 64);
+    let opts = SharedOptions {
+        dir: Some(td.0.clone()),
+        group: None,
+    };
+    let e = PageCache::shared_with("t", config(128), &opts).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("128 frames"), "{e}");
+    let e = PageCache::shared_with(
+        "u",
+        Config {
+            policy: PolicyKind::S3Fifo,
+            ..config(64)
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+    assert!(e.to_string().contains("PolicyKind::Clock"), "{e}");
+    assert!(!td.0.join("pagecache.u").exists());
+}
