@@ -48,8 +48,9 @@
 // `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
 // `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
 // `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
-// takes the call for a latched page).
-#define PC_ABI_VERSION 14
+// takes the call for a latched page; 15: `pc_cache_open_shared`,
+// `pc_cache_remove_shared`).
+#define PC_ABI_VERSION 15
 
 // The `hint` of a pin that holds no page of a file (an anonymous page,
 // a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
@@ -446,6 +447,35 @@ const char *pc_last_error(void);
 // Pointer arguments are NULL (`-EINVAL`) or valid as described above;
 // handles come from this library and are not yet freed or closed.
 int pc_cache_new(const struct pc_config *config, struct pc_cache **out_cache);
+
+// Creates or attaches to the cache shared by processes under `name` (a
+// NUL-terminated name of letters, digits, `-`, `_` and `.`), with its
+// segment in `dir` (NULL: `/dev/shm`), and stores it in `*out`. Created
+// as `config` says (NULL: the defaults) if no process has made it yet,
+// readable and writable by this user only; else attached to, and then
+// `config`'s capacity and page size must be its creator's (`-EINVAL`
+// naming both otherwise). Every process that opens the same file
+// through it shares one copy of the file's pages. Shared caches use the
+// CLOCK policy. Free it with `pc_cache_free` as any cache (the segment
+// stays for other processes; `pc_cache_remove_shared` removes it once
+// none is attached). (Added in ABI 15.)
+//
+// # Safety
+// Pointer arguments are NULL (`-EINVAL`, but `config` and `dir`) or valid
+// as described above.
+int pc_cache_open_shared(const char *name,
+                         const char *dir,
+                         const struct pc_config *config,
+                         struct pc_cache **out_cache);
+
+// Removes the shared cache `name` from `dir` (NULL: `/dev/shm`) if no
+// live process is attached to it (`-EBUSY` naming them otherwise,
+// `-ENOENT` if there is none). (Added in ABI 15.)
+//
+// # Safety
+// `name` is NUL-terminated (NULL: `-EINVAL`); `dir` NULL or
+// NUL-terminated.
+int pc_cache_remove_shared(const char *name, const char *dir);
 
 // Frees a cache handle (NULL: nothing). Files still open keep working,
 // and the cache's memory and threads go when the last of them closes.

@@ -14,10 +14,12 @@
 #include <sys/epoll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures = 0;
 static const char *dir;
+static const char *self_exe;
 
 #define EXPECT(cond)                                                      \
   do {                                                                    \
@@ -1262,12 +1264,93 @@ static void test_queue_epoll(void) {
   OK(pc_cache_free(c));
 }
 
+static pc_cache *shared_cache(void) {
+  pc_config cfg;
+  pc_cache *c = NULL;
+  OK(pc_config_default(&cfg));
+  cfg.capacity = 64 * PS;
+  /* No background write-back: the test decides when pages are written. */
+  cfg.dirty_background_percent = 100;
+  cfg.dirty_limit_percent = 100;
+  cfg.dirty_expire_ms = UINT32_MAX;
+  OK(pc_cache_open_shared("ctest", dir, &cfg, &c));
+  return c;
+}
+
+/* The second process of test_shared_cache (this binary, exec'd with
+ * "--shared-child DIR"): reads the parent's unsynced page, writes page 1. */
+static int shared_child(void) {
+  pc_cache *c = shared_cache();
+  pc_file *f = NULL;
+  char p[512];
+  unsigned char b[PS];
+  size_t n = 0;
+  pc_stats st;
+  path_of(p, "shared.bin");
+  OK(pc_file_open(c, p, PC_READ | PC_WRITE, &f));
+  OK(pc_file_read_at(f, b, PS, 0, &n));
+  EXPECT(n == PS && b[0] == 'p' && b[PS - 1] == 'p');
+  OK(pc_cache_stats(c, &st));
+  EXPECT(st.misses == 0);
+  memset(b, 'c', PS);
+  OK(pc_file_write_at(f, b, PS, PS));
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+  return failures ? 1 : 0;
+}
+
+static void test_shared_cache(void) {
+  pc_cache *c = shared_cache();
+  pc_file *f = open_new(c, "shared.bin");
+  unsigned char b[PS];
+  size_t n = 0, len = 0;
+  uint64_t flen = 0;
+  pc_config cfg;
+  pc_cache *other = NULL;
+  memset(b, 'p', PS);
+  OK(pc_file_write_at(f, b, PS, 0));
+  /* Another process reads it before any sync, and writes page 1. */
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(self_exe, self_exe, "--shared-child", dir, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  EXPECT(pid > 0 && waitpid(pid, &status, 0) == pid);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  OK(pc_file_len(f, &flen));
+  EXPECT(flen == 2 * PS);
+  OK(pc_file_read_at(f, b, PS, PS, &n));
+  EXPECT(n == PS && b[0] == 'c' && b[PS - 1] == 'c');
+  OK(pc_file_sync(f));
+  unsigned char *disk = read_disk("shared.bin", &len);
+  EXPECT(len == 2 * PS && disk && disk[0] == 'p' && disk[PS] == 'c');
+  free(disk);
+  /* Another geometry: refused, naming both. */
+  OK(pc_config_default(&cfg));
+  cfg.capacity = 128 * PS;
+  EXPECT(pc_cache_open_shared("ctest", dir, &cfg, &other) == -EINVAL);
+  EXPECT(strstr(pc_last_error(), "128 frames") != NULL);
+  EXPECT(pc_cache_open_shared(NULL, dir, NULL, &other) == -EINVAL);
+  /* In use: not removed. */
+  EXPECT(pc_cache_remove_shared("ctest", dir) == -EBUSY);
+  OK(pc_file_close(f));
+  OK(pc_cache_free(c));
+  OK(pc_cache_remove_shared("ctest", dir));
+  EXPECT(pc_cache_remove_shared("ctest", dir) == -ENOENT);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
     return 2;
   }
+  if (argc == 3 && strcmp(argv[1], "--shared-child") == 0) {
+    dir = argv[2];
+    return shared_child();
+  }
   dir = argv[1];
+  self_exe = argv[0];
   test_version_and_defaults();
   test_bad_config();
   test_null_and_bad_arguments();
@@ -1292,6 +1375,7 @@ int main(int argc, char **argv) {
   test_threads();
   test_queue_epoll();
   test_last_error_is_per_thread();
+  test_shared_cache();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -2,7 +2,7 @@
 
 use crate::config::{pc_config, to_config};
 use crate::error::{arg, guard, invalid, out};
-use pagecache::{Config, PageCache};
+use pagecache::{Config, PageCache, PolicyKind, SharedOptions};
 use std::ffi::{c_char, c_int, CStr};
 use std::os::unix::ffi::OsStrExt;
 
@@ -93,6 +93,89 @@ pub unsafe extern "C" fn pc_cache_new(
         unsafe { o.write(Box::into_raw(Box::new(pc_cache { cache }))) };
         Ok(())
     })
+}
+
+/// Creates or attaches to the cache shared by processes under `name` (a
+/// NUL-terminated name of letters, digits, `-`, `_` and `.`), with its
+/// segment in `dir` (NULL: `/dev/shm`), and stores it in `*out`. Created
+/// as `config` says (NULL: the defaults) if no process has made it yet,
+/// readable and writable by this user only; else attached to, and then
+/// `config`'s capacity and page size must be its creator's (`-EINVAL`
+/// naming both otherwise). Every process that opens the same file
+/// through it shares one copy of the file's pages. Shared caches use the
+/// CLOCK policy. Free it with `pc_cache_free` as any cache (the segment
+/// stays for other processes; `pc_cache_remove_shared` removes it once
+/// none is attached). (Added in ABI 15.)
+///
+/// # Safety
+/// Pointer arguments are NULL (`-EINVAL`, but `config` and `dir`) or valid
+/// as described above.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_open_shared(
+    name: *const c_char,
+    dir: *const c_char,
+    config: *const pc_config,
+    out_cache: *mut *mut pc_cache,
+) -> c_int {
+    guard("pc_cache_open_shared", || {
+        let o = out(out_cache, "pc_cache_open_shared", "out")?;
+        // SAFETY: null or NUL-terminated (the contract).
+        let (name, dir) = unsafe { name_and_dir(name, dir, "pc_cache_open_shared") }?;
+        // SAFETY: null or a valid pc_config (the caller's contract).
+        let cfg = match unsafe { config.as_ref() } {
+            Some(c) => to_config(c)?,
+            None => Config::default(),
+        };
+        let cfg = Config {
+            policy: PolicyKind::Clock,
+            ..cfg
+        };
+        let cache = PageCache::shared_with(&name, cfg, &SharedOptions { dir, group: None })?;
+        // SAFETY: non-null; the caller's contract: writable.
+        unsafe { o.write(Box::into_raw(Box::new(pc_cache { cache }))) };
+        Ok(())
+    })
+}
+
+/// Removes the shared cache `name` from `dir` (NULL: `/dev/shm`) if no
+/// live process is attached to it (`-EBUSY` naming them otherwise,
+/// `-ENOENT` if there is none). (Added in ABI 15.)
+///
+/// # Safety
+/// `name` is NUL-terminated (NULL: `-EINVAL`); `dir` NULL or
+/// NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn pc_cache_remove_shared(name: *const c_char, dir: *const c_char) -> c_int {
+    guard("pc_cache_remove_shared", || {
+        // SAFETY: null or NUL-terminated (the contract).
+        let (name, dir) = unsafe { name_and_dir(name, dir, "pc_cache_remove_shared") }?;
+        PageCache::remove_shared(&name, dir.as_deref())
+    })
+}
+
+/// A shared cache's name and directory from C strings.
+///
+/// # Safety
+/// Each is null or NUL-terminated.
+unsafe fn name_and_dir(
+    name: *const c_char,
+    dir: *const c_char,
+    what: &str,
+) -> std::io::Result<(String, Option<std::path::PathBuf>)> {
+    if name.is_null() {
+        return Err(invalid(format!("{what}: name is NULL")));
+    }
+    // SAFETY: non-null and NUL-terminated (the contract).
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| invalid(format!("{what}: name is not UTF-8")))?
+        .to_owned();
+    let dir = (!dir.is_null()).then(|| {
+        // SAFETY: non-null and NUL-terminated (the contract).
+        let d = unsafe { CStr::from_ptr(dir) };
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(d.to_bytes()))
+    });
+    Ok((name, dir))
 }
 
 /// Frees a cache handle (NULL: nothing). Files still open keep working,

@@ -87,8 +87,9 @@ pub use run::*;
 /// `pc_page_optimistic_fast`, `PC_STATE_UPTODATE`, `PC_STATE_ACCESSED`,
 /// `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
 /// `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
-/// takes the call for a latched page).
-pub const PC_ABI_VERSION: u32 = 14;
+/// takes the call for a latched page; 15: `pc_cache_open_shared`,
+/// `pc_cache_remove_shared`).
+pub const PC_ABI_VERSION: u32 = 15;
 
 /// The `hint` of a pin that holds no page of a file (an anonymous page,
 /// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`

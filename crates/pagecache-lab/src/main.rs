@@ -103,8 +103,9 @@ fn shared(args: &[String]) -> ExitCode {
                 .collect::<String>(),
             Err(e) => format!("\n  files: {e}"),
         };
+        let (used, dirty) = seg.frames_in_use();
         Ok(format!(
-            "{} frames of {} bytes ({:.1} MiB mapped), created by {}, {live} live process(es) attached{}{files}",
+            "{} frames of {} bytes ({:.1} MiB mapped; {used} in use, {dirty} dirty), created by {}, {live} live process(es) attached{}{files}",
             g.frames,
             g.page_size,
             seg.mapped_bytes() as f64 / (1 << 20) as f64,

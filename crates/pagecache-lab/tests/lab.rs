@@ -691,7 +691,10 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
     let me = std::process::id().to_string();
     let (code, s, _) = out(lab(&["shared", "--dir", ds]));
     assert_eq!(code, Some(0));
-    assert!(s.contains("one: 32 frames of 4096 bytes"), "{s}");
+    assert!(
+        s.contains("one: 32 frames of 4096 bytes") && s.contains("0 in use, 0 dirty"),
+        "{s}"
+    );
     assert!(
         s.contains(&format!("1 live process(es) attached: {me}")),
         "{s}"
@@ -715,6 +718,42 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
         "{s}"
     );
     assert!(seg.close_file(id).unwrap());
+    // A cache using it: its frames in use and dirty.
+    {
+        let c = pagecache::PageCache::shared_with(
+            "two",
+            pagecache::Config {
+                capacity: 64 * 4096,
+                policy: pagecache::PolicyKind::Clock,
+                dirty_background_percent: 100,
+                dirty_limit_percent: 100,
+                dirty_expire: std::time::Duration::MAX,
+                ..pagecache::Config::default()
+            },
+            &pagecache::SharedOptions {
+                dir: Some(d.clone()),
+                group: None,
+            },
+        )
+        .unwrap();
+        let f = c
+            .open_with(
+                d.join("data"),
+                pagecache::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true),
+            )
+            .unwrap();
+        f.write_at(&[7u8; 3 * 4096], 0).unwrap();
+        let (code, s, _) = out(lab(&["shared", "two", "--dir", ds]));
+        assert_eq!(code, Some(0));
+        assert!(s.contains("3 in use, 3 dirty"), "{s}");
+        assert!(s.contains("12288 byte(s), open in 1 process(es)"), "{s}");
+        drop(f);
+        drop(c);
+        pagecache::PageCache::remove_shared("two", Some(&d)).unwrap();
+    }
     // In use: refused, naming this process.
     let (code, _, e) = out(lab(&["shared", "one", "--remove", "--dir", ds]));
     assert_eq!(code, Some(1));

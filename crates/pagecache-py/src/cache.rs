@@ -50,37 +50,7 @@ impl PageCache {
         populate: bool,
         stream_reads: &str,
     ) -> PyResult<Self> {
-        // Seconds a page may stay dirty before background write-back writes
-        // it; None: never by age.
-        let dirty_expire = match dirty_expire {
-            None => std::time::Duration::MAX,
-            Some(s) => std::time::Duration::try_from_secs_f64(s).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "dirty_expire must be a number of seconds >= 0 or None, not {s}"
-                ))
-            })?,
-        };
-        let stream_reads = match stream_reads {
-            "direct" => StreamReads::Direct,
-            "buffered" => StreamReads::Buffered,
-            "measure" => StreamReads::Measure,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "stream_reads must be 'direct', 'buffered' or 'measure', not {other:?}"
-                )))
-            }
-        };
-        let io_engine = match io_engine {
-            "auto" => IoEngine::Auto,
-            "uring" => IoEngine::Uring,
-            "threads" => IoEngine::Threads,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "io_engine must be 'auto', 'uring' or 'threads', not {other:?}"
-                )))
-            }
-        };
-        let config = Config {
+        let config = make_config(
             capacity,
             page_size,
             direct_io,
@@ -92,14 +62,86 @@ impl PageCache {
             stable_writes,
             populate,
             stream_reads,
-            ..Config::default()
-        };
+        )?;
         let cache = py
             .detach(|| pagecache::PageCache::new(config))
             .map_err(os_err)?;
         Ok(PageCache {
             cache: ManuallyDrop::new(cache),
         })
+    }
+
+    /// The cache shared by processes under `name`: created with these
+    /// settings if no process has made it yet, else attached to (its
+    /// capacity and page size must then be its creator's: OSError, errno
+    /// EINVAL, naming both, otherwise). Every process that opens the same file through it
+    /// shares one copy of its pages (`multiprocessing` workers, pre-forked
+    /// servers). The segment lives in `dir` (default "/dev/shm"), readable
+    /// and writable by this user only unless `group` (a group id) is given.
+    /// Shared caches use the CLOCK policy.
+    #[staticmethod]
+    #[pyo3(signature = (name, capacity = 256 << 20, page_size = 4096, *, dir = None,
+        group = None, direct_io = true, io_engine = "auto", readahead_max = 2 << 20,
+        dirty_background_percent = 10, dirty_limit_percent = 30, dirty_expire = Some(30.0),
+        stable_writes = false, populate = false, stream_reads = "measure"))]
+    #[allow(clippy::too_many_arguments)]
+    fn shared(
+        py: Python<'_>,
+        name: &str,
+        capacity: usize,
+        page_size: usize,
+        dir: Option<std::path::PathBuf>,
+        group: Option<u32>,
+        direct_io: bool,
+        io_engine: &str,
+        readahead_max: usize,
+        dirty_background_percent: u32,
+        dirty_limit_percent: u32,
+        dirty_expire: Option<f64>,
+        stable_writes: bool,
+        populate: bool,
+        stream_reads: &str,
+    ) -> PyResult<Self> {
+        let config = Config {
+            policy: pagecache::PolicyKind::Clock,
+            ..make_config(
+                capacity,
+                page_size,
+                direct_io,
+                io_engine,
+                readahead_max,
+                dirty_background_percent,
+                dirty_limit_percent,
+                dirty_expire,
+                stable_writes,
+                populate,
+                stream_reads,
+            )?
+        };
+        let opts = pagecache::SharedOptions { dir, group };
+        let cache = py
+            .detach(|| pagecache::PageCache::shared_with(name, config, &opts))
+            .map_err(os_err)?;
+        Ok(PageCache {
+            cache: ManuallyDrop::new(cache),
+        })
+    }
+
+    /// Removes the shared cache `name` from `dir` (default "/dev/shm") if
+    /// no live process is attached to it (OSError otherwise).
+    #[staticmethod]
+    #[pyo3(signature = (name, dir = None))]
+    fn remove_shared(py: Python<'_>, name: &str, dir: Option<std::path::PathBuf>) -> PyResult<()> {
+        py.detach(|| pagecache::PageCache::remove_shared(name, dir.as_deref()))
+            .map_err(os_err)
+    }
+
+    /// The segment file of a shared cache, or None for a private one.
+    #[getter]
+    fn shared_path(&self) -> Option<String> {
+        self.cache
+            .shared_path()
+            .map(|p| p.to_string_lossy().into_owned())
     }
 
     /// Opens `path` through the cache. `mode`: "r" (read), "r+" (read and
@@ -232,4 +274,65 @@ impl PageCache {
             self.io_engine()
         )
     }
+}
+
+/// A `Config` from the Python arguments (`PageCache()`, `PageCache.shared`).
+#[allow(clippy::too_many_arguments)]
+fn make_config(
+    capacity: usize,
+    page_size: usize,
+    direct_io: bool,
+    io_engine: &str,
+    readahead_max: usize,
+    dirty_background_percent: u32,
+    dirty_limit_percent: u32,
+    dirty_expire: Option<f64>,
+    stable_writes: bool,
+    populate: bool,
+    stream_reads: &str,
+) -> PyResult<Config> {
+    // Seconds a page may stay dirty before background write-back writes
+    // it; None: never by age.
+    let dirty_expire = match dirty_expire {
+        None => std::time::Duration::MAX,
+        Some(s) => std::time::Duration::try_from_secs_f64(s).map_err(|_| {
+            PyValueError::new_err(format!(
+                "dirty_expire must be a number of seconds >= 0 or None, not {s}"
+            ))
+        })?,
+    };
+    let stream_reads = match stream_reads {
+        "direct" => StreamReads::Direct,
+        "buffered" => StreamReads::Buffered,
+        "measure" => StreamReads::Measure,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "stream_reads must be 'direct', 'buffered' or 'measure', not {other:?}"
+            )))
+        }
+    };
+    let io_engine = match io_engine {
+        "auto" => IoEngine::Auto,
+        "uring" => IoEngine::Uring,
+        "threads" => IoEngine::Threads,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "io_engine must be 'auto', 'uring' or 'threads', not {other:?}"
+            )))
+        }
+    };
+    Ok(Config {
+        capacity,
+        page_size,
+        direct_io,
+        io_engine,
+        readahead_max,
+        dirty_background_percent,
+        dirty_limit_percent,
+        dirty_expire,
+        stable_writes,
+        populate,
+        stream_reads,
+        ..Config::default()
+    })
 }

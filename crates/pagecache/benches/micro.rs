@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::Rng;
+
 const PS: usize = 4096;
 
 struct Opts {
@@ -33,53 +36,25 @@ struct Opts {
 }
 
 fn parse() -> Opts {
-    let mut o = Opts {
-        file_bytes: 1 << 30,
-        runs: 5,
-        dur: Duration::from_millis(400),
-        only: None,
-    };
+    let (mut base, mut only) = (common::Base::default(), None);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--quick" => {
-                o.file_bytes = 64 << 20;
-                o.runs = 3;
-                o.dur = Duration::from_millis(150);
-            }
-            "--runs" => {
-                i += 1;
-                o.runs = args[i].parse().expect("--runs N");
-            }
-            "--file-mib" => {
-                i += 1;
-                o.file_bytes = args[i].parse::<u64>().expect("--file-mib N") << 20;
-            }
-            "--ms" => {
-                i += 1;
-                o.dur = Duration::from_millis(args[i].parse().expect("--ms N"));
-            }
             "--only" => {
                 i += 1;
-                o.only = Some(args[i].clone());
+                only = Some(args[i].clone());
             }
-            "--bench" => {}
+            _ if base.take(&args, &mut i, 150) => {}
             other => panic!("unknown argument {other}"),
         }
         i += 1;
     }
-    o
-}
-
-struct Rng(u64);
-impl Rng {
-    #[inline]
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+    Opts {
+        file_bytes: base.file_bytes,
+        runs: base.runs,
+        dur: base.dur,
+        only,
     }
 }
 

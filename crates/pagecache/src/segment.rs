@@ -696,6 +696,22 @@ impl Segment {
         Ok(last)
     }
 
+    /// Frames holding a page now, and of those the dirty ones (a snapshot
+    /// of every descriptor's state word: no lock, so a dead process's locks
+    /// do not stop it). Tools.
+    pub fn frames_in_use(&self) -> (u64, u64) {
+        let d = self.table(TableId::Descs).cast::<FrameDesc>();
+        let (mut used, mut dirty) = (0, 0);
+        for i in 0..self.geometry().frames as usize {
+            // SAFETY: in bounds of the descriptors' table, initialised by
+            // the creator, alive as long as the mapping.
+            let s = unsafe { &*d.as_ptr().add(i) }.snapshot();
+            used += u64::from(s.refs() > 0);
+            dirty += u64::from(s.is_dirty());
+        }
+        (used, dirty)
+    }
+
     /// Opens of file `id` by every process (0: not open).
     pub fn file_opens(&self, id: u64) -> u32 {
         self.file_table().opens(id)

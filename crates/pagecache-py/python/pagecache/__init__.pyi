@@ -37,6 +37,39 @@ class PageCache:
         sequential streams are read: direct, through the kernel's cache
         without keeping its copy, or (the default) each device's faster of
         the two, measured (see ``pagecache::StreamReads``)."""
+    @staticmethod
+    def shared(
+        name: str,
+        capacity: int = 256 << 20,
+        page_size: int = 4096,
+        *,
+        dir: str | PathLike[str] | None = None,
+        group: int | None = None,
+        direct_io: bool = True,
+        io_engine: Literal["auto", "uring", "threads"] = "auto",
+        readahead_max: int = 2 << 20,
+        dirty_background_percent: int = 10,
+        dirty_limit_percent: int = 30,
+        dirty_expire: float | None = 30.0,
+        stable_writes: bool = False,
+        populate: bool = False,
+        stream_reads: Literal["direct", "buffered", "measure"] = "measure",
+    ) -> PageCache:
+        """The cache shared by processes under ``name``: created with these
+        settings if no process has made it yet, else attached to (its
+        capacity and page size must then be its creator's: ``OSError``,
+        errno ``EINVAL``, naming both, otherwise). Every process that opens
+        the same file through it shares one copy of its pages. The segment
+        lives in ``dir`` (default ``/dev/shm``), readable and writable by
+        this user only unless ``group`` (a group id) is given. Shared
+        caches use the CLOCK policy."""
+    @staticmethod
+    def remove_shared(name: str, dir: str | PathLike[str] | None = None) -> None:
+        """Removes the shared cache ``name`` if no live process is attached
+        to it (``OSError`` otherwise)."""
+    @property
+    def shared_path(self) -> str | None:
+        """The segment file of a shared cache; ``None`` for a private one."""
     def open(
         self,
         path: str | PathLike[str],
