@@ -31,6 +31,11 @@ fn main() -> ExitCode {
         Some("compare") => compare(&args[1..]),
         Some("device") => device(&args[1..]),
         Some("shared") => shared(&args[1..]),
+        // A reader of the `processes` scenario (not for users).
+        Some("__reader") => match scenarios::processes::reader(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format!("reader: {e}"), 1),
+        },
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

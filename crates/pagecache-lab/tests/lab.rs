@@ -783,3 +783,46 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn processes_share_one_copy_through_a_shared_cache() {
+    // The scenario spawns the lab's binary; this test binary finds it
+    // beside its own directory (`target/*/pagecache`).
+    let tables = (scenarios::find("processes").unwrap().run)(&tiny()).unwrap();
+    let t = &tables[0];
+    assert_eq!(
+        t.columns,
+        [
+            "design",
+            "processes",
+            "GiB/s cold",
+            "GiB/s warm",
+            "memory MiB",
+            "device MiB read",
+            "vs 1 process"
+        ]
+    );
+    assert_eq!(t.rows.len(), 8, "4 designs x 2 process counts");
+    let mem = |r: usize| -> f64 { t.cell(r, "memory MiB").unwrap().parse().unwrap() };
+    // Two readers of the 8 MiB file: one copy in a shared cache (its
+    // memory as one reader's, give or take the second process's own
+    // few MiB), two in private caches.
+    assert_eq!(
+        t.cell(1, "design"),
+        Some("pagecache shared by the processes")
+    );
+    assert_eq!(t.cell(1, "processes"), Some("2"));
+    assert_eq!(t.cell(3, "design"), Some("pagecache, one per process"));
+    assert!(
+        mem(3) - mem(2) > 6.0,
+        "a second private cache holds a second copy: {t:?}"
+    );
+    assert!(
+        mem(1) - mem(0) < mem(3) - mem(2),
+        "a second process on the shared cache adds less than a copy: {t:?}"
+    );
+    for r in 0..8 {
+        let cold: f64 = t.cell(r, "GiB/s cold").unwrap().parse().unwrap();
+        assert!(cold > 0.0, "{t:?}");
+    }
+}

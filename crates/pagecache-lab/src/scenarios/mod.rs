@@ -12,6 +12,7 @@ pub mod out_of_memory;
 pub mod own_part;
 pub mod page_fault1;
 pub mod page_lock;
+pub mod processes;
 pub mod same_file;
 pub mod same_page;
 pub mod tpcc;
@@ -59,6 +60,11 @@ pub const ALL: &[Scenario] = &[
         name: "same-page",
         about: "will-it-scale pread2: threads read one page; optimistic vs pinned reads vs the kernel's pread",
         run: same_page::run,
+    },
+    Scenario {
+        name: "processes",
+        about: "one cache for many processes: N processes (the --threads counts up to 8) read every page of one file, cold; a cache shared by the processes vs a private cache each vs the kernel's pread and mmap; rate, memory (PSS summed), device reads",
+        run: processes::run,
     },
     Scenario {
         name: "out-of-memory",

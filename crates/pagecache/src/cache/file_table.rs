@@ -7,7 +7,10 @@
 //! ```text
 //! Head     the table lock (a futex mutex, 5.10), the next generation
 //! entries  MAX_FILES x Entry: state (FREE / LIVE / CLOSING), opens (one
-//!          per process that has the file open), the FileSlot
+//!          per process that has the file open), borrows, the change
+//!          stamp of an idle file
+//! slots    MAX_FILES x FileSlot, apart: a scan of the entries never
+//!          touches the slots of entries not in use
 //! ```
 //!
 //! All zeros is an empty table. Opening, closing and finding a file by id
@@ -64,9 +67,14 @@ struct Entry {
     /// last open was given back by [`FileTable::close_idle`]: its pages
     /// are served to the next opener only if the file still has it.
     stamp: [AtomicU64; 2],
-    /// (L while FREE; then shared) the file's slot, valid while LIVE.
-    slot: UnsafeCell<MaybeUninit<FileSlot>>,
 }
+
+/// An entry's slot, in an array of their own after the entries: a scan of
+/// the entries (every open) reads 32 bytes per entry, and the slots of
+/// entries never used stay untouched, so shared memory never gives them
+/// pages.
+#[repr(C)]
+struct Slot(UnsafeCell<MaybeUninit<FileSlot>>);
 
 /// A file table over memory of [`FileTable::bytes`] bytes (see module
 /// docs).
@@ -74,6 +82,7 @@ struct Entry {
 pub(crate) struct FileTable {
     head: NonNull<Head>,
     entries: NonNull<Entry>,
+    slots: NonNull<Slot>,
 }
 
 // SAFETY: the table is reached through its lock and atomics; slots are
@@ -94,12 +103,17 @@ pub(crate) struct Opened<'a> {
 impl FileTable {
     /// Bytes a table takes.
     pub(crate) fn bytes() -> usize {
-        Self::entries_at() + MAX_FILES * std::mem::size_of::<Entry>()
+        Self::slots_at() + MAX_FILES * std::mem::size_of::<Slot>()
     }
 
     /// Alignment a table needs.
     pub(crate) fn align() -> usize {
         std::mem::align_of::<Head>().max(std::mem::align_of::<Entry>())
+    }
+
+    fn slots_at() -> usize {
+        (Self::entries_at() + MAX_FILES * std::mem::size_of::<Entry>())
+            .next_multiple_of(std::mem::align_of::<Slot>().max(4096))
     }
 
     fn entries_at() -> usize {
@@ -120,6 +134,8 @@ impl FileTable {
             entries: unsafe {
                 NonNull::new_unchecked(base.as_ptr().add(Self::entries_at()).cast())
             },
+            // SAFETY: inside the caller's memory.
+            slots: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::slots_at()).cast()) },
         }
     }
 
@@ -141,10 +157,19 @@ impl FileTable {
     ///
     /// `e` is LIVE, and stays so while the result is used (the caller holds
     /// an open of it, or the table lock).
-    unsafe fn slot(e: &Entry) -> &FileSlot {
+    unsafe fn slot(&self, e: &Entry) -> &FileSlot {
         // SAFETY: LIVE entries hold an initialised slot (made under the
         // lock before the state became LIVE).
-        unsafe { (*e.slot.get()).assume_init_ref() }
+        unsafe { (*self.cell(e)).assume_init_ref() }
+    }
+
+    /// Entry `e`'s slot's place.
+    fn cell(&self, e: &Entry) -> *mut MaybeUninit<FileSlot> {
+        let i = (e as *const Entry as usize - self.entries.as_ptr() as usize)
+            / std::mem::size_of::<Entry>();
+        assert!(i < MAX_FILES);
+        // SAFETY: in bounds of the slots' array.
+        unsafe { (*self.slots.as_ptr().add(i)).0.get() }
     }
 
     /// Opens the file `(device, inode)`: its slot, counted one more open;
@@ -169,7 +194,7 @@ impl FileTable {
             match e.state.load(Ordering::Relaxed) {
                 LIVE => {
                     // SAFETY: LIVE under the lock we hold.
-                    let s = unsafe { Self::slot(e) };
+                    let s = unsafe { self.slot(e) };
                     if s.ident != ident {
                         continue;
                     }
@@ -206,7 +231,7 @@ impl FileTable {
         let gen = self.head().gens.fetch_add(1, Ordering::Relaxed) + 1;
         let id = (gen << INDEX_BITS) | (i as u64 + 1);
         // SAFETY: a FREE entry, under the lock: no one reads its slot.
-        unsafe { (*e.slot.get()).write(FileSlot::new(id, ident, len, max_len)) };
+        unsafe { (*self.cell(e)).write(FileSlot::new(id, ident, len, max_len)) };
         // Relaxed: (L); the slot is published to other processes by the
         // lock's release (they find it under the lock) and to this
         // process's threads by the `FileShared` that holds it.
@@ -214,7 +239,7 @@ impl FileTable {
         e.state.store(LIVE, Ordering::Relaxed);
         Ok(Opened {
             // SAFETY: LIVE now, and we hold the open just counted.
-            slot: unsafe { Self::slot(e) },
+            slot: unsafe { self.slot(e) },
             created: true,
         })
     }
@@ -233,7 +258,7 @@ impl FileTable {
         let st = e.state.load(Ordering::Relaxed);
         // SAFETY: LIVE or CLOSING entries hold an initialised slot; under
         // the lock nobody remakes it.
-        (st != FREE && unsafe { Self::slot(e) }.id == id).then_some(e)
+        (st != FREE && unsafe { self.slot(e) }.id == id).then_some(e)
     }
 
     /// Gives back one open of file `id` (from [`FileTable::open`]). Returns
@@ -308,7 +333,7 @@ impl FileTable {
         }
         // SAFETY: CLOSING: no open is left and no one finds it; the slot
         // is the caller's to drop.
-        unsafe { (*e.slot.get()).assume_init_drop() };
+        unsafe { (*self.cell(e)).assume_init_drop() };
         // Relaxed: (L).
         e.state.store(FREE, Ordering::Relaxed);
         Ok(())
@@ -325,7 +350,7 @@ impl FileTable {
         // Relaxed: counted under the lock, which `release` checks it under.
         e.borrows.fetch_add(1, Ordering::Relaxed);
         // SAFETY: LIVE under the lock, and not freed while borrowed.
-        Some(unsafe { Self::slot(e) })
+        Some(unsafe { self.slot(e) })
     }
 
     /// Gives back a [`FileTable::borrow`] of file `id`. Context: any, no
@@ -383,7 +408,7 @@ impl FileTable {
             // Relaxed: (L).
             if e.state.load(Ordering::Relaxed) == LIVE {
                 // SAFETY: LIVE under the lock.
-                let s = unsafe { Self::slot(e) };
+                let s = unsafe { self.slot(e) };
                 out.push(Listed {
                     ident: s.ident,
                     id: s.id,

@@ -285,6 +285,16 @@ impl Inner {
         } else {
             StreamReads::Direct
         };
+        // A shared cache measures each device once for all its processes.
+        let streams = match &shared {
+            Some(_) => {
+                // SAFETY: the board is in the words, which live as long as
+                // the cache (in its segment, or on its heap).
+                let board = unsafe { Placed::at(std::ptr::NonNull::from(&*words.streams)) };
+                Streams::with_board(stream_reads, readahead_max << shift, board)
+            }
+            None => Streams::new(stream_reads, readahead_max << shift),
+        };
         Ok(Inner {
             frames,
             hooks,
@@ -311,7 +321,7 @@ impl Inner {
             dirty_expire: config.dirty_expire,
             flusher: Default::default(),
             readahead_max,
-            streams: Streams::new(stream_reads, readahead_max << shift),
+            streams,
             stable_writes: config.stable_writes,
             me: std::sync::OnceLock::new(),
             async_frames: Default::default(),

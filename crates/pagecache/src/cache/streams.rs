@@ -117,6 +117,89 @@ pub(crate) struct Streams {
     /// Per device (`st_dev`). A leaf lock, held for a few loads and
     /// stores.
     devices: Mutex<HashMap<u64, Device>>,
+    /// A shared cache's board (`cache/words.rs`): each device is measured
+    /// by one process, whose choice the others then take; `None` for a
+    /// private cache.
+    board: Option<crate::placed::Placed<StreamBoard>>,
+}
+
+/// Devices a shared cache's board has room for (more are measured by
+/// every process on its own).
+pub(crate) const BOARD_DEVICES: usize = 8;
+
+/// A shared cache's stream choices, one slot per device: its `st_dev` plus
+/// one (0: a free slot), then its state: the measuring process's pid times
+/// 4 plus 1 while measured, 2 once direct is chosen, 3 once buffered is.
+/// A slot is claimed by a CAS of its device word, then its state is
+/// stored; a slot seen claimed with no state yet is being measured
+/// elsewhere. Slots are never freed: a device's choice holds for the
+/// cache's life, as in a private cache.
+#[derive(Debug, Default)]
+#[repr(C)]
+pub(crate) struct StreamBoard {
+    slots: [(
+        crate::sync::unmodelled::AtomicU64,
+        crate::sync::unmodelled::AtomicU64,
+    ); BOARD_DEVICES],
+}
+
+/// What a board says about a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Board {
+    /// Chosen (buffered or not), by whichever process measured it.
+    Chosen(bool),
+    /// Another process measures it: read direct, measure nothing.
+    Elsewhere,
+    /// This process measures it (or the board is full).
+    Ours,
+}
+
+impl StreamBoard {
+    /// The board's word on `dev`, claiming its slot if no process has.
+    fn claim(&self, dev: u64) -> Board {
+        self.claim_as(dev, u64::from(std::process::id()))
+    }
+
+    /// `claim` by process `me`.
+    fn claim_as(&self, dev: u64, me: u64) -> Board {
+        use crate::sync::unmodelled::Ordering::{AcqRel, Acquire, Release};
+        for (d, st) in &self.slots {
+            // Acquire: pairs with the claim's CAS and the state's store.
+            let mut k = d.load(Acquire);
+            if k == 0 {
+                match d.compare_exchange(0, dev + 1, AcqRel, Acquire) {
+                    Ok(_) => {
+                        st.store(me << 2 | 1, Release);
+                        return Board::Ours;
+                    }
+                    Err(now) => k = now,
+                }
+            }
+            if k != dev + 1 {
+                continue;
+            }
+            // Acquire: pairs with the Release stores of the state.
+            let v = st.load(Acquire);
+            return match v & 3 {
+                2 => Board::Chosen(false),
+                3 => Board::Chosen(true),
+                1 if v >> 2 == me => Board::Ours,
+                _ => Board::Elsewhere,
+            };
+        }
+        Board::Ours
+    }
+
+    /// Publishes the choice this process made for `dev`.
+    fn publish(&self, dev: u64, buffered: bool) {
+        use crate::sync::unmodelled::Ordering::{Acquire, Release};
+        for (d, st) in &self.slots {
+            if d.load(Acquire) == dev + 1 {
+                st.store(2 | u64::from(buffered), Release);
+                return;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -213,6 +296,20 @@ impl Streams {
             min_bytes: PROBE_MIN_BYTES.min(readahead_max.max(1)),
             probe_bytes: PROBE_WINDOWS as u64 * readahead_max.max(PROBE_MIN_BYTES),
             devices: Mutex::new(HashMap::new()),
+            board: None,
+        }
+    }
+
+    /// As `new`, each device measured once for every process of a shared
+    /// cache through `board`.
+    pub(crate) fn with_board(
+        mode: StreamReads,
+        readahead_max: u64,
+        board: crate::placed::Placed<StreamBoard>,
+    ) -> Streams {
+        Streams {
+            board: Some(board),
+            ..Self::new(mode, readahead_max)
         }
     }
 
@@ -245,6 +342,14 @@ impl Streams {
             StreamReads::Buffered => Ok(true),
             StreamReads::Measure => {
                 let devices = self.devices.lock();
+                let local = devices.get(&dev).and_then(|d| d.choice);
+                if let (None, Some(b)) = (local, &self.board) {
+                    match b.claim(dev) {
+                        Board::Chosen(c) => return Ok(c),
+                        Board::Elsewhere => return Err(false),
+                        Board::Ours => {}
+                    }
+                }
                 match devices.get(&dev) {
                     Some(d) => d.choice.ok_or(d.side[0].enough(self.probe_bytes)),
                     None => Err(false),
@@ -256,6 +361,19 @@ impl Streams {
     fn measure(&self, dev: u64, bytes: u64, any_size: bool) -> Window {
         let mut devices = self.devices.lock();
         let d = devices.entry(dev).or_default();
+        if let (None, Some(b)) = (d.choice, &self.board) {
+            match b.claim(dev) {
+                Board::Chosen(c) => d.choice = Some(c),
+                // Another process measures it: direct meanwhile.
+                Board::Elsewhere => {
+                    return Window {
+                        buffered: false,
+                        probe: None,
+                    }
+                }
+                Board::Ours => {}
+            }
+        }
         if let Some(buffered) = d.choice {
             return Window {
                 buffered,
@@ -335,7 +453,11 @@ impl Streams {
         side.bytes += bytes;
         side.last = Some(side.last.map_or(now, |l| l.max(now)));
         if d.side.iter().all(|s| s.enough(self.probe_bytes)) {
-            d.choice = Some(decide(&d.side[0], &d.side[1]));
+            let c = decide(&d.side[0], &d.side[1]);
+            d.choice = Some(c);
+            if let Some(b) = &self.board {
+                b.publish(p.dev, c);
+            }
         }
     }
 
@@ -428,6 +550,25 @@ mod tests {
         }
         let c = s.choices();
         c.first().map(|c| c.buffered)
+    }
+
+    #[test]
+    fn a_board_has_each_device_measured_by_one_process() {
+        let b = StreamBoard::default();
+        assert_eq!(b.claim_as(7, 100), Board::Ours);
+        assert_eq!(b.claim_as(7, 100), Board::Ours, "still ours");
+        assert_eq!(b.claim_as(7, 200), Board::Elsewhere);
+        assert_eq!(b.claim_as(8, 200), Board::Ours, "another device");
+        b.publish(7, true);
+        assert_eq!(b.claim_as(7, 200), Board::Chosen(true));
+        assert_eq!(b.claim_as(7, 100), Board::Chosen(true));
+        b.publish(8, false);
+        assert_eq!(b.claim_as(8, 100), Board::Chosen(false));
+        // Full: every process measures the rest on its own.
+        for dev in 9..9 + BOARD_DEVICES as u64 {
+            b.claim_as(dev, 100);
+        }
+        assert_eq!(b.claim_as(1000, 200), Board::Ours);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub(crate) struct Words {
     /// (A) the CLOCK policy's hand (`reclaim/clock.rs`), when it is the
     /// policy.
     pub(crate) clock_hand: CachePadded<AtomicUsize>,
+    /// (A) a shared cache's streams' per-device choices (`streams.rs`).
+    pub(crate) streams: CachePadded<super::streams::StreamBoard>,
 }
 
 impl Words {
@@ -45,6 +47,7 @@ impl Words {
             freeing: CachePadded::new(AtomicUsize::new(0)),
             dirty_seq: CachePadded::new(crate::sync::unmodelled::AtomicU64::new(1)),
             clock_hand: CachePadded::new(AtomicUsize::new(0)),
+            streams: Default::default(),
         }
     }
 }

@@ -1,0 +1,396 @@
+//! `processes`: N processes read every page of one file, as the workers of
+//! a pre-forked server or a `multiprocessing` pool do: through one cache
+//! shared by the processes (`PageCache::shared`), through a private cache
+//! each, and through the kernel's page cache (`pread` of each page, and
+//! `mmap` with a read of each page). Cold: before each run the file is
+//! dropped from the kernel's cache (`drop_caches` when root) and a fresh
+//! shared cache is made.
+//!
+//! Each process reads the file in 4 KiB pages from its own starting point
+//! (process k of N starts k/N into the file and wraps around), so that
+//! they do not march in step: a page one of them read is there for the
+//! others later, in a cache they share; then each reads it all again, warm.
+//! Columns: the processes' combined rate, cold and warm (N file sizes over
+//! the time the last one took for its pass), the memory they
+//! held at the end (PSS summed over the processes, all still alive, plus
+//! what the kernel's page cache grew by), the device's reads during the
+//! run (the file's block device's sector count), and the rate against one
+//! process of the same design.
+//!
+//! The processes are this binary again (`pagecache __reader`), told when
+//! to start and when to report through their standard input.
+
+use crate::runner::{median, progress, Opts, Series, Table};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+const PS: usize = 4096;
+
+/// The designs, by the name the readers take.
+const DESIGNS: &[(&str, &str)] = &[
+    ("shared", "pagecache shared by the processes"),
+    ("private", "pagecache, one per process"),
+    ("pread", "kernel pread"),
+    ("mmap", "kernel mmap"),
+];
+
+fn file_bytes(o: &Opts) -> u64 {
+    if o.tiny {
+        8 << 20
+    } else if o.quick {
+        128 << 20
+    } else {
+        1 << 30
+    }
+}
+
+/// The lab's binary: `PAGECACHE_LAB_BIN`, else this executable if it is
+/// the lab's, else the `pagecache` beside the directory it is in (a test
+/// binary in `target/*/deps/`).
+fn lab_binary() -> io::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PAGECACHE_LAB_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe()?;
+    if me.file_name().is_some_and(|n| n == "pagecache") {
+        return Ok(me);
+    }
+    let beside = me
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("pagecache"))
+        .filter(|p| p.exists());
+    beside.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "the lab's binary (build it, or set PAGECACHE_LAB_BIN)",
+        )
+    })
+}
+
+/// Sectors read by the block device `dev` holds (`None`: not a block
+/// device's file system, or no statistics).
+fn sectors_read(dev: u64) -> Option<u64> {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let s = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    s.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The kernel's cache of files, in KiB: `Cached` of `/proc/meminfo` less
+/// `Shmem` (shared memory, a shared cache's segment among it, which the
+/// processes' PSS counts already).
+fn cached_kib() -> u64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    field("Cached:").saturating_sub(field("Shmem:"))
+}
+
+/// One run: `n` readers of `design`; (seconds the last took, cold and
+/// warm, memory in MiB, device MiB read).
+fn one_run(
+    bin: &Path,
+    design: &str,
+    n: usize,
+    path: &Path,
+    segdir: &Path,
+    name: &str,
+) -> io::Result<([f64; 2], f64, Option<f64>)> {
+    let len = std::fs::metadata(path)?.len();
+    super::out_of_memory::drop_cache(path);
+    let _ = pagecache::PageCache::remove_shared(name, Some(segdir));
+    let dev = std::fs::metadata(path)?.dev();
+    let (cached0, sectors0) = (cached_kib(), sectors_read(dev));
+    let mut kids: Vec<(Child, BufReader<std::process::ChildStdout>)> = Vec::new();
+    for k in 0..n {
+        let mut c = Command::new(bin)
+            .args([
+                "__reader",
+                design,
+                &path.to_string_lossy(),
+                &segdir.to_string_lossy(),
+                name,
+                &(2 * len).to_string(),
+                &(k as u64 * (len / PS as u64) / n as u64).to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let out = BufReader::new(c.stdout.take().expect("piped"));
+        kids.push((c, out));
+    }
+    let line = |r: &mut BufReader<std::process::ChildStdout>| -> io::Result<String> {
+        let mut s = String::new();
+        r.read_line(&mut s)?;
+        if s.is_empty() {
+            return Err(io::Error::other(format!("a {design} reader ended early")));
+        }
+        Ok(s.trim().to_string())
+    };
+    let tell = |kids: &mut Vec<(Child, BufReader<std::process::ChildStdout>)>, what: &str| {
+        for (c, _) in kids.iter_mut() {
+            let _ = writeln!(c.stdin.as_mut().expect("piped"), "{what}");
+        }
+    };
+    for (_, out) in kids.iter_mut() {
+        let l = line(out)?;
+        if l != "ready" {
+            return Err(io::Error::other(format!("{design} reader: {l}")));
+        }
+    }
+    tell(&mut kids, "go");
+    // The last reader's time, cold (the first pass) and warm (the second).
+    let mut secs = [0.0f64; 2];
+    for (_, out) in kids.iter_mut() {
+        let l = line(out)?;
+        let v: Vec<f64> = l
+            .strip_prefix("done ")
+            .map(|v| v.split(' ').filter_map(|x| x.parse().ok()).collect())
+            .unwrap_or_default();
+        let [cold, warm] = v[..] else {
+            return Err(io::Error::other(format!("{design} reader: {l}")));
+        };
+        secs = [secs[0].max(cold), secs[1].max(warm)];
+    }
+    // Every reader alive: PSS divides what they share among all of them.
+    tell(&mut kids, "measure");
+    let mut pss_kib = 0u64;
+    for (_, out) in kids.iter_mut() {
+        let l = line(out)?;
+        pss_kib += l
+            .strip_prefix("pss ")
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| io::Error::other(format!("{design} reader: {l}")))?;
+    }
+    let grown = cached_kib().saturating_sub(cached0);
+    let read = sectors0
+        .zip(sectors_read(dev))
+        .map(|(a, b)| b.saturating_sub(a) as f64 * 512.0 / (1 << 20) as f64);
+    tell(&mut kids, "exit");
+    for (mut c, _) in kids {
+        let st = c.wait()?;
+        if !st.success() {
+            return Err(io::Error::other(format!("a {design} reader failed: {st}")));
+        }
+    }
+    let _ = pagecache::PageCache::remove_shared(name, Some(segdir));
+    Ok((secs, (pss_kib + grown) as f64 / 1024.0, read))
+}
+
+/// Runs the scenario.
+pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
+    let bin = lab_binary()?;
+    let dir = crate::TempDir::new("processes")?;
+    let path = dir.0.join("data.bin");
+    let len = file_bytes(o);
+    {
+        let f = std::fs::File::create(&path)?;
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i * 31 + 7) as u8).collect();
+        for off in (0..len).step_by(chunk.len()) {
+            f.write_all_at(&chunk, off)?;
+        }
+        f.sync_all()?;
+    }
+    let name = format!("lab{}", std::process::id());
+    // Shared memory (the default directory): a segment in the scratch
+    // directory would be a file of its disk, written back as it is used.
+    let segdir = PathBuf::from(pagecache::internals::segment::DEFAULT_DIR);
+    let mut t = Table::new(
+        format!(
+            "processes: N processes read every page of one {} MiB file, cold (a shared cache of twice the file)",
+            len >> 20
+        ),
+        &[
+            "design",
+            "processes",
+            "GiB/s cold",
+            "GiB/s warm",
+            "memory MiB",
+            "device MiB read",
+            "vs 1 process",
+        ],
+    );
+    let runs = o.runs.max(1);
+    for &(design, label) in DESIGNS {
+        let mut base = None;
+        for &n in o.threads.iter().filter(|&&n| n <= 8) {
+            let mut rates = Vec::new();
+            let mut warm = Vec::new();
+            let mut mem = Vec::new();
+            let mut dev = Vec::new();
+            for k in 0..runs {
+                progress(&format!("processes {design}, {n}"), k, runs);
+                let (secs, mib, read) = one_run(&bin, design, n, &path, &segdir, &name)?;
+                let gib = n as f64 * len as f64 / (1u64 << 30) as f64;
+                rates.push(gib / secs[0]);
+                warm.push(gib / secs[1]);
+                mem.push(mib);
+                if let Some(r) = read {
+                    dev.push(r);
+                }
+            }
+            t.series
+                .push(Series::new(label, n, rates.clone(), "GiB/s (cold pass)"));
+            let m = median(&mut rates);
+            let b = *base.get_or_insert(m);
+            t.row(vec![
+                label.to_string(),
+                n.to_string(),
+                format!("{m:.2}"),
+                format!("{:.2}", median(&mut warm)),
+                format!("{:.0}", median(&mut mem)),
+                if dev.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.0}", median(&mut dev))
+                },
+                format!("{:.2}x", m / b),
+            ]);
+        }
+    }
+    Ok(vec![t])
+}
+
+/// How a reader reads page `i` into a buffer.
+type ReadPage = Box<dyn FnMut(u64, &mut [u8]) -> io::Result<()>>;
+
+/// This process's PSS in KiB (`/proc/self/smaps_rollup`) less its share
+/// of mapped files' pages (`Pss_File`: the kernel's cache of files, which
+/// the scenario counts once for all, as its growth).
+fn pss_kib() -> u64 {
+    let m = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    field("Pss:").saturating_sub(field("Pss_File:"))
+}
+
+/// `pagecache __reader DESIGN FILE SEGDIR NAME CAPACITY START`: one
+/// reader of the scenario. Prints `ready`, waits for `go`, reads every
+/// page from page START on (wrapping) twice, checks each page's first
+/// byte, prints `done COLD WARM` (each pass's seconds), waits for
+/// `measure`, prints `pss KIB`, waits for `exit`.
+pub fn reader(args: &[String]) -> io::Result<()> {
+    let [design, file, segdir, name, capacity, start] = args else {
+        return Err(io::Error::other(
+            "__reader DESIGN FILE SEGDIR NAME CAPACITY START",
+        ));
+    };
+    let parse = |s: &str| -> io::Result<u64> {
+        s.parse()
+            .map_err(|_| io::Error::other(format!("not a number: {s}")))
+    };
+    let (capacity, start) = (parse(capacity)? as usize, parse(start)?);
+    let path = Path::new(file);
+    let len = std::fs::metadata(path)?.len();
+    let pages = len / PS as u64;
+    let config = pagecache::Config {
+        capacity,
+        policy: pagecache::PolicyKind::Clock,
+        ..pagecache::Config::default()
+    };
+    let mut buf = vec![0u8; PS];
+    let mut read_page: ReadPage;
+    // Kept alive until the end (their memory is what PSS measures).
+    let mut _keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    match design.as_str() {
+        "shared" | "private" => {
+            let cache = if design == "shared" {
+                pagecache::PageCache::shared_with(
+                    name,
+                    config,
+                    &pagecache::SharedOptions {
+                        dir: Some(PathBuf::from(segdir)),
+                        group: None,
+                    },
+                )?
+            } else {
+                pagecache::PageCache::new(config)?
+            };
+            let f = cache.open_with(path, pagecache::OpenOptions::new().read(true))?;
+            _keep.push(Box::new(cache));
+            read_page = Box::new(move |i, b| f.read_at(b, i * PS as u64).map(|_| ()));
+        }
+        "pread" => {
+            let f = std::fs::File::open(path)?;
+            read_page = Box::new(move |i, b| f.read_exact_at(b, i * PS as u64));
+        }
+        "mmap" => {
+            let f = std::fs::File::open(path)?;
+            // SAFETY: a read-only shared mapping of a file we opened, unmapped
+            // at exit; read only through volatile-free copies below.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let base = p as usize;
+            read_page = Box::new(move |i, b| {
+                // SAFETY: inside the mapping (i < pages), which lives until
+                // the process exits; nothing writes the file meanwhile.
+                let src = unsafe {
+                    std::slice::from_raw_parts((base + (i as usize) * PS) as *const u8, PS)
+                };
+                b.copy_from_slice(src);
+                Ok(())
+            });
+        }
+        d => return Err(io::Error::other(format!("unknown design {d}"))),
+    }
+    let stdin = io::stdin();
+    let mut cmd = String::new();
+    let mut expect = |what: &str| -> io::Result<()> {
+        cmd.clear();
+        stdin.lock().read_line(&mut cmd)?;
+        if cmd.trim() != what {
+            return Err(io::Error::other(format!("expected {what}, got {cmd:?}")));
+        }
+        Ok(())
+    };
+    println!("ready");
+    io::stdout().flush()?;
+    expect("go")?;
+    let mut secs = [0.0; 2];
+    for s in secs.iter_mut() {
+        let t0 = Instant::now();
+        for k in 0..pages {
+            let i = (start + k) % pages;
+            read_page(i, &mut buf)?;
+            let want = ((i as usize * PS) % (1 << 20) * 31 + 7) as u8;
+            if buf[0] != want {
+                return Err(io::Error::other(format!(
+                    "page {i}: first byte {} where the file has {want}",
+                    buf[0]
+                )));
+            }
+        }
+        *s = t0.elapsed().as_secs_f64();
+    }
+    println!("done {} {}", secs[0], secs[1]);
+    io::stdout().flush()?;
+    expect("measure")?;
+    println!("pss {}", pss_kib());
+    io::stdout().flush()?;
+    expect("exit")?;
+    Ok(())
+}
