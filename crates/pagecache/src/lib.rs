@@ -154,7 +154,7 @@ pub mod internals {
     }
 
     /// The shared segment a cache shared by processes lives in
-    /// (`segment.rs`, protocol 5.11): creation, attachment, its checks.
+    /// (`segment/`, protocol 5.11): creation, attachment, its checks.
     #[cfg(not(loom))]
     pub mod segment {
         pub use crate::segment::*;

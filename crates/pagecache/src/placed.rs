@@ -1,6 +1,6 @@
 //! [`Placed`]: a value either owned on this process's heap (a private
 //! cache) or living in memory other processes map too (a table of a
-//! shared cache's segment, `segment.rs`), reached the same way in both.
+//! shared cache's segment, `segment/`), reached the same way in both.
 
 use std::ptr::NonNull;
 

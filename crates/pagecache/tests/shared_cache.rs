@@ -93,6 +93,13 @@ fn child() {
                 let _ = round;
             }
         }
+        "truncate" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            // The parent's run holds pages 0..8: their frames are kept for
+            // it, and this process exits before the run ends.
+            f.set_len(0).unwrap();
+        }
         r => panic!("unknown role {r}"),
     }
 }
@@ -153,6 +160,37 @@ fn reclaim_evicts_clean_pages_of_a_file_open_only_in_another_process() {
         c.stats().misses > 48,
         "some of ours were evicted and read again"
     );
+}
+
+#[test]
+fn frames_a_truncate_kept_for_another_process_run_come_back_when_it_ends() {
+    let td = TempDir::new("shared-deferred");
+    let path = td.path("f");
+    let data: Vec<u8> = (0..8).flat_map(|i| page(7, i)).collect();
+    std::fs::write(&path, &data).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    let free0 = c.free_frames();
+    // Cached first: a run over cached pages pins their leaf (one count per
+    // slot), not the pages.
+    for i in 0..8 {
+        check(&f, 7, i);
+    }
+    let run = f.run(0, 8).unwrap();
+    assert_eq!(run.len(), 8);
+    assert_eq!(c.free_frames(), free0 - 8);
+    // Another process cuts the file under the run, then exits.
+    let st = reap(spawn("truncate", &td.0, &path));
+    assert!(st.success(), "child: {st:?}");
+    assert_eq!(f.len(), 0);
+    // The run still reads its pages (the frames were kept for it) ...
+    for k in 0..8 {
+        assert!(run.page(k) == page(7, k as u64).as_slice(), "page {k}");
+    }
+    // ... and when it ends they go back, though the process that cut the
+    // file is gone.
+    drop(run);
+    assert_eq!(c.free_frames(), free0, "the truncated pages' frames");
 }
 
 #[test]

@@ -14,6 +14,9 @@
 //! | `run.rs` | 5.7 runs: a leaf-level pin over consecutive pages, vs writers, eviction, truncate |
 //! | `registry.rs` | the file registry: one shared state per (device, inode) |
 //! | `file_table.rs` | a shared cache's files: slots by (device, inode) in the segment |
+//! | `shared.rs` | a cache shared by processes: `Inner` over a segment's tables |
+//! | `words.rs` | the cache-wide counters, on the heap or in a segment |
+//! | `deferred.rs` | 5.7 T3/D1's queue of frames kept for runs, one for the whole cache |
 //! | `validate.rs` | cache-wide invariants (tests) |
 //! | `copy.rs` | per-word atomic copies between frames and buffers |
 //! | `pagelock.rs` | the baseline page locks (global, hashed) |
@@ -54,7 +57,7 @@ use crate::io::Backend;
 use crate::placed::Placed;
 use crate::reclaim::Policy;
 use crate::stats::{Counter, Counters};
-use crate::sync::{AtomicU64, AtomicUsize, LockClass, RwLock};
+use crate::sync::{AtomicU64, LockClass, RwLock};
 use std::io;
 use std::sync::{Arc, Weak};
 
@@ -84,12 +87,14 @@ pub(crate) use run::{LEAF_PAGES, RUN_MAX};
 mod streams;
 pub(crate) use streams::Streams;
 pub use streams::{StreamChoice, StreamReads};
+pub(crate) mod deferred;
 mod optimistic;
 mod rw;
 mod shared;
 mod truncate;
 mod validate;
 mod words;
+use deferred::DeferredQueue;
 pub(crate) use shared::SharedPart;
 pub(crate) use words::Words;
 mod writeback;
@@ -127,11 +132,9 @@ pub(crate) struct Inner {
     pub(crate) registry: RwLock<Registry>,
     /// (A) next file id.
     pub(crate) next_id: AtomicU64,
-    /// (Q) frames of truncated pages a run may still read (`run.rs` T3);
-    /// a leaf lock.
-    deferred: crate::sync::Mutex<Vec<run::Deferred>>,
-    /// (A) entries in `deferred` (a run's drop reads it after its fence).
-    deferred_n: AtomicUsize,
+    /// (Q) frames of truncated pages a run may still read (`run.rs` T3,
+    /// `deferred.rs`): this process's heap, or a shared cache's segment.
+    pub(crate) deferred: DeferredQueue,
     /// (C) page size in bytes, a power of two.
     pub(crate) page_size: usize,
     /// (C) log2 of `page_size`.
@@ -179,6 +182,7 @@ pub(crate) struct Tables {
     alloc: Pool,
     policy: Policy,
     words: Placed<Words>,
+    deferred: DeferredQueue,
     shared: Option<Arc<SharedPart>>,
 }
 
@@ -238,6 +242,7 @@ impl Inner {
             alloc: Pool::new(config.pool, nframes),
             policy: config.policy.build(nframes),
             words: Placed::new(Words::new()),
+            deferred: DeferredQueue::new(nframes),
             shared: None,
         };
         Self::build(config, backend, engine, tables)
@@ -257,6 +262,7 @@ impl Inner {
             alloc,
             policy,
             words,
+            deferred,
             shared,
         } = tables;
         let nframes = frames.len();
@@ -310,8 +316,7 @@ impl Inner {
                 LockClass::Registry,
             ),
             next_id: AtomicU64::new(1),
-            deferred: crate::sync::Mutex::with_class(Vec::new(), LockClass::Other),
-            deferred_n: AtomicUsize::new(0),
+            deferred,
             page_size,
             shift,
             engine,

@@ -112,6 +112,7 @@
 //! other calls) while the run lives. Runs are not used by the baseline
 //! builds (page mutexes, strict LRU): they take per-page pins.
 
+use super::deferred::Deferred;
 use super::{FileShared, Inner};
 use crate::frame::state::Released;
 use crate::frame::FrameNo;
@@ -150,17 +151,6 @@ pub(crate) enum RunHold<'a> {
     /// The page was removed meanwhile, and runs pin its slot: write
     /// nothing, let go and retry the lookup.
     Removed,
-}
-
-/// A frame whose truncated page a run may still read (T3): the cache's
-/// reference is kept until the slot's run count is zero.
-#[derive(Debug)]
-pub(crate) struct Deferred {
-    /// The leaf's address (nodes are type-stable: it stays valid memory
-    /// for the cache's life, whatever the node is used for next).
-    leaf: usize,
-    slot: usize,
-    frame: FrameNo,
 }
 
 impl Inner {
@@ -282,7 +272,7 @@ impl Inner {
         }
         // Relaxed: after R4's fence, which D1's handshake rests on (T3
         // queues, then fences in D1 and reads the counts).
-        if self.deferred_n.load(Ordering::Relaxed) != 0 {
+        if self.words.deferred_n.load(Ordering::Relaxed) != 0 {
             self.run_deferred();
         }
     }
@@ -430,46 +420,33 @@ impl Inner {
         if entries.is_empty() {
             return;
         }
-        {
-            let mut q = self.deferred.lock();
-            for (leaf, slot, frame) in entries {
-                q.push(Deferred {
-                    leaf: leaf as *const Node as usize,
-                    slot,
-                    frame,
-                });
-                // Relaxed: ordered by the queue lock and D1's fence.
-                self.deferred_n.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let q: Vec<Deferred> = entries
+            .into_iter()
+            .map(|(leaf, slot, frame)| Deferred {
+                leaf: self.nodes.id_of(leaf),
+                slot: slot as u32,
+                frame,
+            })
+            .collect();
+        self.deferred.push(&q, &self.words.deferred_n);
         self.run_deferred();
     }
 
     /// D1: drops the kept reference of every queued frame whose slot no
-    /// run pins any more. Context: no sleep; takes the queue's lock, then
-    /// (freeing) the policy's and pool's.
+    /// run pins any more, whichever process queued it. Context: no sleep;
+    /// takes the queue's lock, then (freeing) the policy's and pool's.
     pub(crate) fn run_deferred(&self) {
-        let mut free = Vec::new();
-        {
-            let mut q = self.deferred.lock();
-            fence(Ordering::SeqCst);
-            q.retain(|e| {
-                // SAFETY: `leaf` is the address of a node of `self.nodes`,
-                // whose nodes live (type-stable) as long as the cache.
-                let leaf = unsafe { &*(e.leaf as *const Node) };
-                if leaf.slot_pinned(e.slot) {
-                    return true;
-                }
-                // Relaxed: under the queue lock.
-                self.deferred_n.fetch_sub(1, Ordering::Relaxed);
-                if self.desc(e.frame).release() == Released::Last {
-                    free.push(e.frame);
-                }
-                false
-            });
-        }
-        for f in free {
-            self.free_frame(f);
+        let done = self.deferred.take_unpinned(&self.words.deferred_n, |e| {
+            // A queued leaf stays linked while its slot is pinned (F2), and
+            // nodes are type-stable: the id names memory of the arena.
+            self.nodes
+                .get(e.leaf.into())
+                .is_some_and(|leaf| leaf.slot_pinned(e.slot as usize))
+        });
+        for e in done {
+            if self.desc(e.frame).release() == Released::Last {
+                self.free_frame(e.frame);
+            }
         }
     }
 }

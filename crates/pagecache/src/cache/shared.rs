@@ -1,5 +1,5 @@
 //! A cache shared by processes (`PageCache::shared`): the same `Inner` as a
-//! private cache, its tables placed in a segment (`segment.rs`) instead of
+//! private cache, its tables placed in a segment (`segment/`) instead of
 //! this process's memory: the frames and their descriptors, the index
 //! nodes, the free-frame pool, the cache-wide words and the CLOCK hand, and
 //! the file table through which every process finds a file's shared state
@@ -16,6 +16,7 @@ pub(crate) enum SharedPart {}
 
 #[cfg(not(loom))]
 mod imp {
+    use super::super::deferred::DeferredQueue;
     use super::super::file_table::FileTable;
     use super::super::{Inner, Tables, Words};
     use crate::frame::alloc::{PerCpuPool, Pool};
@@ -116,12 +117,15 @@ mod imp {
             // SAFETY: the file table, as above (all zeros when the segment
             // was made: an empty table).
             let files = unsafe { FileTable::over(seg.table(TableId::Files)) };
+            // SAFETY: the deferred-free queue, as above.
+            let deferred = unsafe { DeferredQueue::over(seg.table(TableId::Deferred), nframes) };
             let tables = Tables {
                 frames,
                 nodes,
                 alloc,
                 policy,
                 words,
+                deferred,
                 shared: Some(Arc::new(SharedPart { files, seg })),
             };
             Self::build(config, backend, engine, tables)

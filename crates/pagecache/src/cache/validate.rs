@@ -50,7 +50,7 @@ impl Inner {
             });
         }
         assert_eq!(
-            self.deferred.lock().len(),
+            self.deferred.len(),
             0,
             "truncated frames still deferred with no run alive (run.rs T3)"
         );

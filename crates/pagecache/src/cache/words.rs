@@ -1,6 +1,6 @@
 //! The cache-wide counters every thread of every process using the cache
 //! updates: in one block, each on a line of its own, so that a shared
-//! cache keeps them in its segment (`segment.rs`, `TableId::Words`) and a
+//! cache keeps them in its segment (`segment/`, `TableId::Words`) and a
 //! private one on its heap, reached alike through [`Inner::words`].
 //!
 //! [`Inner::words`]: super::Inner
@@ -33,6 +33,9 @@ pub(crate) struct Words {
     /// (A) the CLOCK policy's hand (`reclaim/clock.rs`), when it is the
     /// policy.
     pub(crate) clock_hand: CachePadded<AtomicUsize>,
+    /// (A) entries in the deferred-free queue (`deferred.rs`): a run's end
+    /// reads it after its fence (`run.rs` R4, D1).
+    pub(crate) deferred_n: CachePadded<AtomicUsize>,
     /// (A) a shared cache's streams' per-device choices (`streams.rs`).
     pub(crate) streams: CachePadded<super::streams::StreamBoard>,
 }
@@ -47,6 +50,7 @@ impl Words {
             freeing: CachePadded::new(AtomicUsize::new(0)),
             dirty_seq: CachePadded::new(crate::sync::unmodelled::AtomicU64::new(1)),
             clock_hand: CachePadded::new(AtomicUsize::new(0)),
+            deferred_n: CachePadded::new(AtomicUsize::new(0)),
             streams: Default::default(),
         }
     }

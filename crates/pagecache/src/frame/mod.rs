@@ -250,7 +250,7 @@ mod arena {
 
         /// The table over `nframes` frames of `page_size` bytes at `base`
         /// (then [`super::ARENA_SLACK`] bytes of zeros) and their
-        /// descriptors at `descs`: a shared cache's (`segment.rs`).
+        /// descriptors at `descs`: a shared cache's (`segment/`).
         ///
         /// # Safety
         ///

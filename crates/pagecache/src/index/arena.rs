@@ -201,7 +201,7 @@ impl NodeArena {
     /// The node with id `id`, or `None` if the id is out of range (a garbage
     /// id read from a recycled node).
     #[inline(always)]
-    pub(super) fn get(&self, id: u64) -> Option<&Node> {
+    pub(crate) fn get(&self, id: u64) -> Option<&Node> {
         if id == 0 || id > self.max_nodes as u64 {
             return None;
         }
@@ -211,6 +211,22 @@ impl NodeArena {
         // long as `self`; zeroed memory is a valid `Node` of atomics.
         #[cfg(not(loom))]
         Some(unsafe { &*self.base.as_ptr().add(id as usize) })
+    }
+
+    /// The id of `n`, a node of this arena.
+    pub(crate) fn id_of(&self, n: &Node) -> u32 {
+        #[cfg(not(loom))]
+        {
+            let at = n as *const Node as usize - self.base.as_ptr() as usize;
+            (at / std::mem::size_of::<Node>()) as u32
+        }
+        #[cfg(loom)]
+        {
+            self.nodes
+                .iter()
+                .position(|c| c.get().is_some_and(|x| std::ptr::eq(x, n)))
+                .expect("a node of this arena") as u32
+        }
     }
 
     /// A node id: a freed one first (5.12 P1-P3), else a fresh one. Its

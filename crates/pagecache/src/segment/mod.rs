@@ -16,6 +16,7 @@
 //! TableId::Files           the files by (device, inode) (`cache/
 //!                          file_table.rs`)
 //! TableId::Words           the cache-wide counters (`cache/words.rs`)
+//! TableId::Deferred        the deferred-free queue (`cache/deferred.rs`)
 //! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
 //! ```
 //!
@@ -45,6 +46,7 @@
 //! A segment is never seen half-made: the name appears only once C1 is
 //! complete (C2), so an attacher needs no wait and no "initialising" state.
 
+use crate::cache::deferred::DeferredQueue;
 use crate::cache::file_table::FileTable;
 use crate::cache::Words;
 use crate::frame::alloc::PerCpuPool;
@@ -59,11 +61,13 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+mod tools;
+
 /// The first bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -128,11 +132,13 @@ pub enum TableId {
     Files = 5,
     /// The cache-wide counters (`cache/words.rs`).
     Words = 6,
+    /// The deferred-free queue (`cache/deferred.rs`).
+    Deferred = 7,
 }
 
 /// Tables in a segment; the header has room for [`MAX_TABLES`] (the rest
 /// are zero).
-pub const TABLES: usize = 7;
+pub const TABLES: usize = 8;
 /// Table slots in the header.
 pub const MAX_TABLES: usize = 8;
 
@@ -242,6 +248,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         std::mem::size_of::<Words>() as u64,
         std::mem::align_of::<Words>().max(4096) as u64,
     )?;
+    let deferred = put(
+        DeferredQueue::bytes(g.frames as usize) as u64,
+        DeferredQueue::align().max(4096) as u64,
+    )?;
     let frames = put(
         g.frames
             .checked_mul(g.page_size)
@@ -254,7 +264,7 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         return Err(bad());
     }
     let mut tables = [Extent::default(); MAX_TABLES];
-    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files, words]);
+    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files, words, deferred]);
     Ok((tables, total))
 }
 
@@ -647,98 +657,6 @@ impl Segment {
     /// Bytes mapped (the whole file).
     pub fn mapped_bytes(&self) -> usize {
         self.len
-    }
-
-    /// The processes attached now (pid, whether it still runs), this one
-    /// included.
-    pub fn processes(&self) -> Vec<(u32, bool)> {
-        self.header()
-            .procs
-            .iter()
-            .filter_map(|p| {
-                // Acquire: pairs with A2's CAS and store.
-                let pid = p.pid.load(Ordering::Acquire);
-                (pid != 0).then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
-            })
-            .collect()
-    }
-
-    /// The segment's file table.
-    fn file_table(&self) -> FileTable {
-        // SAFETY: the files' table, sized and aligned by `layout`, zeroed
-        // at creation and used only through file tables; it lives as long
-        // as the mapping, which outlives the returned table (the callers
-        // drop it before returning).
-        unsafe { FileTable::over(self.table(TableId::Files)) }
-    }
-
-    /// Opens the file `(device, inode)` in the cache's file table, as a
-    /// process does when it opens the file: its id, and whether this open
-    /// made its entry (`len` and `max_len` are its length and limit then).
-    /// Tools and tests; a cache opens files through its registry.
-    pub fn open_file(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<(u64, bool)> {
-        let t = self.file_table();
-        let o = t.open(ident, len, max_len, (0, 0))?;
-        Ok((o.slot.id, o.created))
-    }
-
-    /// Gives back one open of file `id`; the last one anywhere frees its
-    /// entry (returns true). Tools and tests, as [`Segment::open_file`],
-    /// and only for files no cache holds pages of (a cache drops a file's
-    /// pages between its last close and the entry's release).
-    pub fn close_file(&self, id: u64) -> io::Result<bool> {
-        let t = self.file_table();
-        let last = t.close(id)?;
-        if last {
-            // No page of it to drop: the segment alone caches nothing.
-            t.release(id)?;
-        }
-        Ok(last)
-    }
-
-    /// Frames holding a page now, and of those the dirty ones (a snapshot
-    /// of every descriptor's state word: no lock, so a dead process's locks
-    /// do not stop it). Tools.
-    pub fn frames_in_use(&self) -> (u64, u64) {
-        let d = self.table(TableId::Descs).cast::<FrameDesc>();
-        let (mut used, mut dirty) = (0, 0);
-        for i in 0..self.geometry().frames as usize {
-            // SAFETY: in bounds of the descriptors' table, initialised by
-            // the creator, alive as long as the mapping.
-            let s = unsafe { &*d.as_ptr().add(i) }.snapshot();
-            used += u64::from(s.refs() > 0);
-            dirty += u64::from(s.is_dirty());
-        }
-        (used, dirty)
-    }
-
-    /// Opens of file `id` by every process (0: not open).
-    pub fn file_opens(&self, id: u64) -> u32 {
-        self.file_table().opens(id)
-    }
-
-    /// The files open in the cache now (device, inode, id, opens by all
-    /// processes, length), or an error if the file table's lock stays held
-    /// (by a process that died holding it, say): inspection never waits.
-    pub fn files(&self) -> io::Result<Vec<SharedFile>> {
-        let l = self.file_table().list().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "shared cache {}: its file table stays locked",
-                    self.path.display()
-                ),
-            )
-        })?;
-        Ok(l.into_iter()
-            .map(|f| SharedFile {
-                device: f.ident.0,
-                inode: f.ident.1,
-                id: f.id,
-                opens: f.opens,
-                len: f.len,
-            })
-            .collect())
     }
 
     /// Removes the segment `name` from `dir` if no live process is attached

@@ -1,0 +1,102 @@
+//! What tools and tests ask of a segment: its processes, its files, its
+//! frames in use (`pagecache shared NAME`, `tests/segment.rs`).
+
+use super::{alive, Segment, SharedFile, TableId};
+use crate::cache::file_table::FileTable;
+use crate::frame::state::FrameDesc;
+use std::io;
+use std::sync::atomic::Ordering;
+
+impl Segment {
+    /// The processes attached now (pid, whether it still runs), this one
+    /// included.
+    pub fn processes(&self) -> Vec<(u32, bool)> {
+        self.header()
+            .procs
+            .iter()
+            .filter_map(|p| {
+                // Acquire: pairs with A2's CAS and store.
+                let pid = p.pid.load(Ordering::Acquire);
+                (pid != 0).then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
+            })
+            .collect()
+    }
+
+    /// The segment's file table.
+    fn file_table(&self) -> FileTable {
+        // SAFETY: the files' table, sized and aligned by `layout`, zeroed
+        // at creation and used only through file tables; it lives as long
+        // as the mapping, which outlives the returned table (the callers
+        // drop it before returning).
+        unsafe { FileTable::over(self.table(TableId::Files)) }
+    }
+
+    /// Opens the file `(device, inode)` in the cache's file table, as a
+    /// process does when it opens the file: its id, and whether this open
+    /// made its entry (`len` and `max_len` are its length and limit then).
+    /// Tools and tests; a cache opens files through its registry.
+    pub fn open_file(&self, ident: (u64, u64), len: u64, max_len: u64) -> io::Result<(u64, bool)> {
+        let t = self.file_table();
+        let o = t.open(ident, len, max_len, (0, 0))?;
+        Ok((o.slot.id, o.created))
+    }
+
+    /// Gives back one open of file `id`; the last one anywhere frees its
+    /// entry (returns true). Tools and tests, as [`Segment::open_file`],
+    /// and only for files no cache holds pages of (a cache drops a file's
+    /// pages between its last close and the entry's release).
+    pub fn close_file(&self, id: u64) -> io::Result<bool> {
+        let t = self.file_table();
+        let last = t.close(id)?;
+        if last {
+            // No page of it to drop: the segment alone caches nothing.
+            t.release(id)?;
+        }
+        Ok(last)
+    }
+
+    /// Frames holding a page now, and of those the dirty ones (a snapshot
+    /// of every descriptor's state word: no lock, so a dead process's locks
+    /// do not stop it). Tools.
+    pub fn frames_in_use(&self) -> (u64, u64) {
+        let d = self.table(TableId::Descs).cast::<FrameDesc>();
+        let (mut used, mut dirty) = (0, 0);
+        for i in 0..self.geometry().frames as usize {
+            // SAFETY: in bounds of the descriptors' table, initialised by
+            // the creator, alive as long as the mapping.
+            let s = unsafe { &*d.as_ptr().add(i) }.snapshot();
+            used += u64::from(s.refs() > 0);
+            dirty += u64::from(s.is_dirty());
+        }
+        (used, dirty)
+    }
+
+    /// Opens of file `id` by every process (0: not open).
+    pub fn file_opens(&self, id: u64) -> u32 {
+        self.file_table().opens(id)
+    }
+
+    /// The files open in the cache now (device, inode, id, opens by all
+    /// processes, length), or an error if the file table's lock stays held
+    /// (by a process that died holding it, say): inspection never waits.
+    pub fn files(&self) -> io::Result<Vec<SharedFile>> {
+        let l = self.file_table().list().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "shared cache {}: its file table stays locked",
+                    self.path.display()
+                ),
+            )
+        })?;
+        Ok(l.into_iter()
+            .map(|f| SharedFile {
+                device: f.ident.0,
+                inode: f.ident.1,
+                id: f.id,
+                opens: f.opens,
+                len: f.len,
+            })
+            .collect())
+    }
+}
