@@ -39,6 +39,7 @@ struct Entry {
 }
 
 impl Entry {
+    #[cfg_attr(not(loom), allow(dead_code))]
     fn new() -> Entry {
         Entry {
             leaf: AtomicU32::new(0),
@@ -88,9 +89,34 @@ impl DeferredQueue {
                 lock: Mutex::with_class((), LockClass::Other),
                 len: AtomicU32::new(0),
             }),
-            entries: Entries::Heap((0..frames).map(|_| Entry::new()).collect()),
+            entries: Entries::Heap(Self::zeroed(frames)),
             cap: frames,
         }
+    }
+
+    /// `frames` empty entries, their memory untouched until used (a
+    /// zeroed allocation: the kernel's zero pages until written).
+    #[cfg(not(loom))]
+    fn zeroed(frames: usize) -> Box<[Entry]> {
+        if frames == 0 {
+            return Box::new([]);
+        }
+        let layout = std::alloc::Layout::array::<Entry>(frames).expect("a frame count that fits");
+        // SAFETY: a non-zero size; zeroed memory is a valid `Entry` (three
+        // atomics of zero); the box frees it with the same layout.
+        unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<Entry>();
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, frames))
+        }
+    }
+
+    /// Under loom, atomics are made, not zeroed.
+    #[cfg(loom)]
+    fn zeroed(frames: usize) -> Box<[Entry]> {
+        (0..frames).map(|_| Entry::new()).collect()
     }
 
     /// Bytes a placed queue for `frames` frames takes.
