@@ -223,6 +223,25 @@ fn a_closed_file_keeps_its_pages_for_the_next_opener_unless_it_changed() {
     let f = c.open(&path).unwrap();
     check(&f, 6, 2);
     check(&f, 5, 3);
+    let files = || {
+        pagecache::internals::segment::Segment::inspect(c.shared_path().unwrap(), None)
+            .unwrap()
+            .files()
+            .unwrap()
+    };
+    assert_eq!(files().len(), 1, "the stale entry is no file's");
+    // Reading another file through the whole cache evicts the stale pages;
+    // their entry is freed with the last of them.
+    drop(f);
+    let other = td.path("g");
+    std::fs::write(&other, vec![1u8; 128 * PS]).unwrap();
+    let g = c.open(&other).unwrap();
+    let mut b = vec![0u8; PS];
+    for i in 0..128 {
+        g.read_at(&mut b, i * PS as u64).unwrap();
+    }
+    let open: Vec<u64> = files().iter().map(|f| f.opens as u64).collect();
+    assert_eq!(open, [1], "the other file alone: {:?}", files());
 }
 
 #[test]

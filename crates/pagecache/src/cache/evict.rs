@@ -421,8 +421,14 @@ impl Inner {
             return self.drop_evict_pin(f);
         };
         let done = self.evict_from(slot, f, index);
+        let emptied = done && slot.tree.is_empty();
         t.unborrow(owner);
         if done {
+            if emptied {
+                // Its last page: the entry of a file no one has open (or
+                // a stale one) is free for another file.
+                t.free_if_unused(owner);
+            }
             Some(f)
         } else {
             self.drop_evict_pin(f)

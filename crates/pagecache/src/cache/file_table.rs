@@ -204,8 +204,12 @@ impl FileTable {
                         && e.stamp[1].load(Ordering::Relaxed) == stamp.1;
                     if idle && !same {
                         // Changed behind the cache's back while no one had
-                        // it open: its pages are stale.
+                        // it open: its pages are stale. With none left, the
+                        // entry is free at once (it may be the new one).
                         e.state.store(CLOSING, Ordering::Relaxed);
+                        if self.free_unused(e) {
+                            free.get_or_insert(i);
+                        }
                         continue;
                     }
                     e.opens.fetch_add(1, Ordering::Relaxed);
@@ -361,6 +365,36 @@ impl FileTable {
             // Acquire load frees it.
             self.entry(i).borrows.fetch_sub(1, Ordering::Release);
         }
+    }
+
+    /// Frees the entry of file `id` if nothing holds it any more: CLOSING
+    /// (stale) or LIVE with no open, its index empty (reclaim evicted its
+    /// last page), no borrow held. A later open of the same file makes a
+    /// new slot, which reads what is on disk. Returns whether it did.
+    /// Context: no sleep; takes the table lock.
+    pub(crate) fn free_if_unused(&self, id: u64) -> bool {
+        let _g = self.head().lock.lock();
+        self.entry_of(id).is_some_and(|e| self.free_unused(e))
+    }
+
+    /// `free_if_unused` of entry `e`, under the table lock.
+    fn free_unused(&self, e: &Entry) -> bool {
+        // Relaxed (state, opens): (L); borrows: Acquire, as `release`.
+        let st = e.state.load(Ordering::Relaxed);
+        let unused = st == CLOSING || st == LIVE && e.opens.load(Ordering::Relaxed) == 0;
+        if !unused || e.borrows.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        // SAFETY: LIVE or CLOSING (the callers' `entry_of` or scan): an
+        // initialised slot, not remade under the lock.
+        if !unsafe { self.slot(e) }.tree.is_empty() {
+            return false;
+        }
+        // SAFETY: no open, no borrow, no page: nothing reaches the slot
+        // but through the table, whose lock we hold.
+        unsafe { (*self.cell(e)).assume_init_drop() };
+        e.state.store(FREE, Ordering::Relaxed);
+        true
     }
 
     /// Opens of the file with id `id` by every process (0 if it is not
@@ -560,18 +594,30 @@ mod tests {
         let z = a.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
         assert!(!z.created);
         assert_eq!(z.slot.id, id);
-        // Closed again with no stamp known: never matched.
+        // Closed again with no stamp known: never matched. With no page
+        // cached, the stale entry is free at once, and reused.
         assert!(a.close_idle(id, None).unwrap());
         let w = b.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
         assert!(w.created, "a stale idle entry is not served");
         assert_ne!(w.slot.id, id);
-        // The stale entry is CLOSING: borrowed for eviction, then freed.
-        let s = a.borrow(id).unwrap();
-        assert_eq!(s.id, id);
-        a.unborrow(id);
-        a.release(id).unwrap();
+        assert_eq!(
+            w.slot.id & ((1 << INDEX_BITS) - 1),
+            id & ((1 << INDEX_BITS) - 1)
+        );
         assert!(a.borrow(id).is_none());
         assert_eq!(a.list().unwrap().len(), 1);
+        // An idle entry with no page is freed when asked (reclaim asks when
+        // it evicts a file's last page); an open one is not.
+        assert!(!a.free_if_unused(w.slot.id), "open");
+        let wid = w.slot.id;
+        assert!(b.close_idle(wid, Some((1, 1))).unwrap());
+        let s = a.borrow(wid).unwrap();
+        assert_eq!(s.id, wid);
+        assert!(!a.free_if_unused(wid), "borrowed");
+        a.unborrow(wid);
+        assert!(a.free_if_unused(wid));
+        assert!(a.list().unwrap().is_empty());
+        assert_eq!(a.release(wid).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

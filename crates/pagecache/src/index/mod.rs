@@ -145,6 +145,14 @@ impl Tree {
         self.owner
     }
 
+    /// Whether the index holds no node (every page removed, every node
+    /// freed). A hint without the tree lock. Context: any.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        // Acquire: pairs with the Release stores that link nodes.
+        self.root.load(Ordering::Acquire) == 0
+    }
+
     /// Takes the tree lock.
     pub fn lock(&self) -> TreeLocked<'_> {
         TreeLocked {
