@@ -798,12 +798,15 @@ fn processes_share_one_copy_through_a_shared_cache() {
             "GiB/s cold",
             "GiB/s warm",
             "memory MiB",
+            "PSS MiB",
             "device MiB read",
             "vs 1 process"
         ]
     );
     assert_eq!(t.rows.len(), 8, "4 designs x 2 process counts");
-    let mem = |r: usize| -> f64 { t.cell(r, "memory MiB").unwrap().parse().unwrap() };
+    // The processes' own memory (PSS: nothing of other tests' files in the
+    // kernel's cache, which the memory column adds).
+    let mem = |r: usize| -> f64 { t.cell(r, "PSS MiB").unwrap().parse().unwrap() };
     // Two readers of the 8 MiB file: one copy in a shared cache (its
     // memory as one reader's, give or take the second process's own
     // few MiB), two in private caches.
@@ -824,5 +827,16 @@ fn processes_share_one_copy_through_a_shared_cache() {
     for r in 0..8 {
         let cold: f64 = t.cell(r, "GiB/s cold").unwrap().parse().unwrap();
         assert!(cold > 0.0, "{t:?}");
+    }
+    // pread2's shape with processes: every design, every count, reads done.
+    let sp = &tables[1];
+    assert_eq!(
+        sp.columns,
+        ["design", "processes", "M reads/s", "vs 1 process"]
+    );
+    assert_eq!(sp.rows.len(), 8);
+    for r in 0..8 {
+        let rate: f64 = sp.cell(r, "M reads/s").unwrap().parse().unwrap();
+        assert!(rate > 0.0, "{sp:?}");
     }
 }

@@ -11,11 +11,15 @@
 //! they do not march in step: a page one of them read is there for the
 //! others later, in a cache they share; then each reads it all again, warm.
 //! Columns: the processes' combined rate, cold and warm (N file sizes over
-//! the time the last one took for its pass), the memory they
-//! held at the end (PSS summed over the processes, all still alive, plus
-//! what the kernel's page cache grew by), the device's reads during the
-//! run (the file's block device's sector count), and the rate against one
-//! process of the same design.
+//! the time the last one took for its pass), the memory they held at the
+//! end (PSS summed over the processes, all still alive, plus what the
+//! kernel's page cache grew by; and the PSS alone), the device's reads
+//! during the run (the file's block device's sector count), and the rate
+//! against one process of the same design.
+//!
+//! A second table is `same-page` (will-it-scale's `pread2`) with
+//! processes: each reads 64 bytes of the file's first page again and again
+//! through the same designs, all in one wall-clock window.
 //!
 //! The processes are this binary again (`pagecache __reader`), told when
 //! to start and when to report through their standard input.
@@ -94,16 +98,29 @@ fn cached_kib() -> u64 {
     field("Cached:").saturating_sub(field("Shmem:"))
 }
 
-/// One run: `n` readers of `design`; (seconds the last took, cold and
-/// warm, memory in MiB, device MiB read).
+/// What one run measured.
+struct Ran {
+    /// The last reader's seconds for its pass, cold and warm.
+    secs: [f64; 2],
+    /// `same-page`: the readers' reads together.
+    ops: u64,
+    /// Memory in MiB.
+    mib: f64,
+    /// The processes' PSS alone (without the kernel's cache of files), MiB.
+    pss: f64,
+    /// Device MiB read (`None`: no block device statistics).
+    read: Option<f64>,
+}
+
+/// One run: `n` readers of `design` (with `same_page_ms`, of the
+/// `same-page` table for that long).
 fn one_run(
     bin: &Path,
     design: &str,
     n: usize,
-    path: &Path,
-    segdir: &Path,
-    name: &str,
-) -> io::Result<([f64; 2], f64, Option<f64>)> {
+    (path, segdir, name): (&Path, &Path, &str),
+    same_page_ms: Option<u64>,
+) -> io::Result<Ran> {
     let len = std::fs::metadata(path)?.len();
     super::out_of_memory::drop_cache(path);
     let _ = pagecache::PageCache::remove_shared(name, Some(segdir));
@@ -121,6 +138,7 @@ fn one_run(
                 &(2 * len).to_string(),
                 &(k as u64 * (len / PS as u64) / n as u64).to_string(),
             ])
+            .args(same_page_ms.map(|ms| ms.to_string()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -146,19 +164,34 @@ fn one_run(
             return Err(io::Error::other(format!("{design} reader: {l}")));
         }
     }
-    tell(&mut kids, "go");
-    // The last reader's time, cold (the first pass) and warm (the second).
-    let mut secs = [0.0f64; 2];
+    match same_page_ms {
+        // One window for all, a little ahead so every reader is waiting.
+        Some(ms) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let from = now + 50_000_000;
+            tell(
+                &mut kids,
+                &format!("go {from} {}", from + ms as u128 * 1_000_000),
+            );
+        }
+        None => tell(&mut kids, "go"),
+    }
+    // The last reader's time, cold (the first pass) and warm (the second);
+    // or, `same-page`, every reader's reads.
+    let (mut secs, mut ops) = ([0.0f64; 2], 0u64);
     for (_, out) in kids.iter_mut() {
         let l = line(out)?;
         let v: Vec<f64> = l
             .strip_prefix("done ")
             .map(|v| v.split(' ').filter_map(|x| x.parse().ok()).collect())
             .unwrap_or_default();
-        let [cold, warm] = v[..] else {
-            return Err(io::Error::other(format!("{design} reader: {l}")));
-        };
-        secs = [secs[0].max(cold), secs[1].max(warm)];
+        match v[..] {
+            [cold, warm] if same_page_ms.is_none() => secs = [secs[0].max(cold), secs[1].max(warm)],
+            [n] if same_page_ms.is_some() => ops += n as u64,
+            _ => return Err(io::Error::other(format!("{design} reader: {l}"))),
+        }
     }
     // Every reader alive: PSS divides what they share among all of them.
     tell(&mut kids, "measure");
@@ -182,7 +215,13 @@ fn one_run(
         }
     }
     let _ = pagecache::PageCache::remove_shared(name, Some(segdir));
-    Ok((secs, (pss_kib + grown) as f64 / 1024.0, read))
+    Ok(Ran {
+        secs,
+        ops,
+        mib: (pss_kib + grown) as f64 / 1024.0,
+        pss: pss_kib as f64 / 1024.0,
+        read,
+    })
 }
 
 /// Runs the scenario.
@@ -214,6 +253,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             "GiB/s cold",
             "GiB/s warm",
             "memory MiB",
+            "PSS MiB",
             "device MiB read",
             "vs 1 process",
         ],
@@ -225,15 +265,17 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             let mut rates = Vec::new();
             let mut warm = Vec::new();
             let mut mem = Vec::new();
+            let mut pss = Vec::new();
             let mut dev = Vec::new();
             for k in 0..runs {
                 progress(&format!("processes {design}, {n}"), k, runs);
-                let (secs, mib, read) = one_run(&bin, design, n, &path, &segdir, &name)?;
+                let r = one_run(&bin, design, n, (&path, &segdir, &name), None)?;
                 let gib = n as f64 * len as f64 / (1u64 << 30) as f64;
-                rates.push(gib / secs[0]);
-                warm.push(gib / secs[1]);
-                mem.push(mib);
-                if let Some(r) = read {
+                rates.push(gib / r.secs[0]);
+                warm.push(gib / r.secs[1]);
+                mem.push(r.mib);
+                pss.push(r.pss);
+                if let Some(r) = r.read {
                     dev.push(r);
                 }
             }
@@ -247,6 +289,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
                 format!("{m:.2}"),
                 format!("{:.2}", median(&mut warm)),
                 format!("{:.0}", median(&mut mem)),
+                format!("{:.0}", median(&mut pss)),
                 if dev.is_empty() {
                     "-".into()
                 } else {
@@ -256,11 +299,45 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             ]);
         }
     }
-    Ok(vec![t])
+    // `same-page` (will-it-scale's pread2) with processes: 64 bytes of one
+    // page, again and again.
+    let ms = if o.tiny {
+        50
+    } else if o.quick {
+        300
+    } else {
+        1000
+    };
+    let mut sp = Table::new(
+        format!("same-page with processes: N processes read 64 B of one page for {ms} ms"),
+        &["design", "processes", "M reads/s", "vs 1 process"],
+    );
+    for &(design, label) in DESIGNS {
+        let mut base = None;
+        for &n in o.threads.iter().filter(|&&n| n <= 8) {
+            let mut rates = Vec::new();
+            for k in 0..runs {
+                progress(&format!("same-page {design}, {n}"), k, runs);
+                let r = one_run(&bin, design, n, (&path, &segdir, &name), Some(ms))?;
+                rates.push(r.ops as f64 / (ms as f64 / 1e3) / 1e6);
+            }
+            sp.series
+                .push(Series::new(label, n, rates.clone(), "M reads/s"));
+            let m = median(&mut rates);
+            let b = *base.get_or_insert(m);
+            sp.row(vec![
+                label.to_string(),
+                n.to_string(),
+                format!("{m:.2}"),
+                format!("{:.2}x", m / b),
+            ]);
+        }
+    }
+    Ok(vec![t, sp])
 }
 
-/// How a reader reads page `i` into a buffer.
-type ReadPage = Box<dyn FnMut(u64, &mut [u8]) -> io::Result<()>>;
+/// How a reader reads `buf.len()` bytes at an offset.
+type ReadAt = Box<dyn FnMut(u64, &mut [u8]) -> io::Result<()>>;
 
 /// This process's PSS in KiB (`/proc/self/smaps_rollup`) less its share
 /// of mapped files' pages (`Pss_File`: the kernel's cache of files, which
@@ -277,15 +354,21 @@ fn pss_kib() -> u64 {
     field("Pss:").saturating_sub(field("Pss_File:"))
 }
 
-/// `pagecache __reader DESIGN FILE SEGDIR NAME CAPACITY START`: one
-/// reader of the scenario. Prints `ready`, waits for `go`, reads every
+/// `pagecache __reader DESIGN FILE SEGDIR NAME CAPACITY START
+/// [SAME_PAGE_MS]`: one reader of the scenario (with SAME_PAGE_MS, of its
+/// `same-page` table: prints `done OPS` after that many milliseconds of
+/// 64-byte reads of the first page). Prints `ready`, waits for `go`, reads every
 /// page from page START on (wrapping) twice, checks each page's first
 /// byte, prints `done COLD WARM` (each pass's seconds), waits for
 /// `measure`, prints `pss KIB`, waits for `exit`.
 pub fn reader(args: &[String]) -> io::Result<()> {
+    let (args, same_page_ms) = match args {
+        [a @ .., ms] if a.len() == 6 => (a, Some(ms)),
+        a => (a, None),
+    };
     let [design, file, segdir, name, capacity, start] = args else {
         return Err(io::Error::other(
-            "__reader DESIGN FILE SEGDIR NAME CAPACITY START",
+            "__reader DESIGN FILE SEGDIR NAME CAPACITY START [SAME_PAGE_MS]",
         ));
     };
     let parse = |s: &str| -> io::Result<u64> {
@@ -302,7 +385,7 @@ pub fn reader(args: &[String]) -> io::Result<()> {
         ..pagecache::Config::default()
     };
     let mut buf = vec![0u8; PS];
-    let mut read_page: ReadPage;
+    let mut read_at: ReadAt;
     // Kept alive until the end (their memory is what PSS measures).
     let mut _keep: Vec<Box<dyn std::any::Any>> = Vec::new();
     match design.as_str() {
@@ -321,11 +404,11 @@ pub fn reader(args: &[String]) -> io::Result<()> {
             };
             let f = cache.open_with(path, pagecache::OpenOptions::new().read(true))?;
             _keep.push(Box::new(cache));
-            read_page = Box::new(move |i, b| f.read_at(b, i * PS as u64).map(|_| ()));
+            read_at = Box::new(move |off, b| f.read_at(b, off).map(|_| ()));
         }
         "pread" => {
             let f = std::fs::File::open(path)?;
-            read_page = Box::new(move |i, b| f.read_exact_at(b, i * PS as u64));
+            read_at = Box::new(move |off, b| f.read_exact_at(b, off));
         }
         "mmap" => {
             let f = std::fs::File::open(path)?;
@@ -345,11 +428,12 @@ pub fn reader(args: &[String]) -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
             let base = p as usize;
-            read_page = Box::new(move |i, b| {
-                // SAFETY: inside the mapping (i < pages), which lives until
+            read_at = Box::new(move |off, b| {
+                assert!(off as usize + b.len() <= len as usize);
+                // SAFETY: inside the mapping (checked), which lives until
                 // the process exits; nothing writes the file meanwhile.
                 let src = unsafe {
-                    std::slice::from_raw_parts((base + (i as usize) * PS) as *const u8, PS)
+                    std::slice::from_raw_parts((base + off as usize) as *const u8, b.len())
                 };
                 b.copy_from_slice(src);
                 Ok(())
@@ -369,13 +453,57 @@ pub fn reader(args: &[String]) -> io::Result<()> {
     };
     println!("ready");
     io::stdout().flush()?;
+    if same_page_ms.is_some() {
+        // `same-page` (pread2's shape): 64 bytes of the first page again
+        // and again between the two wall-clock instants the parent gave
+        // (every reader counts in the same window, however the CPUs are
+        // shared); the count read.
+        let mut go = String::new();
+        io::stdin().lock().read_line(&mut go)?;
+        let w: Vec<u128> = go
+            .strip_prefix("go ")
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let [from, to] = w[..] else {
+            return Err(io::Error::other(format!("expected go FROM TO, got {go:?}")));
+        };
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        };
+        while now() < from {
+            std::hint::spin_loop();
+        }
+        let mut b = [0u8; 64];
+        let mut ops = 0u64;
+        while now() < to {
+            for _ in 0..64 {
+                read_at(128, &mut b)?;
+            }
+            ops += 64;
+        }
+        if b[0] != (128 * 31 + 7) as u8 {
+            return Err(io::Error::other("same-page: a wrong byte"));
+        }
+        println!("done {ops}");
+        io::stdout().flush()?;
+        expect("measure")?;
+        println!("pss {}", pss_kib());
+        io::stdout().flush()?;
+        return expect("exit");
+    }
     expect("go")?;
     let mut secs = [0.0; 2];
     for s in secs.iter_mut() {
         let t0 = Instant::now();
         for k in 0..pages {
             let i = (start + k) % pages;
-            read_page(i, &mut buf)?;
+            read_at(i * PS as u64, &mut buf)?;
             let want = ((i as usize * PS) % (1 << 20) * 31 + 7) as u8;
             if buf[0] != want {
                 return Err(io::Error::other(format!(
