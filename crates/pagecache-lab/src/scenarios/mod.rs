@@ -63,7 +63,7 @@ pub const ALL: &[Scenario] = &[
     },
     Scenario {
         name: "processes",
-        about: "one cache for many processes: N processes (the --threads counts up to 8) read every page of one file, cold; a cache shared by the processes vs a private cache each vs the kernel's pread and mmap; rate, memory (PSS summed), device reads; and same-page (pread2) with processes",
+        about: "one cache for many processes: N processes (the --threads counts up to 8) read every page of one file, cold; a cache shared by the processes vs a private cache each vs the kernel's pread and mmap; rate, memory (PSS summed), device reads; and same-page (pread2) and own-part (seed 000) with processes",
         run: processes::run,
     },
     Scenario {

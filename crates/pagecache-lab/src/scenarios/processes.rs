@@ -17,9 +17,11 @@
 //! during the run (the file's block device's sector count), and the rate
 //! against one process of the same design.
 //!
-//! A second table is `same-page` (will-it-scale's `pread2`) with
-//! processes: each reads 64 bytes of the file's first page again and again
-//! through the same designs, all in one wall-clock window.
+//! Two more tables are seeds with processes instead of threads, each
+//! process counting in one wall-clock window: `same-page` (will-it-scale's
+//! `pread2`: 64 bytes of the file's first page again and again) and
+//! `own-part` (seed 000: the 4 KiB pages of its own part of the cached
+//! file in turn, the part read once before the window).
 //!
 //! The processes are this binary again (`pagecache __reader`), told when
 //! to start and when to report through their standard input.
@@ -112,14 +114,14 @@ struct Ran {
     read: Option<f64>,
 }
 
-/// One run: `n` readers of `design` (with `same_page_ms`, of the
-/// `same-page` table for that long).
+/// One run: `n` readers of `design` (with `window`, the workload of the
+/// `same-page` or `own-part` table, for that many milliseconds).
 fn one_run(
     bin: &Path,
     design: &str,
     n: usize,
     (path, segdir, name): (&Path, &Path, &str),
-    same_page_ms: Option<u64>,
+    window: Option<(&str, u64)>,
 ) -> io::Result<Ran> {
     let len = std::fs::metadata(path)?.len();
     super::out_of_memory::drop_cache(path);
@@ -138,7 +140,10 @@ fn one_run(
                 &(2 * len).to_string(),
                 &(k as u64 * (len / PS as u64) / n as u64).to_string(),
             ])
-            .args(same_page_ms.map(|ms| ms.to_string()))
+            .args(window.map(|(w, _)| match w {
+                "own-part" => format!("own-part:{}", len / PS as u64 / n as u64),
+                w => w.to_string(),
+            }))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -164,9 +169,9 @@ fn one_run(
             return Err(io::Error::other(format!("{design} reader: {l}")));
         }
     }
-    match same_page_ms {
+    match window {
         // One window for all, a little ahead so every reader is waiting.
-        Some(ms) => {
+        Some((_, ms)) => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
@@ -188,8 +193,8 @@ fn one_run(
             .map(|v| v.split(' ').filter_map(|x| x.parse().ok()).collect())
             .unwrap_or_default();
         match v[..] {
-            [cold, warm] if same_page_ms.is_none() => secs = [secs[0].max(cold), secs[1].max(warm)],
-            [n] if same_page_ms.is_some() => ops += n as u64,
+            [cold, warm] if window.is_none() => secs = [secs[0].max(cold), secs[1].max(warm)],
+            [n] if window.is_some() => ops += n as u64,
             _ => return Err(io::Error::other(format!("{design} reader: {l}"))),
         }
     }
@@ -299,8 +304,6 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             ]);
         }
     }
-    // `same-page` (will-it-scale's pread2) with processes: 64 bytes of one
-    // page, again and again.
     let ms = if o.tiny {
         50
     } else if o.quick {
@@ -308,24 +311,56 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
     } else {
         1000
     };
-    let mut sp = Table::new(
+    let files = (path.as_path(), segdir.as_path(), name.as_str());
+    // `same-page` (will-it-scale's pread2) with processes: 64 bytes of one
+    // page, again and again.
+    let sp = window_table(
+        o,
+        &bin,
+        files,
+        ("same-page", ms),
         format!("same-page with processes: N processes read 64 B of one page for {ms} ms"),
-        &["design", "processes", "M reads/s", "vs 1 process"],
-    );
+        "M reads/s",
+    )?;
+    // `own-part` (seed 000) with processes: each reads the 4 KiB pages of
+    // its own part of the cached file in turn.
+    let op = window_table(
+        o,
+        &bin,
+        files,
+        ("own-part", ms),
+        format!(
+            "own-part with processes: N processes read 4 KiB pages of their own part of the cached file for {ms} ms"
+        ),
+        "M pages/s",
+    )?;
+    Ok(vec![t, sp, op])
+}
+
+/// A table of `workload` run for `ms` milliseconds by every design and
+/// process count: the readers' operations per second, in millions.
+fn window_table(
+    o: &Opts,
+    bin: &Path,
+    files: (&Path, &Path, &str),
+    (workload, ms): (&str, u64),
+    title: String,
+    unit: &str,
+) -> io::Result<Table> {
+    let mut t = Table::new(title, &["design", "processes", unit, "vs 1 process"]);
     for &(design, label) in DESIGNS {
         let mut base = None;
         for &n in o.threads.iter().filter(|&&n| n <= 8) {
             let mut rates = Vec::new();
-            for k in 0..runs {
-                progress(&format!("same-page {design}, {n}"), k, runs);
-                let r = one_run(&bin, design, n, (&path, &segdir, &name), Some(ms))?;
+            for k in 0..o.runs.max(1) {
+                progress(&format!("{workload} {design}, {n}"), k, o.runs.max(1));
+                let r = one_run(bin, design, n, files, Some((workload, ms)))?;
                 rates.push(r.ops as f64 / (ms as f64 / 1e3) / 1e6);
             }
-            sp.series
-                .push(Series::new(label, n, rates.clone(), "M reads/s"));
+            t.series.push(Series::new(label, n, rates.clone(), unit));
             let m = median(&mut rates);
             let b = *base.get_or_insert(m);
-            sp.row(vec![
+            t.row(vec![
                 label.to_string(),
                 n.to_string(),
                 format!("{m:.2}"),
@@ -333,7 +368,7 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
             ]);
         }
     }
-    Ok(vec![t, sp])
+    Ok(t)
 }
 
 /// How a reader reads `buf.len()` bytes at an offset.
@@ -362,13 +397,13 @@ fn pss_kib() -> u64 {
 /// byte, prints `done COLD WARM` (each pass's seconds), waits for
 /// `measure`, prints `pss KIB`, waits for `exit`.
 pub fn reader(args: &[String]) -> io::Result<()> {
-    let (args, same_page_ms) = match args {
-        [a @ .., ms] if a.len() == 6 => (a, Some(ms)),
+    let (args, workload) = match args {
+        [a @ .., w] if a.len() == 6 => (a, Some(w.as_str())),
         a => (a, None),
     };
     let [design, file, segdir, name, capacity, start] = args else {
         return Err(io::Error::other(
-            "__reader DESIGN FILE SEGDIR NAME CAPACITY START [SAME_PAGE_MS]",
+            "__reader DESIGN FILE SEGDIR NAME CAPACITY START [same-page | own-part:PAGES]",
         ));
     };
     let parse = |s: &str| -> io::Result<u64> {
@@ -451,13 +486,25 @@ pub fn reader(args: &[String]) -> io::Result<()> {
         }
         Ok(())
     };
+    if let Some(n) = workload.and_then(|w| w.strip_prefix("own-part:")) {
+        // The part is cached (or in the kernel's cache) before the window.
+        for i in start..(start + parse(n)?).min(pages) {
+            read_at(i * PS as u64, &mut buf)?;
+        }
+    }
     println!("ready");
     io::stdout().flush()?;
-    if same_page_ms.is_some() {
+    if let Some(w) = workload {
         // `same-page` (pread2's shape): 64 bytes of the first page again
-        // and again between the two wall-clock instants the parent gave
-        // (every reader counts in the same window, however the CPUs are
-        // shared); the count read.
+        // and again; `own-part` (seed 000's shape): the 4 KiB pages of this
+        // reader's part in turn (read once before `ready`). Between the two
+        // wall-clock instants the parent gave (every reader counts in the
+        // same window, however the CPUs are shared); the count read.
+        let part = match w.strip_prefix("own-part:") {
+            Some(n) => Some(parse(n)?.max(1)),
+            None if w == "same-page" => None,
+            None => return Err(io::Error::other(format!("unknown workload {w}"))),
+        };
         let mut go = String::new();
         io::stdin().lock().read_line(&mut go)?;
         let w: Vec<u128> = go
@@ -479,16 +526,34 @@ pub fn reader(args: &[String]) -> io::Result<()> {
         while now() < from {
             std::hint::spin_loop();
         }
-        let mut b = [0u8; 64];
         let mut ops = 0u64;
-        while now() < to {
-            for _ in 0..64 {
-                read_at(128, &mut b)?;
+        match part {
+            None => {
+                let mut b = [0u8; 64];
+                while now() < to {
+                    for _ in 0..64 {
+                        read_at(128, &mut b)?;
+                    }
+                    ops += 64;
+                }
+                if b[0] != (128 * 31 + 7) as u8 {
+                    return Err(io::Error::other("same-page: a wrong byte"));
+                }
             }
-            ops += 64;
-        }
-        if b[0] != (128 * 31 + 7) as u8 {
-            return Err(io::Error::other("same-page: a wrong byte"));
+            Some(part) => {
+                let mut k = 0;
+                while now() < to {
+                    for _ in 0..16 {
+                        let i = start + k % part;
+                        read_at(i * PS as u64, &mut buf)?;
+                        if buf[0] != ((i as usize * PS) % (1 << 20) * 31 + 7) as u8 {
+                            return Err(io::Error::other(format!("own-part: page {i}")));
+                        }
+                        k += 1;
+                    }
+                    ops += 16;
+                }
+            }
         }
         println!("done {ops}");
         io::stdout().flush()?;
