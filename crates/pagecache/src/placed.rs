@@ -31,12 +31,6 @@ impl<T> Placed<T> {
     pub(crate) unsafe fn at(ptr: NonNull<T>) -> Placed<T> {
         Placed { ptr, owned: false }
     }
-
-    /// Whether the value lives in memory this `Placed` does not own.
-    #[allow(dead_code)]
-    pub(crate) fn is_placed(&self) -> bool {
-        !self.owned
-    }
 }
 
 impl<T> std::ops::Deref for Placed<T> {

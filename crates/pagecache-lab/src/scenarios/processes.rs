@@ -90,14 +90,17 @@ fn sectors_read(dev: u64) -> Option<u64> {
 /// processes' PSS counts already).
 fn cached_kib() -> u64 {
     let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        m.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    field("Cached:").saturating_sub(field("Shmem:"))
+    kib(&m, "Cached:").saturating_sub(kib(&m, "Shmem:"))
+}
+
+/// The number after `name` on its line of a `/proc` file in KiB (0 if
+/// absent).
+fn kib(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// What one run measured.
@@ -379,23 +382,16 @@ type ReadAt = Box<dyn FnMut(u64, &mut [u8]) -> io::Result<()>>;
 /// the scenario counts once for all, as its growth).
 fn pss_kib() -> u64 {
     let m = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        m.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    field("Pss:").saturating_sub(field("Pss_File:"))
+    kib(&m, "Pss:").saturating_sub(kib(&m, "Pss_File:"))
 }
 
 /// `pagecache __reader DESIGN FILE SEGDIR NAME CAPACITY START
-/// [SAME_PAGE_MS]`: one reader of the scenario (with SAME_PAGE_MS, of its
-/// `same-page` table: prints `done OPS` after that many milliseconds of
-/// 64-byte reads of the first page). Prints `ready`, waits for `go`, reads every
-/// page from page START on (wrapping) twice, checks each page's first
-/// byte, prints `done COLD WARM` (each pass's seconds), waits for
-/// `measure`, prints `pss KIB`, waits for `exit`.
+/// [same-page | own-part:PAGES]`: one reader of the scenario. Prints
+/// `ready`, then, with no workload, waits for `go`, reads every page from
+/// page START on (wrapping) twice, checks each page's first byte and
+/// prints `done COLD WARM` (each pass's seconds); with one, waits for `go
+/// FROM TO`, runs it between those wall-clock instants and prints `done
+/// OPS`. Then waits for `measure`, prints `pss KIB`, waits for `exit`.
 pub fn reader(args: &[String]) -> io::Result<()> {
     let (args, workload) = match args {
         [a @ .., w] if a.len() == 6 => (a, Some(w.as_str())),

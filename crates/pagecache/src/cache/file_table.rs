@@ -20,9 +20,15 @@
 //! bumped by every new file: frames name their file by id, and an id names
 //! one entry and, through the generation, one file that ever lived there.
 //!
+//! LIVE entries with no open are idle: their pages stay cached for the
+//! next opener of the unchanged file (the change stamp). CLOSING entries
+//! are found by no open: a stale idle entry (its file changed), or one a
+//! tool's `close` left for `release`. An entry no process has open is
+//! freed (`free_if_unused`) once its index is empty and nothing borrows it.
+//!
 //! An entry is written (its slot made afresh) only while FREE, under the
-//! lock, and only read by processes that have it open (or under the lock),
-//! so no one reads a slot while it is remade.
+//! lock, and only read by processes that have it open, by reclaim through
+//! a borrow, or under the lock, so no one reads a slot while it is remade.
 
 // Under loom only the type is used: no segment exists there.
 #![cfg_attr(loom, allow(dead_code))]

@@ -206,9 +206,10 @@ impl Inner {
             Some(t) => {
                 let o = t.open(ident, len, fd.max_len(), fd.change_stamp()?)?;
                 let id = o.slot.id;
-                // SAFETY: the slot stays in the segment (which outlives the
-                // registry) until our open is given back (`unregister_idle`),
-                // after the last use through this `FileShared`.
+                // SAFETY: the slot stays in the segment (which the
+                // `FileShared` keeps mapped through `shared`) while our open
+                // of it is held: until the `FileShared`'s drop, after its
+                // last use.
                 (unsafe { Placed::at(NonNull::from(o.slot)) }, id)
             }
             None => {
