@@ -459,15 +459,14 @@ fn a_rewrite_does_not_wait_for_the_write_of_its_page_unless_stable() {
     }
 }
 
-/// The flusher writes the file dirtied longest ago first (the kernel's
-/// `dirtied_when` order) and stops once the count is under its goal (half
-/// the background threshold): A (20 pages) is dirtied before B (10 pages),
-/// B's write crosses the threshold (25 pages of 256 frames), the flusher's
-/// first write is A's, and it writes only what brings the count to the goal
-/// (12): 18 of A's pages, so 2 of A's and all of B's stay dirty until their
-/// syncs.
 /// Past the hard limit (W4) the flusher writes the file dirtied longest
-/// ago first, down to the background threshold.
+/// ago first (the kernel's `dirtied_when` order), down to the background
+/// threshold: A (20 pages) is dirtied before B (9 pages), B's last page
+/// crosses the limit (28 of 256 frames), and the flusher writes 4 of A's
+/// pages, which brings the count to the threshold (25); B's stay dirty
+/// until its sync. (B's last page is the one that crosses: a page dirtied
+/// after the kick could land after the pass, leaving the count over the
+/// threshold but under the limit, where nothing starts a pass.)
 #[test]
 fn the_flusher_writes_the_oldest_dirtied_file_first() {
     let d = TempDir::new("bgwb-oldest");
@@ -491,7 +490,7 @@ fn the_flusher_writes_the_oldest_dirtied_file_first() {
             faults.logged_writes().is_empty(),
             "{e:?}: under the threshold"
         );
-        b.write_at(&vec![2u8; 10 * PS], 0).unwrap();
+        b.write_at(&vec![2u8; 9 * PS], 0).unwrap();
         wait_until("the flusher writes", || c.dirty_pages() <= 25);
         c.validate(); // waits for the flusher to be idle
         let log = faults.logged_writes();
@@ -499,11 +498,11 @@ fn the_flusher_writes_the_oldest_dirtied_file_first() {
             log[0].0, pa,
             "{e:?}: the oldest dirtied file first: {log:?}"
         );
-        assert_eq!(a.dirty_pages(), 15, "{e:?}: stopped at the goal: {log:?}");
-        assert_eq!(b.dirty_pages(), 10, "{e:?}: stopped at the goal: {log:?}");
+        assert_eq!(a.dirty_pages(), 16, "{e:?}: stopped at the goal: {log:?}");
+        assert_eq!(b.dirty_pages(), 9, "{e:?}: stopped at the goal: {log:?}");
         a.sync().unwrap();
         b.sync().unwrap();
-        assert_eq!(std::fs::read(&pb).unwrap(), vec![2u8; 10 * PS]);
+        assert_eq!(std::fs::read(&pb).unwrap(), vec![2u8; 9 * PS]);
         assert_eq!(std::fs::read(&pa).unwrap(), vec![1u8; 20 * PS]);
     }
 }
