@@ -15,7 +15,9 @@
 mod common;
 use common::{reap, spawn_child, wait_until};
 use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
-use pagecache::internals::wait::{register_region, unregister_region, SharedMutex, WaitTable};
+use pagecache::internals::wait::{
+    register_region, unregister_region, Member, SharedMutex, WaitTable,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -55,7 +57,14 @@ impl Shared {
         assert!(std::mem::size_of::<WaitTable>() <= DESC_AT);
         // SAFETY: the table lies in the mapping, which stays until Drop,
         // where the region is unregistered first.
-        assert!(unsafe { register_region(base as usize, LEN, base as *const WaitTable, mailbox) });
+        assert!(unsafe {
+            register_region(
+                base as usize,
+                LEN,
+                base as *const WaitTable,
+                mailbox.map(Member::mailbox),
+            )
+        });
         Shared { base }
     }
 

@@ -6,9 +6,11 @@
 //!
 //! ```text
 //! Head     the table lock (a futex mutex, 5.10), the next generation
-//! entries  MAX_FILES x Entry: state (FREE / LIVE / CLOSING), opens (one
-//!          per process that has the file open), borrows, the change
-//!          stamp of an idle file
+//! entries  MAX_FILES x Entry: state (FREE / LIVE / CLOSING), opens (by
+//!          every process), borrows, the change stamp of an idle file
+//! ledger   MAX_OPENERS x MAX_FILES opens by one process (a u16 each): the
+//!          truth an entry's `opens` is the sum of, so that the opens of a
+//!          process that died can be given back (5.14)
 //! slots    MAX_FILES x FileSlot, apart: a scan of the entries never
 //!          touches the slots of entries not in use
 //! ```
@@ -29,6 +31,18 @@
 //! An entry is written (its slot made afresh) only while FREE, under the
 //! lock, and only read by processes that have it open, by reclaim through
 //! a borrow, or under the lock, so no one reads a slot while it is remade.
+//!
+//! A process that dies (protocol 5.14): whoever recovers it calls
+//! [`FileTable::forget_process`], which gives back its opens (its ledger
+//! row); an entry it was the last opener of stays LIVE and idle as an
+//! *orphan*, adopted by the next opener of the file whatever its change
+//! stamp (its pages, dirty ones included, are what the dead process wrote:
+//! dropping them would lose its writes). A process that dies holding the
+//! table lock leaves at most one operation half-done; every operation
+//! writes its ledger row before `opens` and makes an entry LIVE last and
+//! FREE first, so the lock's next holder, told by the lock that it took it
+//! over, recounts every `opens` from the ledger and finds every entry
+//! either whole or free.
 
 // Under loom only the type is used: no segment exists there.
 #![cfg_attr(loom, allow(dead_code))]
@@ -46,9 +60,16 @@ pub const MAX_FILES: usize = 4096;
 pub const INDEX_BITS: u32 = 20;
 const _: () = assert!(MAX_FILES < 1 << INDEX_BITS);
 
+/// Processes whose opens the ledger keeps (a segment's process slots).
+pub const MAX_OPENERS: usize = 64;
+
 const FREE: u32 = 0;
 const LIVE: u32 = 1;
 const CLOSING: u32 = 2;
+
+/// The stamp of an orphan: an idle entry whose last opener died. It
+/// matches every opener's stamp (see the module docs).
+const ORPHAN: (u64, u64) = (u64::MAX - 1, u64::MAX - 1);
 
 #[repr(C, align(128))]
 struct Head {
@@ -62,8 +83,8 @@ struct Head {
 struct Entry {
     /// (L) `FREE`, `LIVE` or `CLOSING`.
     state: AtomicU32,
-    /// (L) opens of the file by every process (each `FileShared`, one per
-    /// process, counts one).
+    /// (L) opens of the file by every process: the sum of its ledger
+    /// column (each `FileShared` counts one).
     opens: AtomicU32,
     /// (A) borrows of the slot right now ([`FileTable::borrow`]): taken
     /// under the lock of a LIVE entry, given back without it; the entry
@@ -88,7 +109,10 @@ struct Slot(UnsafeCell<MaybeUninit<FileSlot>>);
 pub(crate) struct FileTable {
     head: NonNull<Head>,
     entries: NonNull<Entry>,
+    ledger: NonNull<std::sync::atomic::AtomicU16>,
     slots: NonNull<Slot>,
+    /// This process's ledger row (`None`: a table only looked at).
+    me: Option<usize>,
 }
 
 // SAFETY: the table is reached through its lock and atomics; slots are
@@ -118,22 +142,29 @@ impl FileTable {
     }
 
     fn slots_at() -> usize {
-        (Self::entries_at() + MAX_FILES * std::mem::size_of::<Entry>())
+        (Self::ledger_at() + MAX_OPENERS * MAX_FILES * 2)
             .next_multiple_of(std::mem::align_of::<Slot>().max(4096))
+    }
+
+    fn ledger_at() -> usize {
+        (Self::entries_at() + MAX_FILES * std::mem::size_of::<Entry>()).next_multiple_of(4096)
     }
 
     fn entries_at() -> usize {
         std::mem::size_of::<Head>().next_multiple_of(std::mem::align_of::<Entry>())
     }
 
-    /// The table at `base`.
+    /// The table at `base`, used by the process whose ledger row is `me`
+    /// (`None`: only to look, [`FileTable::list`] and
+    /// [`FileTable::opens`]; every open and close is then an error).
     ///
     /// # Safety
     ///
     /// `base` is [`FileTable::bytes`] bytes aligned to [`FileTable::align`],
     /// all zeros when first used by any table, used only through tables,
-    /// and mapped while the result lives.
-    pub(crate) unsafe fn over(base: NonNull<u8>) -> FileTable {
+    /// and mapped while the result lives; no two live processes use the
+    /// same `me`.
+    pub(crate) unsafe fn over(base: NonNull<u8>, me: Option<usize>) -> FileTable {
         FileTable {
             head: base.cast(),
             // SAFETY: inside the caller's memory.
@@ -141,8 +172,93 @@ impl FileTable {
                 NonNull::new_unchecked(base.as_ptr().add(Self::entries_at()).cast())
             },
             // SAFETY: inside the caller's memory.
+            ledger: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::ledger_at()).cast()) },
+            // SAFETY: inside the caller's memory.
             slots: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::slots_at()).cast()) },
+            me: me.filter(|&m| m < MAX_OPENERS),
         }
+    }
+
+    /// The table lock; taken over from a holder that died (5.14 R3), the
+    /// table is audited first (see the module docs).
+    fn lock(&self) -> crate::sync::MutexGuard<'_, ()> {
+        let g = self.head().lock.lock();
+        #[cfg(not(loom))]
+        if crate::sync::futex::took_over() {
+            self.audit();
+        }
+        g
+    }
+
+    /// Runs `f` under the table lock (tests).
+    #[cfg(not(loom))]
+    pub(crate) fn with_locked(&self, f: impl FnOnce()) {
+        let _g = self.lock();
+        f()
+    }
+
+    /// Process `who`'s opens of entry `i`.
+    fn ledger(&self, who: usize, i: usize) -> &std::sync::atomic::AtomicU16 {
+        assert!(who < MAX_OPENERS && i < MAX_FILES);
+        // SAFETY: in bounds of the ledger; zeroed memory is no open.
+        unsafe { &*self.ledger.as_ptr().add(who * MAX_FILES + i) }
+    }
+
+    /// This process's ledger row, or the error of a table only looked at.
+    fn who(&self) -> io::Result<usize> {
+        self.me.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the shared cache's file table is only inspected here: no process slot to count opens in",
+            )
+        })
+    }
+
+    /// `opens` of entry `i` recounted from the ledger. Under the lock.
+    fn recount(&self, i: usize) -> u32 {
+        // Relaxed: (L).
+        let n = (0..MAX_OPENERS)
+            .map(|w| self.ledger(w, i).load(Ordering::Relaxed) as u32)
+            .sum();
+        self.entry(i).opens.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// After a takeover of the lock: every entry's `opens` recounted. Under
+    /// the lock.
+    fn audit(&self) {
+        for i in 0..MAX_FILES {
+            // Relaxed: (L).
+            if self.entry(i).state.load(Ordering::Relaxed) != FREE {
+                self.recount(i);
+            }
+        }
+    }
+
+    /// Gives back every open of process `who` (which died: its recovery,
+    /// 5.14). Entries it was the last opener of become orphans (see the
+    /// module docs). Returns how many entries it had open. Context: no
+    /// sleep; takes the table lock (maybe taking it over from `who`).
+    pub(crate) fn forget_process(&self, who: usize) -> usize {
+        if who >= MAX_OPENERS {
+            return 0;
+        }
+        let _g = self.lock();
+        let mut n = 0;
+        for i in 0..MAX_FILES {
+            // Relaxed: (L).
+            if self.ledger(who, i).swap(0, Ordering::Relaxed) == 0 {
+                continue;
+            }
+            n += 1;
+            let e = self.entry(i);
+            let had = e.opens.load(Ordering::Relaxed);
+            if self.recount(i) == 0 && had > 0 && e.state.load(Ordering::Relaxed) == LIVE {
+                e.stamp[0].store(ORPHAN.0, Ordering::Relaxed);
+                e.stamp[1].store(ORPHAN.1, Ordering::Relaxed);
+            }
+        }
+        n
     }
 
     fn head(&self) -> &Head {
@@ -169,11 +285,17 @@ impl FileTable {
         unsafe { (*self.cell(e)).assume_init_ref() }
     }
 
-    /// Entry `e`'s slot's place.
-    fn cell(&self, e: &Entry) -> *mut MaybeUninit<FileSlot> {
+    /// Entry `e`'s index.
+    fn index_in(&self, e: &Entry) -> usize {
         let i = (e as *const Entry as usize - self.entries.as_ptr() as usize)
             / std::mem::size_of::<Entry>();
         assert!(i < MAX_FILES);
+        i
+    }
+
+    /// Entry `e`'s slot's place.
+    fn cell(&self, e: &Entry) -> *mut MaybeUninit<FileSlot> {
+        let i = self.index_in(e);
         // SAFETY: in bounds of the slots' array.
         unsafe { (*self.slots.as_ptr().add(i)).0.get() }
     }
@@ -192,7 +314,8 @@ impl FileTable {
         max_len: u64,
         stamp: (u64, u64),
     ) -> io::Result<Opened<'_>> {
-        let _g = self.head().lock.lock();
+        let who = self.who()?;
+        let _g = self.lock();
         let mut free = None;
         for i in 0..MAX_FILES {
             let e = self.entry(i);
@@ -206,8 +329,11 @@ impl FileTable {
                     }
                     // Relaxed (all four): (L).
                     let idle = e.opens.load(Ordering::Relaxed) == 0;
-                    let same = e.stamp[0].load(Ordering::Relaxed) == stamp.0
-                        && e.stamp[1].load(Ordering::Relaxed) == stamp.1;
+                    let had = (
+                        e.stamp[0].load(Ordering::Relaxed),
+                        e.stamp[1].load(Ordering::Relaxed),
+                    );
+                    let same = had == stamp || had == ORPHAN;
                     if idle && !same {
                         // Changed behind the cache's back while no one had
                         // it open: its pages are stale. With none left, the
@@ -218,7 +344,7 @@ impl FileTable {
                         }
                         continue;
                     }
-                    e.opens.fetch_add(1, Ordering::Relaxed);
+                    self.count_open(who, i)?;
                     return Ok(Opened {
                         slot: s,
                         created: false,
@@ -242,16 +368,52 @@ impl FileTable {
         let id = (gen << INDEX_BITS) | (i as u64 + 1);
         // SAFETY: a FREE entry, under the lock: no one reads its slot.
         unsafe { (*self.cell(e)).write(FileSlot::new(id, ident, len, max_len)) };
-        // Relaxed: (L); the slot is published to other processes by the
-        // lock's release (they find it under the lock) and to this
+        // The ledger, then the recount, then LIVE last (see the module
+        // docs). Relaxed: (L); the slot is published to other processes
+        // by the lock's release (they find it under the lock) and to this
         // process's threads by the `FileShared` that holds it.
-        e.opens.store(1, Ordering::Relaxed);
+        self.ledger(who, i).fetch_add(1, Ordering::Relaxed);
+        self.recount(i);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
         e.state.store(LIVE, Ordering::Relaxed);
         Ok(Opened {
             // SAFETY: LIVE now, and we hold the open just counted.
             slot: unsafe { self.slot(e) },
             created: true,
         })
+    }
+
+    /// Counts an open of entry `i` by `who`: its ledger, then `opens`.
+    /// Under the lock.
+    fn count_open(&self, who: usize, i: usize) -> io::Result<()> {
+        let l = self.ledger(who, i);
+        // Relaxed: (L).
+        if l.load(Ordering::Relaxed) == u16::MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "a file of the shared cache is open {} times in this process",
+                    u16::MAX
+                ),
+            ));
+        }
+        l.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+        self.entry(i).opens.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Gives back an open of entry `i` by `who` (an error if it has none):
+    /// its ledger, then `opens`. Returns the opens left. Under the lock.
+    fn count_close(&self, who: usize, i: usize, id: u64) -> io::Result<u32> {
+        let l = self.ledger(who, i);
+        // Relaxed: (L).
+        if l.load(Ordering::Relaxed) == 0 {
+            return Err(not_open(id));
+        }
+        l.fetch_sub(1, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+        Ok(self.entry(i).opens.fetch_sub(1, Ordering::Relaxed) - 1)
     }
 
     /// The entry index of file id `id`, if it can name one.
@@ -280,15 +442,14 @@ impl FileTable {
     /// error if `id` names no open file. Context: no sleep; takes the
     /// table lock.
     pub(crate) fn close(&self, id: u64) -> io::Result<bool> {
-        let _g = self.head().lock.lock();
+        let who = self.who()?;
+        let _g = self.lock();
         let e = self
             .entry_of(id)
             // Relaxed: (L).
             .filter(|e| e.state.load(Ordering::Relaxed) == LIVE)
             .ok_or_else(|| not_open(id))?;
-        // Relaxed: (L).
-        let left = e.opens.load(Ordering::Relaxed).saturating_sub(1);
-        e.opens.store(left, Ordering::Relaxed);
+        let left = self.count_close(who, self.index_in(e), id)?;
         if left == 0 {
             e.state.store(CLOSING, Ordering::Relaxed);
         }
@@ -303,17 +464,14 @@ impl FileTable {
     /// error if `id` names no open file. Context: no sleep; takes the
     /// table lock.
     pub(crate) fn close_idle(&self, id: u64, stamp: Option<(u64, u64)>) -> io::Result<bool> {
-        let _g = self.head().lock.lock();
+        let who = self.who()?;
+        let _g = self.lock();
         let e = self
             .entry_of(id)
             // Relaxed: (L).
-            .filter(|e| {
-                e.state.load(Ordering::Relaxed) == LIVE && e.opens.load(Ordering::Relaxed) > 0
-            })
+            .filter(|e| e.state.load(Ordering::Relaxed) == LIVE)
             .ok_or_else(|| not_open(id))?;
-        // Relaxed (all): (L).
-        let left = e.opens.load(Ordering::Relaxed) - 1;
-        e.opens.store(left, Ordering::Relaxed);
+        let left = self.count_close(who, self.index_in(e), id)?;
         if left == 0 {
             let (a, b) = stamp.unwrap_or((u64::MAX, u64::MAX));
             e.stamp[0].store(a, Ordering::Relaxed);
@@ -327,7 +485,7 @@ impl FileTable {
     /// slot end here). An error if `id` is not CLOSING. Context: no sleep;
     /// takes the table lock.
     pub(crate) fn release(&self, id: u64) -> io::Result<()> {
-        let mut g = self.head().lock.lock();
+        let mut g = self.lock();
         let e = self
             .entry_of(id)
             // Relaxed: (L).
@@ -339,13 +497,14 @@ impl FileTable {
         while e.borrows.load(Ordering::Acquire) != 0 {
             drop(g);
             crate::sync::yield_now();
-            g = self.head().lock.lock();
+            g = self.lock();
         }
-        // SAFETY: CLOSING: no open is left and no one finds it; the slot
-        // is the caller's to drop.
-        unsafe { (*self.cell(e)).assume_init_drop() };
-        // Relaxed: (L).
+        // FREE first (see the module docs). Relaxed: (L).
         e.state.store(FREE, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+        // SAFETY: it was CLOSING: no open is left and no one finds it; the
+        // slot is the caller's to drop.
+        unsafe { (*self.cell(e)).assume_init_drop() };
         Ok(())
     }
 
@@ -355,7 +514,7 @@ impl FileTable {
     /// `None` if `id` names no entry. Context: no sleep; takes the table
     /// lock.
     pub(crate) fn borrow(&self, id: u64) -> Option<&FileSlot> {
-        let _g = self.head().lock.lock();
+        let _g = self.lock();
         let e = self.entry_of(id)?;
         // Relaxed: counted under the lock, which `release` checks it under.
         e.borrows.fetch_add(1, Ordering::Relaxed);
@@ -379,7 +538,7 @@ impl FileTable {
     /// new slot, which reads what is on disk. Returns whether it did.
     /// Context: no sleep; takes the table lock.
     pub(crate) fn free_if_unused(&self, id: u64) -> bool {
-        let _g = self.head().lock.lock();
+        let _g = self.lock();
         self.entry_of(id).is_some_and(|e| self.free_unused(e))
     }
 
@@ -396,17 +555,19 @@ impl FileTable {
         if !unsafe { self.slot(e) }.tree.is_empty() {
             return false;
         }
+        // FREE first (see the module docs).
+        e.state.store(FREE, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
         // SAFETY: no open, no borrow, no page: nothing reaches the slot
         // but through the table, whose lock we hold.
         unsafe { (*self.cell(e)).assume_init_drop() };
-        e.state.store(FREE, Ordering::Relaxed);
         true
     }
 
     /// Opens of the file with id `id` by every process (0 if it is not
     /// open). Context: no sleep; takes the table lock.
     pub(crate) fn opens(&self, id: u64) -> u32 {
-        let _g = self.head().lock.lock();
+        let _g = self.lock();
         self.entry_of(id)
             // Relaxed: (L).
             .filter(|e| e.state.load(Ordering::Relaxed) == LIVE)
@@ -469,198 +630,5 @@ impl std::fmt::Debug for Head {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use crate::sync::futex::{register_region, unregister_region, WaitTable};
-
-    /// Two mappings of one memfd, each registered with the wait table
-    /// that follows the file table in it (as a segment does): what two
-    /// processes see.
-    struct Shared {
-        a: NonNull<u8>,
-        b: NonNull<u8>,
-        len: usize,
-    }
-
-    impl Shared {
-        fn new() -> Shared {
-            let waits = FileTable::bytes().next_multiple_of(4096);
-            let len = waits + std::mem::size_of::<WaitTable>().next_multiple_of(4096);
-            // SAFETY: plain syscalls, results checked; the mappings are
-            // unmapped by Drop.
-            unsafe {
-                let fd = libc::memfd_create(c"file-table-test".as_ptr(), libc::MFD_CLOEXEC);
-                assert!(fd >= 0);
-                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
-                let map = || {
-                    let p = libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_SHARED,
-                        fd,
-                        0,
-                    );
-                    assert_ne!(p, libc::MAP_FAILED);
-                    NonNull::new(p.cast::<u8>()).unwrap()
-                };
-                let (a, b) = (map(), map());
-                libc::close(fd);
-                for m in [a, b] {
-                    let t = m.as_ptr().add(waits).cast::<WaitTable>();
-                    assert!(register_region(m.as_ptr() as usize, len, t, None));
-                }
-                Shared { a, b, len }
-            }
-        }
-    }
-
-    impl Drop for Shared {
-        fn drop(&mut self) {
-            // SAFETY: our two mappings, unregistered first.
-            unsafe {
-                unregister_region(self.a.as_ptr() as usize);
-                unregister_region(self.b.as_ptr() as usize);
-                libc::munmap(self.a.as_ptr().cast(), self.len);
-                libc::munmap(self.b.as_ptr().cast(), self.len);
-            }
-        }
-    }
-
-    #[test]
-    fn one_file_one_slot_whoever_opens_it() {
-        let m = Shared::new();
-        // SAFETY: zeroed memfd memory of the table's size, page aligned,
-        // mapped while `m` lives (longer than the tables).
-        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
-        let x = a.open((8, 100), 4096, 1 << 40, (0, 0)).unwrap();
-        assert!(x.created);
-        // The other mapping finds the same slot, length and all.
-        let y = b.open((8, 100), 0, 0, (0, 0)).unwrap();
-        assert!(!y.created);
-        assert_eq!(y.slot.id, x.slot.id);
-        assert_eq!(y.slot.len.load(Ordering::Relaxed), 4096);
-        x.slot.len.store(8192, Ordering::Relaxed);
-        assert_eq!(y.slot.len.load(Ordering::Relaxed), 8192);
-        assert_eq!(b.opens(x.slot.id), 2);
-        // Another inode is another file.
-        let z = b.open((8, 101), 0, 1 << 40, (0, 0)).unwrap();
-        assert!(z.created);
-        assert_ne!(z.slot.id, x.slot.id);
-        let listed = a.list().unwrap();
-        assert_eq!(listed.len(), 2);
-        assert!(listed.contains(&Listed {
-            ident: (8, 100),
-            id: x.slot.id,
-            opens: 2,
-            len: 8192
-        }));
-        // Closes: the last one leaves the entry CLOSING (found by nobody)
-        // until released.
-        let id = x.slot.id;
-        assert!(!a.close(x.slot.id).unwrap());
-        assert!(b.close(y.slot.id).unwrap());
-        assert_eq!(a.opens(id), 0);
-        let again = a.open((8, 100), 0, 1 << 40, (0, 0)).unwrap();
-        assert!(again.created, "a closing file is not reopened");
-        assert_ne!(again.slot.id, id);
-        a.release(id).unwrap();
-        assert_eq!(a.release(id).unwrap_err().kind(), io::ErrorKind::NotFound);
-        assert_eq!(a.close(id).unwrap_err().kind(), io::ErrorKind::NotFound);
-        // Its entry is free again, with a new generation.
-        assert_eq!(a.list().unwrap().len(), 2);
-        assert!(b.close(z.slot.id).unwrap());
-        b.release(z.slot.id).unwrap();
-        let w = b.open((9, 1), 0, 1 << 40, (0, 0)).unwrap();
-        assert_eq!(
-            w.slot.id & ((1 << INDEX_BITS) - 1),
-            1,
-            "the first entry reused"
-        );
-        assert_ne!(w.slot.id, id);
-    }
-
-    #[test]
-    fn an_idle_file_is_found_again_unless_its_stamp_changed() {
-        let m = Shared::new();
-        // SAFETY: as above.
-        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
-        let x = a.open((8, 7), 4096, 1 << 40, (11, 4096)).unwrap();
-        let id = x.slot.id;
-        let y = b.open((8, 7), 0, 1 << 40, (99, 1)).unwrap();
-        assert_eq!(y.slot.id, id, "open elsewhere: found whatever its stamp");
-        assert!(!a.close_idle(id, Some((12, 4096))).unwrap());
-        assert!(b.close_idle(id, Some((12, 8192))).unwrap());
-        assert_eq!(
-            a.close_idle(id, None).unwrap_err().kind(),
-            io::ErrorKind::NotFound
-        );
-        // Idle: listed with no open, found by an opener of the same stamp.
-        assert_eq!(a.list().unwrap()[0].opens, 0);
-        let z = a.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
-        assert!(!z.created);
-        assert_eq!(z.slot.id, id);
-        // Closed again with no stamp known: never matched. With no page
-        // cached, the stale entry is free at once, and reused.
-        assert!(a.close_idle(id, None).unwrap());
-        let w = b.open((8, 7), 0, 1 << 40, (12, 8192)).unwrap();
-        assert!(w.created, "a stale idle entry is not served");
-        assert_ne!(w.slot.id, id);
-        assert_eq!(
-            w.slot.id & ((1 << INDEX_BITS) - 1),
-            id & ((1 << INDEX_BITS) - 1)
-        );
-        assert!(a.borrow(id).is_none());
-        assert_eq!(a.list().unwrap().len(), 1);
-        // An idle entry with no page is freed when asked (reclaim asks when
-        // it evicts a file's last page); an open one is not.
-        assert!(!a.free_if_unused(w.slot.id), "open");
-        let wid = w.slot.id;
-        assert!(b.close_idle(wid, Some((1, 1))).unwrap());
-        let s = a.borrow(wid).unwrap();
-        assert_eq!(s.id, wid);
-        assert!(!a.free_if_unused(wid), "borrowed");
-        a.unborrow(wid);
-        assert!(a.free_if_unused(wid));
-        assert!(a.list().unwrap().is_empty());
-        assert_eq!(a.release(wid).unwrap_err().kind(), io::ErrorKind::NotFound);
-    }
-
-    #[test]
-    fn racing_opens_of_one_file_share_one_slot() {
-        let m = Shared::new();
-        // SAFETY: as above.
-        let (a, b) = unsafe { (FileTable::over(m.a), FileTable::over(m.b)) };
-        for round in 0..200u64 {
-            let ident = (1, round);
-            let ids: Vec<(u64, bool)> = std::thread::scope(|s| {
-                let ts: Vec<_> = [&a, &b, &a, &b]
-                    .into_iter()
-                    .map(|t| {
-                        s.spawn(move || {
-                            let o = t.open(ident, 0, 1 << 40, (0, 0)).unwrap();
-                            (o.slot.id, o.created)
-                        })
-                    })
-                    .collect();
-                ts.into_iter().map(|t| t.join().unwrap()).collect()
-            });
-            assert!(ids.iter().all(|x| x.0 == ids[0].0), "{ids:?}");
-            assert_eq!(ids.iter().filter(|x| x.1).count(), 1, "{ids:?}");
-            assert_eq!(a.opens(ids[0].0), 4);
-        }
-    }
-
-    #[test]
-    fn a_full_table_is_an_error() {
-        let m = Shared::new();
-        // SAFETY: as above.
-        let a = unsafe { FileTable::over(m.a) };
-        for i in 0..MAX_FILES as u64 {
-            a.open((2, i), 0, 1 << 40, (0, 0)).unwrap();
-        }
-        let e = a.open((3, 0), 0, 1 << 40, (0, 0)).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
-        assert!(e.to_string().contains("file table is full"), "{e}");
-    }
-}
+#[path = "file_table_tests.rs"]
+mod tests;

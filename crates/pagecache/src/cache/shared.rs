@@ -115,8 +115,8 @@ mod imp {
             // SAFETY: the hand is in the words, which live as long.
             let policy = Box::new(unsafe { Clock::at(NonNull::from(&words.clock_hand)) });
             // SAFETY: the file table, as above (all zeros when the segment
-            // was made: an empty table).
-            let files = unsafe { FileTable::over(seg.table(TableId::Files)) };
+            // was made: an empty table); our process slot is ours alone.
+            let files = unsafe { FileTable::over(seg.table(TableId::Files), seg.slot()) };
             // SAFETY: the deferred-free queue, as above.
             let deferred = unsafe { DeferredQueue::over(seg.table(TableId::Deferred), nframes) };
             let tables = Tables {

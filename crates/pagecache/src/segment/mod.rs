@@ -53,7 +53,7 @@ use crate::frame::alloc::PerCpuPool;
 use crate::frame::state::FrameDesc;
 use crate::frame::ARENA_SLACK;
 use crate::index::NodeArena;
-use crate::sync::futex::{register_region, unregister_region, WaitTable};
+use crate::sync::futex::{register_region, unregister_region, Member, WaitTable};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -61,13 +61,16 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+mod death;
 mod tools;
+
+const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 
 /// The first bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -171,9 +174,13 @@ pub struct SharedFile {
 #[derive(Debug)]
 #[repr(C)]
 struct ProcSlot {
-    /// Its pid, 0 for a free slot.
+    /// Its pid, 0 for a free slot, or [`death::RECOVERING`] and the pid of
+    /// the process recovering the slot's dead one (5.14).
     pid: AtomicU32,
-    _pad: u32,
+    /// Claims of the slot so far (1 to 2^24 - 1, wrapping past 0): with the
+    /// slot's index, the tag its process writes into the locks it holds
+    /// (`death::tag`), which tells a later claimant's holds from its.
+    gen: AtomicU32,
     /// Its start time (`/proc/PID/stat` field 22), to tell it from a later
     /// process with the same pid.
     start: AtomicU64,
@@ -278,6 +285,8 @@ pub struct Segment {
     /// Our process-table slot (`None`: inspected, not attached).
     slot: Option<usize>,
     created: bool,
+    /// The thread that looks for dead processes (attached only, 5.14).
+    watcher: Option<death::Watcher>,
 }
 
 // SAFETY: the mapping is plain shared memory; what is inside is reached
@@ -320,21 +329,25 @@ fn ctx(e: io::Error, what: String) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-/// This process's start time (`/proc/PID/stat` field 22; 0 if unreadable).
-fn start_time(pid: u32) -> u64 {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
+/// Process `pid`'s state letter and start time (`/proc/PID/stat` fields 3
+/// and 22), if it exists.
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command may hold spaces and parentheses: fields follow the last ')'.
-    s.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(19))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0)
+    let mut f = s.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    Some((state, f.nth(18)?.parse().ok()?))
 }
 
-/// Whether the process `pid` that started at `start` still runs.
+/// This process's start time (0 if unreadable).
+fn start_time(pid: u32) -> u64 {
+    stat(pid).map_or(0, |s| s.1)
+}
+
+/// Whether the process `pid` that started at `start` still runs (a zombie,
+/// killed and not yet reaped, does not: it holds nothing and runs nothing).
 fn alive(pid: u32, start: u64) -> bool {
-    pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists() && start_time(pid) == start
+    pid != 0 && stat(pid).is_some_and(|(state, t)| t == start && state != 'Z' && state != 'X')
 }
 
 impl Segment {
@@ -406,6 +419,7 @@ impl Segment {
             path: path.to_path_buf(),
             slot: None,
             created: false,
+            watcher: None,
         };
         let h = seg.header();
         if h.magic != MAGIC {
@@ -511,6 +525,7 @@ impl Segment {
                 path: path.to_path_buf(),
                 slot: None,
                 created: true,
+                watcher: None,
             };
             // C1: the header and the tables' first state. The file is
             // zeroed (fresh), which is an empty wait table and an empty
@@ -569,45 +584,59 @@ impl Segment {
         seg.enter()
     }
 
-    /// A2: a process-table slot and the wait table's registration.
+    /// A2: a process-table slot (a free one; if none, one whose process
+    /// died, recovered first: 5.14), the wait table's registration with
+    /// the slot's tag for the locks this process holds, and the thread
+    /// that looks for dead processes.
     fn enter(mut self) -> io::Result<Segment> {
         let me = std::process::id();
         let start = start_time(me);
-        let procs = &self.header().procs;
-        // A free slot, else (second pass) one whose process is dead.
-        let slot = [false, true].into_iter().find_map(|dead_too| {
-            procs.iter().position(|p| {
-                // Relaxed: a slot's owner is checked by pid and start time,
-                // published by the CAS and the store below.
-                let pid = p.pid.load(Ordering::Relaxed);
-                (pid == 0 || dead_too && !alive(pid, p.start.load(Ordering::Relaxed)))
+        let slot = loop {
+            let procs = &self.header().procs;
+            let free = procs.iter().position(|p| {
+                // Relaxed: a hint; the CAS claims.
+                p.pid.load(Ordering::Relaxed) == 0
+                    // Acquire: the previous owner's last uses (its Drop's
+                    // Release store, or its recovery's).
                     && p.pid
-                        .compare_exchange(pid, me, Ordering::AcqRel, Ordering::Relaxed)
+                        .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
-            })
-        });
-        let Some(slot) = slot else {
-            return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!(
-                    "shared cache {}: {MAX_PROCS} live processes attached already",
-                    self.path.display()
-                ),
-            ));
+            });
+            if let Some(s) = free {
+                break s;
+            }
+            if self.recover_dead() == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "shared cache {}: {MAX_PROCS} live processes attached already",
+                        self.path.display()
+                    ),
+                ));
+            }
         };
-        // Release: pairs with `processes`' Acquire load.
-        procs[slot].start.store(start, Ordering::Release);
+        let p = &self.header().procs[slot];
+        // Release (both): pairs with `processes`' and `death::gone`'s
+        // Acquire loads; the start time is visible to whoever sees the new
+        // generation.
+        p.start.store(start, Ordering::Release);
+        let gen = death::next_gen(p.gen.load(Ordering::Relaxed));
+        p.gen.store(gen, Ordering::Release);
         self.slot = Some(slot);
         let w = self.table(TableId::Waits);
         // SAFETY: the wait table lies inside the mapping, which stays until
         // Drop, where it is unregistered first; the region is this mapping;
-        // our process slot is our mailbox (5.13).
+        // our process slot is our mailbox (5.13), its tag our locks' (5.14).
         let ok = unsafe {
             register_region(
                 self.base.as_ptr() as usize,
                 self.len,
                 w.as_ptr() as *const WaitTable,
-                Some(slot),
+                Some(Member {
+                    mailbox: slot,
+                    tag: death::tag(slot, gen),
+                    gone: death::gone,
+                }),
             )
         };
         if !ok {
@@ -616,7 +645,14 @@ impl Segment {
                 self.path.display()
             )));
         }
+        self.watcher = Some(death::Watcher::start(&self)?);
         Ok(self)
+    }
+
+    /// This process's slot in the process table (`None`: inspected, not
+    /// attached).
+    pub fn slot(&self) -> Option<usize> {
+        self.slot
     }
 
     /// The header.
@@ -718,14 +754,23 @@ fn map(fd: &OwnedFd, len: u64, path: &Path) -> io::Result<(NonNull<u8>, usize)> 
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // The watcher first: it uses the mapping.
+        drop(self.watcher.take());
         // SAFETY: registered in `enter`, or never (inspected, or `enter`
         // failed: then a no-op); the segment's users (tables borrowed from
         // it) are gone before it drops.
         unsafe { unregister_region(self.base.as_ptr() as usize) };
         if let Some(slot) = self.slot {
+            // Opens a tool left (a cache closes its files before its
+            // segment drops): given back, as for a dead process (5.14 D5).
+            self.file_table().forget_process(slot);
+            let p = &self.header().procs[slot];
+            // Relaxed: ordered before the pid's Release store (a claimant's
+            // start time is 0 until it stores its own: 5.14 D2).
+            p.start.store(0, Ordering::Relaxed);
             // Release: our last uses of the segment happen-before a
             // reader that sees the slot free.
-            self.header().procs[slot].pid.store(0, Ordering::Release);
+            p.pid.store(0, Ordering::Release);
         }
         // SAFETY: the mapping made in `attach` or `create`.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };

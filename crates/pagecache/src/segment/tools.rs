@@ -1,7 +1,7 @@
 //! What tools and tests ask of a segment: its processes, its files, its
 //! frames in use (`pagecache shared NAME`, `tests/segment.rs`).
 
-use super::{alive, Segment, SharedFile, TableId};
+use super::{alive, death, Segment, SharedFile, TableId};
 use crate::cache::file_table::FileTable;
 use crate::frame::state::FrameDesc;
 use std::io;
@@ -17,18 +17,20 @@ impl Segment {
             .filter_map(|p| {
                 // Acquire: pairs with A2's CAS and store.
                 let pid = p.pid.load(Ordering::Acquire);
-                (pid != 0).then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
+                // (A slot being recovered is a dead process's, leaving.)
+                (pid != 0 && pid & death::RECOVERING == 0)
+                    .then(|| (pid, alive(pid, p.start.load(Ordering::Acquire))))
             })
             .collect()
     }
 
     /// The segment's file table.
-    fn file_table(&self) -> FileTable {
+    pub(super) fn file_table(&self) -> FileTable {
         // SAFETY: the files' table, sized and aligned by `layout`, zeroed
         // at creation and used only through file tables; it lives as long
         // as the mapping, which outlives the returned table (the callers
-        // drop it before returning).
-        unsafe { FileTable::over(self.table(TableId::Files)) }
+        // drop it before returning); our process slot is ours alone.
+        unsafe { FileTable::over(self.table(TableId::Files), self.slot) }
     }
 
     /// Opens the file `(device, inode)` in the cache's file table, as a
@@ -69,6 +71,13 @@ impl Segment {
             dirty += u64::from(s.is_dirty());
         }
         (used, dirty)
+    }
+
+    /// Runs `f` holding the file table's lock (tests: a process killed
+    /// while it holds a segment lock).
+    #[doc(hidden)]
+    pub fn debug_with_files_locked(&self, f: impl FnOnce()) {
+        self.file_table().with_locked(f)
     }
 
     /// Opens of file `id` by every process (0: not open).

@@ -226,8 +226,38 @@ struct Region {
     base: usize,
     len: usize,
     table: *const WaitTable,
-    /// This process's mailbox in the table (`doorbell.rs`), if it has one.
-    me: Option<usize>,
+    /// This process's membership, if it is one of the region's processes
+    /// (a mailbox, a lock tag, a way to tell a dead holder).
+    me: Option<Member>,
+}
+
+/// A process's membership of a shared region ([`register_region`]).
+#[cfg(not(loom))]
+#[derive(Debug, Clone, Copy)]
+pub struct Member {
+    /// Its mailbox in the region's table (futures, `doorbell.rs`, 5.13).
+    pub mailbox: usize,
+    /// What its threads write into the [`FutexMutex`] words of the region
+    /// they hold (5.14): at least 2 (1 is the tag of a process with no
+    /// membership) and below 2^31.
+    pub tag: u32,
+    /// Whether the process that held a lock with tag `tag` is gone (dead,
+    /// or detached): given the region's base and the tag. Called by a
+    /// waiter that waited `HOLDER_CHECK` (200 ms) on a region's lock.
+    pub gone: fn(usize, u32) -> bool,
+}
+
+#[cfg(not(loom))]
+impl Member {
+    /// A member with a mailbox only: its locks carry no tag a waiter could
+    /// check, so they are never taken over.
+    pub fn mailbox(mailbox: usize) -> Member {
+        Member {
+            mailbox,
+            tag: NO_TAG,
+            gone: |_, _| false,
+        }
+    }
 }
 
 #[cfg(not(loom))]
@@ -335,7 +365,7 @@ pub unsafe fn register_region(
     base: usize,
     len: usize,
     table: *const WaitTable,
-    mailbox: Option<usize>,
+    member: Option<Member>,
 ) -> bool {
     let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
     // Relaxed: under REGISTER.
@@ -343,8 +373,8 @@ pub unsafe fn register_region(
     let Some(i) = (0..MAX_REGIONS).find(|&i| REGIONS[i].load(Ordering::Relaxed).is_null()) else {
         return false;
     };
-    let mailbox = mailbox.filter(|&m| m < super::doorbell::MAILBOXES);
-    if let Some(me) = mailbox {
+    let member = member.filter(|m| m.mailbox < super::doorbell::MAILBOXES && m.tag < 1 << 31);
+    if let Some(me) = member.map(|m| m.mailbox) {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (t, s2) = (table as usize, stop.clone());
         let spawned = std::thread::Builder::new()
@@ -368,7 +398,7 @@ pub unsafe fn register_region(
         base,
         len,
         table,
-        me: mailbox,
+        me: member,
     }));
     // Release: publishes the record to `resolve`'s Acquire load.
     REGIONS[i].store(r, Ordering::Release);
@@ -397,7 +427,7 @@ pub unsafe fn unregister_region(base: usize) {
             slot.store(std::ptr::null_mut(), Ordering::Release);
             retired.push(r as usize);
             // SAFETY: as above.
-            let (table, me) = unsafe { ((*r).table, (*r).me) };
+            let (table, me) = unsafe { ((*r).table, (*r).me.map(|m| m.mailbox)) };
             drop(retired);
             if let Some(me) = me {
                 let mut bells = DOORBELLS.lock().unwrap_or_else(|e| e.into_inner());
@@ -426,7 +456,7 @@ pub unsafe fn unregister_region(base: usize) {
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn region_of(addr: usize) -> Option<(&'static WaitTable, usize, Option<usize>)> {
-    find_region(addr).map(|r| (r.table(), addr - r.base, r.me))
+    find_region(addr).map(|r| (r.table(), addr - r.base, r.me.map(|m| m.mailbox)))
 }
 
 /// Sleeps on the wait bucket of the object at `addr` while
@@ -469,22 +499,65 @@ pub(crate) fn wake_word(word: &AtomicU32, n: i32) {
     futex_wake(word, in_region(word.as_ptr() as usize), n);
 }
 
+/// The lock tag of a process that is no member of the word's region (or
+/// of a word in no region): its holds are never taken over.
+#[cfg(not(loom))]
+const NO_TAG: u32 = 1;
+
+/// How long a waiter on a region's lock sleeps before it asks whether the
+/// holder's process is gone (5.14 R2): a dead holder's lock is taken over
+/// within about this long after the death is seen.
+#[cfg(not(loom))]
+pub const HOLDER_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// Set by a lock that took over from a dead holder (5.14 R3), until
+    /// [`took_over`] reads it.
+    static TOOK_OVER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's last [`FutexMutex`] lock since the previous call
+/// took the lock over from a holder whose process died (5.14 R3): what the
+/// lock guards may be half-changed, and the caller repairs it. Clears it.
+#[cfg(not(loom))]
+pub(crate) fn took_over() -> bool {
+    TOOK_OVER.with(|t| t.replace(false))
+}
+
 /// A mutex that is one 32-bit word and works between processes when it
 /// lies in a registered shared region (Drepper's "Futexes Are Tricky",
-/// mutex 2): 0 free, 1 held, 2 held and maybe sleepers.
+/// mutex 2, with the holder's tag in the word): 0 free, else `tag << 1 |
+/// c`, where `tag` names the holder's process (its [`Member::tag`] in the
+/// word's region; 1 outside regions and for non-members) and `c`
+/// says there may be sleepers.
 ///
-/// * L1. CAS 0 -> 1 (Acquire): taken.
-/// * L2. While the word is 1 (no sleeper), a bounded spin: pauses, then
+/// * L1. CAS 0 -> `tag << 1` (Acquire): taken.
+/// * L2. While `c` is clear (no sleeper), a bounded spin: pauses, then
 ///   yields, retrying L1.
-/// * L3. Swap in 2 (Acquire); if the old value was 0, taken (with the word
-///   at 2: the unlock may wake someone for nothing, which is allowed).
-/// * L4. `FUTEX_WAIT(word, 2)`, then back to L3.
-/// * U1. Swap in 0 (Release); if the old value was 2, `FUTEX_WAKE` one.
+/// * L3. Load the word `w`. 0: CAS 0 -> `tag << 1 | 1` (Acquire; taken,
+///   with `c` set: the unlock may wake someone for nothing, which is
+///   allowed). `c` clear: CAS `w -> w | 1`. Either CAS failing: L3 again.
+/// * L4. `FUTEX_WAIT(word, w | 1)`, then L3 (in a region whose member can
+///   tell a dead holder, for at most `HOLDER_CHECK`, then 5.14 R2).
+/// * U1. Swap in 0 (Release); if the old value had `c`, `FUTEX_WAKE` one.
 ///
-/// No lost wake-up: a sleeper sleeps only while the word is 2 (the kernel
-/// checks under its lock), and a word at 2 means the unlock that clears it
-/// wakes one sleeper; the woken one sets 2 again at L3, so the sleepers
-/// left are woken by its own unlock.
+/// No lost wake-up: a sleeper sleeps only while the word has `c` (the
+/// kernel checks under its lock), and a word with `c` means the unlock
+/// that clears it wakes one sleeper; the woken one sets `c` again at L3,
+/// so the sleepers left are woken by its own unlock.
+///
+/// A holder whose process died (protocol 5.14, `docs/design.md`):
+///
+/// * R1. A member's holds carry its tag, which its segment can map to a
+///   process-table slot and generation ([`Member::gone`]).
+/// * R2. A waiter that slept `HOLDER_CHECK` with the word unchanged asks
+///   `gone(tag)`; only a process that died (or detached, which it does
+///   holding no lock) answers yes, never a slow one.
+/// * R3. Gone: CAS `w | 1 -> mytag << 1 | 1` (Acquire): the lock is the
+///   waiter's, `took_over` says so, and the caller repairs what the dead
+///   holder may have left half-done. Of several waiters one wins the CAS;
+///   the others see a live tag and wait on.
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub struct FutexMutex {
@@ -493,27 +566,35 @@ pub struct FutexMutex {
 
 #[cfg(not(loom))]
 impl FutexMutex {
+    /// This process's tag for this lock (R1).
+    #[inline]
+    fn tag(&self) -> u32 {
+        find_region(self.word.as_ptr() as usize)
+            .and_then(|r| r.me)
+            .map_or(NO_TAG, |m| m.tag)
+    }
+
     #[cold]
-    fn lock_slow(&self) {
+    fn lock_slow(&self, tag: u32) {
         // L2: while no one sleeps, a few rounds of exponential pauses, then
         // yields (parking_lot's `SpinWait`): a holder on another CPU lets
         // go within the pauses; one that was preempted gets the CPU back
         // in a yield; past that, sleep.
         for round in 0..SPIN_ROUNDS {
             // Relaxed: a hint; the CAS decides.
-            match self.word.load(Ordering::Relaxed) {
-                0 => {
-                    if self
-                        .word
-                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        return;
-                    }
-                    continue;
+            let w = self.word.load(Ordering::Relaxed);
+            if w == 0 {
+                if self
+                    .word
+                    .compare_exchange(0, tag << 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
                 }
-                1 => {}
-                _ => break,
+                continue;
+            }
+            if w & 1 != 0 {
+                break;
             }
             if round < 3 {
                 for _ in 0..(2 << round) {
@@ -523,9 +604,63 @@ impl FutexMutex {
                 std::thread::yield_now();
             }
         }
-        // L3-L4. Acquire: pairs with U1's Release (the holder's writes).
-        while self.word.swap(2, Ordering::Acquire) != 0 {
-            wait_word(&self.word, 2, None);
+        let region = find_region(self.word.as_ptr() as usize);
+        let check = region.and_then(|r| r.me.map(|m| (r.base, m.gone)));
+        let limit = check.map(|_| HOLDER_CHECK);
+        let mut since: Option<(u32, std::time::Instant)> = None;
+        loop {
+            // L3. Acquire: pairs with U1's Release (the holder's writes).
+            let w = self.word.load(Ordering::Acquire);
+            if w == 0 {
+                if self
+                    .word
+                    .compare_exchange(0, tag << 1 | 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
+            if w & 1 == 0
+                && self
+                    .word
+                    .compare_exchange(w, w | 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            let w = w | 1;
+            // R2: the same holder for HOLDER_CHECK; is its process gone?
+            if let Some((base, gone)) = check {
+                match since {
+                    Some((seen, t0)) if seen == w => {
+                        if t0.elapsed() >= HOLDER_CHECK && (w >> 1) != NO_TAG {
+                            if gone(base, w >> 1) {
+                                // R3. Acquire: whatever the dead holder
+                                // wrote before it died.
+                                if self
+                                    .word
+                                    .compare_exchange(
+                                        w,
+                                        tag << 1 | 1,
+                                        Ordering::Acquire,
+                                        Ordering::Relaxed,
+                                    )
+                                    .is_ok()
+                                {
+                                    TOOK_OVER.with(|t| t.set(true));
+                                    return;
+                                }
+                                continue;
+                            }
+                            since = Some((w, std::time::Instant::now()));
+                        }
+                    }
+                    _ => since = Some((w, std::time::Instant::now())),
+                }
+            }
+            // L4.
+            wait_word(&self.word, w, limit);
         }
     }
 }
@@ -535,9 +670,10 @@ impl FutexMutex {
 const SPIN_ROUNDS: u32 = 10;
 
 #[cfg(not(loom))]
-// SAFETY: L1-L4 give the lock to one holder at a time (a CAS from 0, or a
-// swap that returned 0), and U1 is called only by the holder (lock_api's
-// contract); Acquire/Release order the holders' critical sections.
+// SAFETY: L1-L4 give the lock to one holder at a time (a CAS from 0), R3
+// only from a holder that can no longer run (its process is gone), and U1
+// is called only by the holder (lock_api's contract); Acquire/Release
+// order the holders' critical sections.
 unsafe impl lock_api::RawMutex for FutexMutex {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: FutexMutex = FutexMutex {
@@ -547,13 +683,14 @@ unsafe impl lock_api::RawMutex for FutexMutex {
 
     #[inline]
     fn lock(&self) {
+        let tag = self.tag();
         // L1. Acquire: pairs with U1's Release.
         if self
             .word
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, tag << 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            self.lock_slow();
+            self.lock_slow(tag);
         }
     }
 
@@ -561,14 +698,14 @@ unsafe impl lock_api::RawMutex for FutexMutex {
     fn try_lock(&self) -> bool {
         // Acquire: as L1.
         self.word
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, self.tag() << 1, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
     #[inline]
     unsafe fn unlock(&self) {
         // U1. Release: our critical section before the next holder's.
-        if self.word.swap(0, Ordering::Release) == 2 {
+        if self.word.swap(0, Ordering::Release) & 1 != 0 {
             wake_word(&self.word, 1);
         }
     }

@@ -1,0 +1,218 @@
+//! A process that dies attached to a segment (protocol 5.14, numbered as
+//! in `docs/design.md`).
+//!
+//! * D1. Every attached process has a slot of the process table: its pid,
+//!   its start time and the slot's generation (bumped by every claim). The
+//!   slot's index and generation are the process's *tag*, which its threads
+//!   write into the segment's locks they hold (`FutexMutex`, R1).
+//! * D2. A process is dead when its pid no longer runs the process that
+//!   started at its start time (gone, reused, or a zombie). A slot whose
+//!   start time is still 0 is being claimed: only its pid is checked.
+//! * D3. A waiter on a segment lock that sleeps `HOLDER_CHECK` (200 ms)
+//!   with the same holder asks [`gone`] about the holder's tag: true when
+//!   the slot's generation moved on, the slot is free or being recovered,
+//!   or its process is dead (D2). Then the waiter takes the lock over
+//!   (R3) and repairs what it guards. Nothing on the hit path looks.
+//! * D4. Each attached process runs a watcher thread that looks at the
+//!   process table every [`WATCH_EVERY`]; an attacher with no free slot
+//!   looks too. A dead process's slot is claimed for recovery by a CAS of
+//!   its pid word to `RECOVERING | pid of the recoverer` (one recoverer; a
+//!   recoverer that dies is itself seen dead by D2 on its pid, and the
+//!   slot is claimed again: recovery is idempotent).
+//! * D5. Recovery gives back what the table can name as the dead
+//!   process's: its opens of files (the file table's ledger row,
+//!   `FileTable::forget_process`). Then the start time is zeroed and the
+//!   pid word cleared (Release): the slot is free.
+//!
+//! Why the order holds: a lock tagged by the dead process names its slot
+//! and generation; the generation changes only when the slot is claimed
+//! again, after D5, so a tag is never taken for a live process's; and a
+//! slot is recovered only once its process cannot run (D2), so no thread
+//! of it still holds or takes anything when D5 gives its opens back.
+
+use super::{alive, stat, Header, Segment, TableId, MAX_PROCS};
+use crate::cache::file_table::FileTable;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// The pid word of a slot being recovered (D4), with the recoverer's pid.
+pub(super) const RECOVERING: u32 = 1 << 31;
+
+/// Bits of a tag that hold the slot's index.
+const SLOT_BITS: u32 = 6;
+const _: () = assert!(MAX_PROCS == 1 << SLOT_BITS);
+/// Bits of a slot's generation.
+const GEN_BITS: u32 = 24;
+
+/// How often each attached process looks for dead ones (D4).
+pub const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// The generation after `g` (never 0: a tag is never a lock's "no tag").
+pub(super) fn next_gen(g: u32) -> u32 {
+    match (g + 1) & ((1 << GEN_BITS) - 1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// The lock tag of the process in slot `slot`, generation `gen` (D1).
+pub(super) fn tag(slot: usize, gen: u32) -> u32 {
+    gen << SLOT_BITS | slot as u32
+}
+
+/// Whether process `pid` runs (exists and is no zombie).
+fn runs(pid: u32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// The header of the segment mapped at `base`.
+///
+/// # Safety
+///
+/// `base` is an attached or inspected segment's mapping, mapped for `'a`.
+unsafe fn header<'a>(base: usize) -> &'a Header {
+    // SAFETY: the caller's.
+    unsafe { &*(base as *const Header) }
+}
+
+/// D3: whether the holder tagged `tag` of a lock in the segment at `base`
+/// is gone. (`Member::gone` of the segment's region.)
+pub(super) fn gone(base: usize, tag: u32) -> bool {
+    // SAFETY: called for a lock of the region registered at `base`, which
+    // is mapped while registered (a segment's whole mapping).
+    let h = unsafe { header(base) };
+    let p = &h.procs[(tag & ((1 << SLOT_BITS) - 1)) as usize];
+    // Acquire (all three): pairs with A2's Release stores.
+    let pid = p.pid.load(Ordering::Acquire);
+    if p.gen.load(Ordering::Acquire) != tag >> SLOT_BITS || pid == 0 || pid & RECOVERING != 0 {
+        return true;
+    }
+    dead(pid, p.start.load(Ordering::Acquire))
+}
+
+/// D2 for a slot's pid word and start time.
+fn dead(pid: u32, start: u64) -> bool {
+    if pid & RECOVERING != 0 {
+        return !runs(pid & !RECOVERING);
+    }
+    if start == 0 {
+        return !runs(pid);
+    }
+    !alive(pid, start)
+}
+
+/// D4-D5 over the segment mapped at `base`: recovers every slot whose
+/// process is dead. Returns how many it recovered.
+///
+/// # Safety
+///
+/// As [`header`].
+unsafe fn recover_dead(base: usize) -> usize {
+    // SAFETY: the caller's.
+    let h = unsafe { header(base) };
+    let me = std::process::id();
+    let mut n = 0;
+    for (slot, p) in h.procs.iter().enumerate() {
+        // Acquire: pairs with A2's stores (and a recoverer's).
+        let pid = p.pid.load(Ordering::Acquire);
+        if pid == 0 || !dead(pid, p.start.load(Ordering::Acquire)) {
+            continue;
+        }
+        // D4. Acquire: what the dead process (or recoverer) wrote.
+        if p.pid
+            .compare_exchange(pid, RECOVERING | me, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        // D5. SAFETY: the files' table of the mapping at `base` (laid out
+        // by `layout`, checked on attach), looked at only (no slot of our
+        // own needed to give back another's opens).
+        let files = unsafe {
+            let e = h.tables[TableId::Files as usize];
+            FileTable::over(
+                NonNull::new_unchecked((base + e.offset as usize) as *mut u8),
+                None,
+            )
+        };
+        files.forget_process(slot);
+        // Relaxed: ordered before the pid's Release store.
+        p.start.store(0, Ordering::Relaxed);
+        // Release: the recovery before the next claim's Acquire.
+        p.pid.store(0, Ordering::Release);
+        n += 1;
+    }
+    n
+}
+
+impl Segment {
+    /// D4-D5: recovers the slots of dead processes; how many.
+    pub fn recover_dead(&self) -> usize {
+        // SAFETY: our mapping, mapped while `self` lives.
+        unsafe { recover_dead(self.base.as_ptr() as usize) }
+    }
+}
+
+/// The watcher thread of an attached segment (D4); stopped and joined when
+/// dropped.
+#[derive(Debug)]
+pub(super) struct Watcher {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Starts watching `seg` (attached; the watcher must drop before the
+    /// mapping does).
+    pub(super) fn start(seg: &Segment) -> io::Result<Watcher> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (s2, base) = (stop.clone(), seg.base.as_ptr() as usize);
+        let thread = std::thread::Builder::new()
+            .name("pagecache-watch".into())
+            .spawn(move || {
+                let (m, cv) = &*s2;
+                let mut stopped = m.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    stopped = cv
+                        .wait_timeout(stopped, WATCH_EVERY)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    if *stopped {
+                        return;
+                    }
+                    drop(stopped);
+                    // SAFETY: the segment keeps its mapping until its Drop
+                    // has stopped and joined this thread.
+                    unsafe { recover_dead(base) };
+                    stopped = m.lock().unwrap_or_else(|e| e.into_inner());
+                }
+            })
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "shared cache {}: starting its watcher: {e}",
+                        seg.path.display()
+                    ),
+                )
+            })?;
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.stop;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
