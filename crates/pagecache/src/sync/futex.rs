@@ -538,6 +538,7 @@ pub(crate) fn took_over() -> bool {
 /// * L3. Load the word `w`. 0: CAS 0 -> `tag << 1 | 1` (Acquire; taken,
 ///   with `c` set: the unlock may wake someone for nothing, which is
 ///   allowed). `c` clear: CAS `w -> w | 1`. Either CAS failing: L3 again.
+///   (With tag 1, as Drepper's: swap in `1 << 1 | 1`; taken if it was 0.)
 /// * L4. `FUTEX_WAIT(word, w | 1)`, then L3 (in a region whose member can
 ///   tell a dead holder, for at most `HOLDER_CHECK`, then 5.14 R2).
 /// * U1. Swap in 0 (Release); if the old value had `c`, `FUTEX_WAKE` one.
@@ -603,6 +604,18 @@ impl FutexMutex {
             } else {
                 std::thread::yield_now();
             }
+        }
+        if tag == NO_TAG {
+            // L3-L4 with one tag for every holder (no region, or no member
+            // of it): a swap both sets `c` and, from 0, takes the lock, as
+            // in Drepper's mutex (it may overwrite a member's tag with 1 in
+            // a region: that hold can then no longer be taken over, which
+            // only non-members, tests, cause).
+            // Acquire: pairs with U1's Release (the holder's writes).
+            while self.word.swap(NO_TAG << 1 | 1, Ordering::Acquire) != 0 {
+                wait_word(&self.word, NO_TAG << 1 | 1, None);
+            }
+            return;
         }
         let region = find_region(self.word.as_ptr() as usize);
         let check = region.and_then(|r| r.me.map(|m| (r.base, m.gone)));
