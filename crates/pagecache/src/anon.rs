@@ -223,7 +223,10 @@ impl AnonRegion {
                     Ok(f) => self.cache.release(f),
                     Err(PinMiss::Stale) => {}
                     Err(PinMiss::Fail(PinFail::Latched)) => {
-                        self.cache.desc(f).wait_unlatched_as(self.id, index)
+                        // Anonymous regions are never shared: no latch of
+                        // theirs is taken over.
+                        let torn = self.cache.desc(f).wait_unlatched_as(self.id, index);
+                        debug_assert!(!torn);
                     }
                     // Being freed by `free`: the slot is about to read 0.
                     Err(PinMiss::Fail(PinFail::Free)) => crate::sync::yield_now(),

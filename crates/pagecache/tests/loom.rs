@@ -788,7 +788,7 @@ fn writeback_pin_vs_rewrite() {
             loop {
                 match f.try_pin(PinKind::Writeback) {
                     Ok(_) => break,
-                    Err(PinFail::Latched) => f.wait_unlatched_as(7, 0),
+                    Err(PinFail::Latched) => assert!(!f.wait_unlatched_as(7, 0)),
                     Err(e) => panic!("{e:?}"),
                 }
             }

@@ -592,7 +592,7 @@ fn child() {
             assert!(!s.created());
             let x = desc(&s, 7);
             assert!(x.snapshot().is_latched());
-            x.wait_unlatched_as(2, 11);
+            assert!(!x.wait_unlatched_as(2, 11));
             assert!(!x.snapshot().is_latched());
         }
         "nodes" => {

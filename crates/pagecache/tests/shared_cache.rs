@@ -3,7 +3,8 @@
 //! a page the other wrote is read back by the first; reclaim in a process
 //! evicts clean pages of a file only another process has open; a file
 //! closed everywhere keeps its pages for the next opener unless it changed
-//! meanwhile; a later process asking for another geometry or a policy not
+//! meanwhile; a page a killed process held latched is dropped and its loss
+//! reported; a later process asking for another geometry or a policy not
 //! shared yet gets a clear error.
 //!
 //! The second process is this test binary again, running the ignored
@@ -100,8 +101,64 @@ fn child() {
             // it, and this process exits before the run ends.
             f.set_len(0).unwrap();
         }
+        "die-latched" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            // Page 3 dirty (the child's own change, never synced), then
+            // latched and half rewritten when the parent kills us.
+            f.write_at(&page(5, 3), 3 * PS as u64).unwrap();
+            let mut m = f.page_mut(3).unwrap();
+            m[..PS / 2].fill(0xEE);
+            std::fs::write(dir.join("latched"), b"").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            drop(m);
+        }
         r => panic!("unknown role {r}"),
     }
+}
+
+/// A process killed while it holds a page's latch (protocol 5.14 L1-L4):
+/// the other process's read of that page waits about 200 ms after the
+/// kill, takes the latch over, drops the page (it may be torn) and reads
+/// it from the file; the dead process's unsynced change to it is lost,
+/// and the next `sync` says so, naming the page, once. (The killed child
+/// is left a zombie until the end: it counts as dead.)
+#[test]
+fn a_page_latched_by_a_process_that_died_is_dropped_and_its_loss_reported() {
+    let td = TempDir::new("shared-torn");
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    check(&f, 1, 2);
+    let mut child = spawn("die-latched", &td.0, &path);
+    common::wait_until("the child to latch page 3", || td.path("latched").exists());
+    child.kill().unwrap();
+    let t0 = std::time::Instant::now();
+    // Watchdog: a read that never takes the latch over hangs.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            check(&f, 1, 3);
+            tx.send(()).unwrap();
+        });
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            eprintln!("the read of the dead process's page hung");
+            std::process::abort();
+        }
+    });
+    eprintln!(
+        "the read of the dead process's page waited {:?}",
+        t0.elapsed()
+    );
+    let e = f.sync().unwrap_err();
+    assert!(e.to_string().contains("page 3"), "{e}");
+    assert!(e.to_string().contains("lost"), "{e}");
+    f.sync().unwrap();
+    check(&f, 1, 3);
+    assert_eq!(std::fs::read(&path).unwrap(), disk);
+    child.wait().unwrap();
 }
 
 #[test]

@@ -329,7 +329,7 @@ fn child() {
         "latch" => {
             assert!(d.snapshot().is_latched());
             sh.ctl(READY).store(1, Ordering::Release);
-            d.wait_unlatched_as(OWNER, INDEX);
+            assert!(!d.wait_unlatched_as(OWNER, INDEX));
             assert!(!d.snapshot().is_latched());
             sh.ctl(DONE).store(1, Ordering::Release);
         }

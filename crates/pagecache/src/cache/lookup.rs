@@ -139,7 +139,9 @@ impl Inner {
                 }
                 // Only this page's latch: see `wait_unlatched_as`.
                 Err(PinMiss::Fail(PinFail::Latched)) => {
-                    self.desc(f).wait_unlatched_as(fs.id, index)
+                    if self.desc(f).wait_unlatched_as(fs.id, index) {
+                        self.drop_torn(fs.id, index, f);
+                    }
                 }
                 Err(PinMiss::Fail(PinFail::Overflow)) => {
                     return Err(io::Error::new(

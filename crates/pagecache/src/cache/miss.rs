@@ -115,7 +115,7 @@ impl Inner {
             self.alloc.free(f);
             return Ok(None);
         }
-        d.assign(fs.id, index, State::INSERTED_LATCHED);
+        d.assign(fs.id, index, d.with_holder(State::INSERTED_LATCHED));
         match g.insert(&self.nodes, index, f) {
             Ok(Ok(())) => {}
             Ok(Err(_)) => unreachable!("slot checked empty under the lock"),

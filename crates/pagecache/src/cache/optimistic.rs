@@ -201,8 +201,8 @@ impl Inner {
         // U0: another holder's latch, waited out (a spin, then a park)
         // while the frame still holds this page.
         let latched = |f: FrameNo| {
-            if wait {
-                self.desc(f).wait_unlatched_spin_as(fs.id, index);
+            if wait && self.desc(f).wait_unlatched_spin_as(fs.id, index) {
+                self.drop_torn(fs.id, index, f);
             }
             None
         };

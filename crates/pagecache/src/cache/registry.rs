@@ -69,6 +69,10 @@ pub(crate) struct FileSlot {
     /// a writer held it). A `sync` that sees it move while it waits for
     /// others' write-backs writes those pages itself (`Inner::flush`).
     pub(crate) wb_undone: AtomicU64,
+    /// (A) the first page whose unwritten changes were lost with a process
+    /// that died holding its latch, plus one (0: none): the next `sync`, in
+    /// any process, reports it and clears it (5.14 L4).
+    pub(crate) lost: AtomicU64,
     /// (A) where the flusher's next pass over this file starts (the page
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
@@ -103,6 +107,7 @@ impl FileSlot {
             writeback: AtomicUsize::new(0),
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             wb_undone: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
             wb_cursor: Default::default(),
             had_runs: crate::sync::AtomicBool::new(false),
         }

@@ -113,7 +113,9 @@ impl Inner {
         let d = self.desc(f);
         if !d.try_latch() {
             self.release(f);
-            d.wait_unlatched_as(owner, index);
+            if d.wait_unlatched_as(owner, index) {
+                self.drop_torn(owner, index, f);
+            }
             return false;
         }
         if d.snapshot().is_removed() {

@@ -118,6 +118,60 @@ impl Inner {
         self.words.freeing.fetch_sub(1, Ordering::Release);
     }
 
+    /// A page whose latch holder's process died, its latch taken over by
+    /// the caller (a waiter: `wait_unlatched_as` returned true; it holds
+    /// the latch and no pin). The page may be torn: it leaves the index as
+    /// a truncated page does (runs holding it keep the frame until they
+    /// end), its frame is freed once the references left go (the dead
+    /// holder's pin stays until pins are recovered: 5.14), and if it was
+    /// dirty its unwritten changes are lost: recorded for the file's next
+    /// `sync` (in any process) to report. Waiters then miss and read the
+    /// page from the file. Context: no sleep; takes the tree lock.
+    #[cold]
+    pub(crate) fn drop_torn(&self, owner: u64, index: u64, f: FrameNo) {
+        let d = self.desc(f);
+        let fs = self.file_by_id(owner);
+        if let Some(fs) = &fs {
+            // Relaxed: a hint.
+            self.words.freeing.fetch_add(1, Ordering::Relaxed);
+            let mut g = fs.tree.lock();
+            if d.identity() == (owner, index) && !d.snapshot().is_removed() {
+                // T1-T3 of protocol 5.7, as `remove_pages_from`.
+                let old = d.mark_removed();
+                crate::sync::fence(Ordering::SeqCst);
+                let run = g.mark_run_stale(&self.nodes, index);
+                let removed = g.remove(&self.nodes, index, f);
+                drop(g);
+                if old.is_dirty() {
+                    self.cleaned();
+                    // Relaxed: read by `sync`'s swap; the first page lost
+                    // is the one named.
+                    let _ = fs.lost.compare_exchange(
+                        0,
+                        index + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                match run {
+                    Some(leaf) if removed => {
+                        self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
+                    }
+                    _ if removed && d.release() == Released::Last => self.free_frame(f),
+                    _ => {}
+                }
+            } else {
+                drop(g);
+            }
+            // Release: as `remove_pages_from`.
+            self.words.freeing.fetch_sub(1, Ordering::Release);
+        }
+        // Waiters retry: the page is gone from the index (or was never
+        // this process's to drop: its file is not open here, and a process
+        // that has it open takes the latch over in turn).
+        d.unlatch();
+    }
+
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last
     /// page to be idle, with no lock held); takes the size lock
     /// exclusively, never waiting for a page under it. The caller holds no

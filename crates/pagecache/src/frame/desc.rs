@@ -164,8 +164,8 @@ impl FrameDesc {
     #[inline(always)]
     fn pin_cas(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
         let pass_pending_writer = kind == PinKind::Writeback && !latch;
-        let mark =
-            if kind == PinKind::User { ACCESSED } else { 0 } | if latch { LATCHED } else { 0 };
+        let mark = if kind == PinKind::User { ACCESSED } else { 0 }
+            | if latch { LATCHED | self.holder() } else { 0 };
         // Relaxed: the value only seeds the CAS, which re-validates it.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -255,10 +255,34 @@ impl FrameDesc {
 
     /// Parks until the latch is released. Returns at once if it is not
     /// claimed. Context: may sleep; the caller holds a pin (so the frame's
-    /// identity is stable) but not this page's latch. For a frame found
-    /// without a pin, use [`FrameDesc::wait_unlatched_as`].
+    /// identity is stable) but not this page's latch; the page is not in a
+    /// cache shared by processes (the latch is never taken over here). For
+    /// a frame found without a pin, use [`FrameDesc::wait_unlatched_as`].
     pub fn wait_unlatched(&self) {
-        self.wait_clear(LATCHED, None);
+        let torn = self.wait_clear(LATCHED, None, false);
+        debug_assert!(!torn);
+    }
+
+    /// This process's tag for the latch field (`HOLDER`), for a frame of a
+    /// cache shared by processes; 0 otherwise (5.14 L1).
+    #[inline(always)]
+    fn holder(&self) -> u64 {
+        #[cfg(not(loom))]
+        return crate::sync::futex::member_at(self.key())
+            .map_or(0, |(_, m)| (m.tag as u64) << HOLDER_SHIFT);
+        #[cfg(loom)]
+        0
+    }
+
+    /// `s` (a latched state about to be stored) with this process's latch
+    /// holder tag (5.14 L1): for a page inserted latched.
+    #[inline]
+    pub fn with_holder(&self, s: State) -> State {
+        State(if s.is_latched() {
+            s.0 | self.holder()
+        } else {
+            s.0
+        })
     }
 
     /// Parks until the latch is released, but only while the frame still
@@ -270,17 +294,24 @@ impl FrameDesc {
     /// `tests/stress.rs`). Identity cannot change while `LATCHED` stays set:
     /// reuse needs the refcount at zero, which needs an unlatch first, and
     /// the unlatch wakes every waiter. The caller retries from the root.
-    /// Context: may sleep; no pin of this page held (lock rule 3).
-    pub fn wait_unlatched_as(&self, owner: u64, index: u64) {
-        self.wait_clear(LATCHED, Some((owner, index)));
+    ///
+    /// In a cache shared by processes, a latch whose holder's process died
+    /// is taken over (5.14 L2-L3): then this returns true, the caller holds
+    /// the latch (no pin) of a page that may be torn, and must drop it
+    /// (`Inner::drop_torn`). Context: may sleep; no pin of this page held
+    /// (lock rule 3).
+    #[must_use = "true: the caller holds a dead process's latch and must drop the page"]
+    pub fn wait_unlatched_as(&self, owner: u64, index: u64) -> bool {
+        self.wait_clear(LATCHED, Some((owner, index)), true)
     }
 
     /// [`FrameDesc::wait_unlatched_as`] after a short spin: a holder
     /// running on another CPU releases within the spin (a latch is held
     /// for a page's change, hundreds of nanoseconds), where parking would
     /// cost two futex calls; one that was preempted is slept through.
-    /// Context: as `wait_unlatched_as`.
-    pub fn wait_unlatched_spin_as(&self, owner: u64, index: u64) {
+    /// Context and result: as `wait_unlatched_as`.
+    #[must_use = "true: the caller holds a dead process's latch and must drop the page"]
+    pub fn wait_unlatched_spin_as(&self, owner: u64, index: u64) -> bool {
         // (Under loom, no spin: the models take the park path at once.)
         #[cfg(not(loom))]
         for _ in 0..LATCH_SPINS {
@@ -290,19 +321,59 @@ impl FrameDesc {
             }
             std::hint::spin_loop();
         }
-        self.wait_clear(LATCHED, Some((owner, index)));
+        self.wait_clear(LATCHED, Some((owner, index)), true)
     }
 
-    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>) {
+    /// Waits for `bit` to clear (while the frame holds `expect`); with
+    /// `take`, in a cache shared by processes, takes over a latch whose
+    /// holder's process is gone (returns true: 5.14 L2-L3).
+    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>, take: bool) -> bool {
         // Relaxed identity loads: a hint re-validated in the park's
         // re-check; a wrong answer only costs a retry from the root.
         let same = || expect.is_none_or(|e| self.identity() == e);
+        // (Under loom no region exists: nothing is taken over.)
+        #[cfg(loom)]
+        let _ = take;
+        #[cfg(not(loom))]
+        let member = if take && bit == LATCHED {
+            crate::sync::futex::member_at(self.key())
+        } else {
+            None
+        };
+        #[cfg(not(loom))]
+        let mut seen: Option<(u64, std::time::Instant)> = None;
         loop {
             // Acquire: if the bit is already clear we return and the caller
             // reads state published by the clearing unlatch (Release).
             let s = self.state.load(Ordering::Acquire);
             if s & bit == 0 || !same() {
-                return;
+                return false;
+            }
+            // L2: the same holder for HOLDER_CHECK; is its process gone?
+            #[cfg(not(loom))]
+            if let Some((base, m)) = member {
+                let holder = s & HOLDER;
+                match seen {
+                    Some((h, t0)) if h == holder => {
+                        if holder != 0 && t0.elapsed() >= crate::sync::futex::HOLDER_CHECK {
+                            if (m.gone)(base, (holder >> HOLDER_SHIFT) as u32) {
+                                // L3. Acquire: whatever the dead holder
+                                // wrote. The latch is ours, its pin stays.
+                                let mine = (s & !HOLDER) | (m.tag as u64) << HOLDER_SHIFT;
+                                if self
+                                    .state
+                                    .compare_exchange(s, mine, Ordering::Acquire, Ordering::Relaxed)
+                                    .is_ok()
+                                {
+                                    return true;
+                                }
+                                continue;
+                            }
+                            seen = Some((holder, std::time::Instant::now()));
+                        }
+                    }
+                    _ => seen = Some((holder, std::time::Instant::now())),
+                }
             }
             if s & WAITERS == 0
                 && self
@@ -316,13 +387,19 @@ impl FrameDesc {
                 continue;
             }
             let _timer = wait_timer(LockClass::PageLatchWait);
-            park(self.key(), || {
+            let blocked = || {
                 // Relaxed: evaluated after the park's SeqCst fence (5.10
                 // P1-P3); the waker clears the bit before its own fence
                 // and unpark (K1), so one of the two sees the other.
                 let s = self.state.load(Ordering::Relaxed);
                 s & bit != 0 && s & WAITERS != 0 && same()
-            });
+            };
+            #[cfg(not(loom))]
+            if member.is_some() {
+                crate::sync::futex::park_for(self.key(), crate::sync::futex::HOLDER_CHECK, blocked);
+                continue;
+            }
+            park(self.key(), blocked);
         }
     }
 
@@ -348,7 +425,7 @@ impl FrameDesc {
             // so its byte writes happen-before ours.
             match self.state.compare_exchange_weak(
                 s,
-                s | LATCHED,
+                s | LATCHED | self.holder(),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -445,7 +522,7 @@ impl FrameDesc {
         let old = State(
             self.state
                 .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | WAITERS | AWAITERS);
+                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | HOLDER | WAITERS | AWAITERS);
                     Some(if s & DIRTY != 0 { new - 1 } else { new })
                 })
                 .unwrap_or_else(|s| s),
@@ -488,7 +565,7 @@ impl FrameDesc {
                 .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                     // DRAIN too: a holder that gives the latch up while
                     // waiting for the drain (a future dropped, 5.9).
-                    Some(((s | set) & !(LATCHED | WAITERS | AWAITERS | DRAIN)) - 1)
+                    Some(((s | set) & !(LATCHED | HOLDER | WAITERS | AWAITERS | DRAIN)) - 1)
                 })
                 .unwrap_or_else(|s| s),
         );
@@ -501,7 +578,8 @@ impl FrameDesc {
     /// Atomically sets `set` and clears `clear | WAITERS | AWAITERS`,
     /// waking parked waiters if there were any. Returns the previous state.
     fn update(&self, set: u64, clear: u64) -> State {
-        let clear = clear | WAITERS | AWAITERS;
+        // The latch's holder tag goes with the latch (5.14 L1).
+        let clear = clear | WAITERS | AWAITERS | if clear & LATCHED != 0 { HOLDER } else { 0 };
         // Release: publishes the bytes written under the latch (and
         // UPTODATE) to the Acquire loads of pinners and waiters.
         let old = self
@@ -586,7 +664,7 @@ impl FrameDesc {
     /// frame holds another page). Context: may sleep; no pin of this page
     /// held: the write's end needs no lock and waits for nothing.
     pub fn wait_writeback_as(&self, owner: u64, index: u64) {
-        self.wait_clear(WRITEBACK, Some((owner, index)));
+        let _ = self.wait_clear(WRITEBACK, Some((owner, index)), false);
     }
 
     // ----- removal (5.2, 5.6) ----------------------------------------------------

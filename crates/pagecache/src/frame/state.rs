@@ -12,9 +12,14 @@
 //! ```text
 //!  63    43  42   41   40    39      38     37     36    35     34     33     32   31              0
 //! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
-//! |(unused)|AWAI|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
+//! | HOLDER |AWAI|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
 //! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
 //! ```
+//!
+//! * `HOLDER` (bits 43-63): in a cache shared by processes, the tag of the
+//!   process whose thread holds `LATCHED` (set and cleared with it in the
+//!   same RMW; 0 in a private cache), so that a waiter can tell a holder
+//!   whose process died (protocol 5.14 L1-L3).
 //!
 //! * `refcount` (bits 0-31): the cache's own reference (1 while the page is in
 //!   its file's index) plus one per pin (`PageRef`, `PageMut`, internal pins of
@@ -94,6 +99,11 @@ pub(crate) const REMOVED: u64 = 1 << 39;
 pub(super) const UNEVICTABLE: u64 = 1 << 40;
 pub(super) const STABLE: u64 = 1 << 41;
 pub(super) const AWAITERS: u64 = 1 << 42;
+/// Where a latch holder's process tag sits (see the module docs).
+pub(crate) const HOLDER_SHIFT: u32 = 43;
+/// Bits of the latch holder's tag.
+pub(crate) const HOLDER_BITS: u32 = 21;
+pub(super) const HOLDER: u64 = ((1 << HOLDER_BITS) - 1) << HOLDER_SHIFT;
 
 /// Owner id of a frame that holds no page.
 pub const NO_OWNER: u64 = 0;
@@ -130,6 +140,12 @@ impl State {
     #[inline]
     pub const fn is_latched(self) -> bool {
         self.0 & LATCHED != 0
+    }
+    /// The process tag of the latch's holder (0: none recorded, a private
+    /// cache's).
+    #[inline]
+    pub const fn latch_holder(self) -> u32 {
+        (self.0 >> HOLDER_SHIFT) as u32
     }
     /// The latch holder is waiting for pins to drain.
     #[inline]

@@ -4,7 +4,8 @@
 //! * D1. Every attached process has a slot of the process table: its pid,
 //!   its start time and the slot's generation (bumped by every claim). The
 //!   slot's index and generation are the process's *tag*, which its threads
-//!   write into the segment's locks they hold (`FutexMutex`, R1).
+//!   write into the segment's locks they hold (`FutexMutex`, R1) and into
+//!   the state word of the pages they latch (L1).
 //! * D2. A process is dead when its pid no longer runs the process that
 //!   started at its start time (gone, reused, or a zombie). A slot whose
 //!   start time is still 0 is being claimed: only its pid is checked.
@@ -23,6 +24,25 @@
 //!   process's: its opens of files (the file table's ledger row,
 //!   `FileTable::forget_process`). Then the start time is zeroed and the
 //!   pid word cleared (Release): the slot is free.
+//!
+//! A latch (protocol 5.5) is not a futex word but a bit of a frame's state
+//! word, taken by the same CAS as a pin; it gets the same treatment:
+//!
+//! * L1. In a cache shared by processes, the CAS that sets `LATCHED` also
+//!   writes the holder's tag into the word's `HOLDER` field, and every RMW
+//!   that clears `LATCHED` clears it (a private cache writes 0).
+//! * L2. A waiter for the latch (`FrameDesc::wait_unlatched_as`) in a
+//!   shared cache sleeps at most `HOLDER_CHECK` at a time; when one holder
+//!   has held the latch that long, it asks [`gone`] about its tag.
+//! * L3. Gone: a CAS from the state it saw to the same with its own tag
+//!   makes the latch the waiter's (Acquire: whatever the dead holder
+//!   wrote); the dead holder's pin stays in the count.
+//! * L4. The page may be torn: the waiter drops it (`Inner::drop_torn`),
+//!   out of the index as truncate takes a page out (5.7 T1-T3, runs
+//!   keep its frame until they end); if it was dirty, its unwritten
+//!   changes are lost, and the file's slot records the page for the next
+//!   `sync`, in any process, to report once. Then it unlatches: waiters
+//!   retry, miss and read the page from the file.
 //!
 //! Why the order holds: a lock tagged by the dead process names its slot
 //! and generation; the generation changes only when the slot is claimed
@@ -44,8 +64,11 @@ pub(super) const RECOVERING: u32 = 1 << 31;
 /// Bits of a tag that hold the slot's index.
 const SLOT_BITS: u32 = 6;
 const _: () = assert!(MAX_PROCS == 1 << SLOT_BITS);
-/// Bits of a slot's generation.
-const GEN_BITS: u32 = 24;
+/// Bits of a slot's generation: a tag (generation and slot) fits the
+/// latch holder's field of a frame's state word
+/// (`frame::state::HOLDER_BITS`).
+const GEN_BITS: u32 = 15;
+const _: () = assert!(GEN_BITS + SLOT_BITS == crate::frame::state::HOLDER_BITS);
 
 /// How often each attached process looks for dead ones (D4).
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);

@@ -177,7 +177,7 @@ struct ProcSlot {
     /// Its pid, 0 for a free slot, or [`death::RECOVERING`] and the pid of
     /// the process recovering the slot's dead one (5.14).
     pid: AtomicU32,
-    /// Claims of the slot so far (1 to 2^24 - 1, wrapping past 0): with the
+    /// Claims of the slot so far (1 to 2^15 - 1, wrapping past 0): with the
     /// slot's index, the tag its process writes into the locks it holds
     /// (`death::tag`), which tells a later claimant's holds from its.
     gen: AtomicU32,

@@ -109,7 +109,13 @@ impl WaitTable {
     }
 
     /// P1-P5 on `key`'s bucket (see the module docs).
-    fn park(&self, key: usize, shared: bool, still_blocked: impl Fn() -> bool) {
+    fn park(
+        &self,
+        key: usize,
+        shared: bool,
+        limit: Option<std::time::Duration>,
+        still_blocked: impl Fn() -> bool,
+    ) {
         let b = self.bucket(key);
         // P1. Relaxed RMW: the fence after it orders it before P2-P3.
         b.sleepers.fetch_add(1, Ordering::Relaxed);
@@ -119,7 +125,7 @@ impl WaitTable {
         let seq = b.seq.load(Ordering::Acquire);
         // P3, P4.
         if still_blocked() {
-            futex_wait(&b.seq, seq, shared, None);
+            futex_wait(&b.seq, seq, shared, limit);
         }
         // P5. Relaxed: a waker that reads the old count only wakes a bucket
         // with no sleeper left (spurious, harmless).
@@ -466,7 +472,24 @@ pub(crate) fn region_of(addr: usize) -> Option<(&'static WaitTable, usize, Optio
 #[inline]
 pub(crate) fn park(addr: usize, still_blocked: impl Fn() -> bool) {
     let (t, key, shared) = resolve(addr);
-    t.park(key, shared, still_blocked);
+    t.park(key, shared, None, still_blocked);
+}
+
+/// [`park`] for at most `limit` (a spurious return, to the caller).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn park_for(addr: usize, limit: std::time::Duration, still_blocked: impl Fn() -> bool) {
+    let (t, key, shared) = resolve(addr);
+    t.park(key, shared, Some(limit), still_blocked);
+}
+
+/// For an object at `addr` in a registered region this process is a
+/// member of (with a way to tell dead holders): the region's base and the
+/// membership (5.14: latch holders' tags).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn member_at(addr: usize) -> Option<(usize, Member)> {
+    find_region(addr).and_then(|r| r.me.filter(|m| m.tag != NO_TAG).map(|m| (r.base, m)))
 }
 
 /// Wakes every thread parked on `addr`'s bucket (K1-K3), in any process

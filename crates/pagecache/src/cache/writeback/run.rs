@@ -542,7 +542,9 @@ impl Inner {
                                 if !wait {
                                     return WbPin::Busy;
                                 }
-                                d.wait_unlatched_as(fs.id, index);
+                                if d.wait_unlatched_as(fs.id, index) {
+                                    self.drop_torn(fs.id, index, f);
+                                }
                                 continue;
                             }
                         }
@@ -559,7 +561,11 @@ impl Inner {
                     }
                     d.wait_writeback_as(fs.id, index);
                 }
-                Err(PinFail::Latched) if wait => d.wait_unlatched_as(fs.id, index),
+                Err(PinFail::Latched) if wait => {
+                    if d.wait_unlatched_as(fs.id, index) {
+                        self.drop_torn(fs.id, index, f);
+                    }
+                }
                 Err(PinFail::Latched) => return WbPin::Busy,
                 // Freed or frozen: the page was written back and evicted.
                 Err(_) => return WbPin::Skip,
