@@ -123,6 +123,41 @@ fn child() {
 /// it from the file; the dead process's unsynced change to it is lost,
 /// and the next `sync` says so, naming the page, once. (The killed child
 /// is left a zombie until the end: it counts as dead.)
+/// The same with only a future waiting for the page (futures never take a
+/// latch over themselves): the dead process's watcher-side recovery (5.14
+/// D5: some attached process's watcher claims the dead slot and drops the
+/// pages it held latched) unlatches it, which wakes the future.
+#[test]
+fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
+    let td = TempDir::new("shared-torn-async");
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    let mut child = spawn("die-latched", &td.0, &path);
+    common::wait_until("the child to latch page 3", || td.path("latched").exists());
+    child.kill().unwrap();
+    let t0 = std::time::Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let got = rt.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(20), f.page_async(3))
+            .await
+            .expect("the future waiting on the dead process's latch was never woken")
+            .unwrap()
+            .to_vec()
+    });
+    eprintln!("the future waited {:?}", t0.elapsed());
+    assert!(got == page(1, 3), "the file's bytes, not the torn page's");
+    let e = f.sync().unwrap_err();
+    assert!(e.to_string().contains("page 3"), "{e}");
+    f.sync().unwrap();
+    child.wait().unwrap();
+}
+
 #[test]
 fn a_page_latched_by_a_process_that_died_is_dropped_and_its_loss_reported() {
     let td = TempDir::new("shared-torn");

@@ -199,6 +199,8 @@ impl Handle {
     pub(crate) fn new(inner: Inner) -> Arc<Handle> {
         let inner = Arc::new(inner);
         let _ = inner.me.set(Arc::downgrade(&inner));
+        #[cfg(not(loom))]
+        inner.watch_deaths();
         Arc::new(Handle { inner })
     }
 }

@@ -131,6 +131,29 @@ mod imp {
             Self::build(config, backend, engine, tables)
         }
 
+        /// For a shared cache: the segment's watcher, once it has claimed
+        /// a dead process, drops the pages that process held latched
+        /// (5.14 D5, L3-L4). Context: the cache's `Arc` just made.
+        pub(crate) fn watch_deaths(self: &Arc<Inner>) {
+            if let Some(sh) = &self.shared {
+                let me = Arc::downgrade(self);
+                sh.seg.set_death_hook(Box::new(move |tag| {
+                    // On a thread of its own: the watcher must never hold
+                    // the cache (its last reference would drop the segment
+                    // on the watcher's own thread). If none can start,
+                    // waiters still take the latches over (L2-L3).
+                    let me = me.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("pagecache-recover".into())
+                        .spawn(move || {
+                            if let Some(inner) = me.upgrade() {
+                                inner.drop_dead_latches(tag);
+                            }
+                        });
+                }));
+            }
+        }
+
         /// A shared cache's segment file.
         pub(crate) fn shared_path(&self) -> Option<&Path> {
             self.shared.as_ref().map(|s| s.seg.path())

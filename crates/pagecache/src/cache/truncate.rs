@@ -129,9 +129,31 @@ impl Inner {
     /// page from the file. Context: no sleep; takes the tree lock.
     #[cold]
     pub(crate) fn drop_torn(&self, owner: u64, index: u64, f: FrameNo) {
+        if let Some(fs) = self.file_by_id(owner) {
+            self.drop_torn_in(&fs, owner, index, f);
+        } else if let Some(t) = self.file_table() {
+            // A file not open here (the watcher's recovery, 5.14 D5):
+            // through its slot, borrowed from the file table.
+            match t.borrow(owner) {
+                Some(slot) => {
+                    self.drop_torn_in(slot, owner, index, f);
+                    let emptied = slot.tree.is_empty();
+                    t.unborrow(owner);
+                    if emptied {
+                        t.free_if_unused(owner);
+                    }
+                }
+                None => self.desc(f).unlatch(),
+            }
+        } else {
+            self.desc(f).unlatch();
+        }
+    }
+
+    /// [`Inner::drop_torn`] through the file's slot.
+    fn drop_torn_in(&self, fs: &super::registry::FileSlot, owner: u64, index: u64, f: FrameNo) {
         let d = self.desc(f);
-        let fs = self.file_by_id(owner);
-        if let Some(fs) = &fs {
+        {
             // Relaxed: a hint.
             self.words.freeing.fetch_add(1, Ordering::Relaxed);
             let mut g = fs.tree.lock();
@@ -166,10 +188,27 @@ impl Inner {
             // Release: as `remove_pages_from`.
             self.words.freeing.fetch_sub(1, Ordering::Release);
         }
-        // Waiters retry: the page is gone from the index (or was never
-        // this process's to drop: its file is not open here, and a process
-        // that has it open takes the latch over in turn).
+        // Waiters retry: the page is gone from the index.
         d.unlatch();
+    }
+
+    /// The watcher's recovery of a dead process (5.14 D5): every page
+    /// still latched by the process tagged `tag` is taken over and dropped
+    /// (L3-L4), whether or not anyone waits for it (a future waiting on it
+    /// is woken by the unlatch). One pass over the descriptors. Context:
+    /// no sleep but the tree and table locks; the watcher thread.
+    pub(crate) fn drop_dead_latches(&self, tag: u32) -> usize {
+        let mut n = 0;
+        for f in 0..self.frames.len() as FrameNo {
+            let d = self.desc(f);
+            if !d.take_dead_latch(tag) {
+                continue;
+            }
+            let (owner, index) = d.identity();
+            self.drop_torn(owner, index, f);
+            n += 1;
+        }
+        n
     }
 
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last

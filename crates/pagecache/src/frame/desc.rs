@@ -274,6 +274,31 @@ impl FrameDesc {
         0
     }
 
+    /// Takes over the latch if the process tagged `tag` (dead: the
+    /// watcher's recovery, 5.14 D5) holds it: true if it did (the caller
+    /// holds the latch, no pin, and drops the page: `Inner::drop_torn`).
+    /// Context: any, no sleep.
+    pub fn take_dead_latch(&self, tag: u32) -> bool {
+        let mine = self.holder();
+        // Relaxed: seeds the CAS.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & LATCHED == 0 || State(s).latch_holder() != tag || mine == 0 {
+                return false;
+            }
+            // Acquire: whatever the dead holder wrote (L3).
+            match self.state.compare_exchange_weak(
+                s,
+                (s & !HOLDER) | mine,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
     /// `s` (a latched state about to be stored) with this process's latch
     /// holder tag (5.14 L1): for a page inserted latched.
     #[inline]

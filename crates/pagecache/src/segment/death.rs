@@ -70,6 +70,21 @@ const _: () = assert!(MAX_PROCS == 1 << SLOT_BITS);
 const GEN_BITS: u32 = 15;
 const _: () = assert!(GEN_BITS + SLOT_BITS == crate::frame::state::HOLDER_BITS);
 
+/// What a watcher calls once it has claimed a dead process's slot, with
+/// that process's tag (a cache's recovery of the pages it held latched,
+/// `Inner::drop_dead_latches`).
+pub type DeathHook = Box<dyn Fn(u32) + Send + Sync>;
+
+/// A segment's hook, shared with its watcher thread.
+#[derive(Clone, Default)]
+pub(super) struct Hooks(Arc<Mutex<Option<DeathHook>>>);
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("death::Hooks")
+    }
+}
+
 /// How often each attached process looks for dead ones (D4).
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 
@@ -133,7 +148,7 @@ fn dead(pid: u32, start: u64) -> bool {
 /// # Safety
 ///
 /// As [`header`].
-unsafe fn recover_dead(base: usize) -> usize {
+unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
     // SAFETY: the caller's.
     let h = unsafe { header(base) };
     let me = std::process::id();
@@ -162,6 +177,12 @@ unsafe fn recover_dead(base: usize) -> usize {
             )
         };
         files.forget_process(slot);
+        // The pages it held latched (L3-L4), by this process's cache.
+        // Relaxed: the slot's generation is ours to read now (claimed).
+        let dead = tag(slot, p.gen.load(Ordering::Relaxed));
+        if let Some(h) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            h(dead);
+        }
         // Relaxed: ordered before the pid's Release store.
         p.start.store(0, Ordering::Relaxed);
         // Release: the recovery before the next claim's Acquire.
@@ -175,7 +196,13 @@ impl Segment {
     /// D4-D5: recovers the slots of dead processes; how many.
     pub fn recover_dead(&self) -> usize {
         // SAFETY: our mapping, mapped while `self` lives.
-        unsafe { recover_dead(self.base.as_ptr() as usize) }
+        unsafe { recover_dead(self.base.as_ptr() as usize, &self.hooks) }
+    }
+
+    /// Sets what this process's watcher calls for each dead process it
+    /// recovers (D5), after giving back its opens.
+    pub fn set_death_hook(&self, hook: DeathHook) {
+        *self.hooks.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }
 }
 
@@ -192,7 +219,7 @@ impl Watcher {
     /// mapping does).
     pub(super) fn start(seg: &Segment) -> io::Result<Watcher> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (s2, base) = (stop.clone(), seg.base.as_ptr() as usize);
+        let (s2, base, hooks) = (stop.clone(), seg.base.as_ptr() as usize, seg.hooks.clone());
         let thread = std::thread::Builder::new()
             .name("pagecache-watch".into())
             .spawn(move || {
@@ -209,7 +236,7 @@ impl Watcher {
                     drop(stopped);
                     // SAFETY: the segment keeps its mapping until its Drop
                     // has stopped and joined this thread.
-                    unsafe { recover_dead(base) };
+                    unsafe { recover_dead(base, &hooks) };
                     stopped = m.lock().unwrap_or_else(|e| e.into_inner());
                 }
             })

@@ -64,6 +64,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 mod death;
 mod tools;
 
+pub use death::{DeathHook, WATCH_EVERY};
+
 const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 
 /// The first bytes of every segment.
@@ -287,6 +289,8 @@ pub struct Segment {
     created: bool,
     /// The thread that looks for dead processes (attached only, 5.14).
     watcher: Option<death::Watcher>,
+    /// What the watcher calls for each dead process it recovers.
+    hooks: death::Hooks,
 }
 
 // SAFETY: the mapping is plain shared memory; what is inside is reached
@@ -420,6 +424,7 @@ impl Segment {
             slot: None,
             created: false,
             watcher: None,
+            hooks: Default::default(),
         };
         let h = seg.header();
         if h.magic != MAGIC {
@@ -526,6 +531,7 @@ impl Segment {
                 slot: None,
                 created: true,
                 watcher: None,
+                hooks: Default::default(),
             };
             // C1: the header and the tables' first state. The file is
             // zeroed (fresh), which is an empty wait table and an empty
