@@ -197,6 +197,7 @@ impl Inner {
     /// (L3-L4), whether or not anyone waits for it (a future waiting on it
     /// is woken by the unlatch). One pass over the descriptors. Context:
     /// no sleep but the tree and table locks; the watcher thread.
+    #[cfg(not(loom))]
     pub(crate) fn drop_dead_latches(&self, tag: u32) -> usize {
         let mut n = 0;
         for f in 0..self.frames.len() as FrameNo {
