@@ -113,8 +113,68 @@ fn child() {
             std::thread::sleep(std::time::Duration::from_secs(60));
             drop(m);
         }
+        "die-writing-back" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            f.write_at(&page(5, 3), 3 * PS as u64).unwrap();
+            // The write-back of page 3 starts, then stops in the hook
+            // (before any byte is written) until the parent kills us.
+            let marker = dir.join("writing");
+            f.set_writeback_hook(Some(pagecache::WritebackHook::new(move |pg| {
+                if pg.index == 3 {
+                    std::fs::write(&marker, b"").unwrap();
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                }
+                pagecache::WritebackDecision::Write
+            })));
+            f.sync().unwrap();
+        }
         r => panic!("unknown role {r}"),
     }
+}
+
+/// A process killed while a write-back of a page is in flight (protocol
+/// 5.14 W1-W3; here stopped in its write-back hook, holding the file's
+/// flush lock): the other process's `sync` takes the flush lock over, the
+/// recovery of the dead process ends its write-back as failed (the page
+/// dirty again), and the `sync` writes the page itself: the dead
+/// process's change, which it had made before its write-back, reaches the
+/// disk. With the write-back left in flight the `sync` waits forever (the
+/// watchdog fails the test).
+#[test]
+fn a_write_back_left_in_flight_by_a_process_that_died_is_ended() {
+    let td = TempDir::new("shared-wb-death");
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    let mut child = spawn("die-writing-back", &td.0, &path);
+    common::wait_until("the child's write-back to start", || {
+        td.path("writing").exists()
+    });
+    child.kill().unwrap();
+    let t0 = std::time::Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            f.sync().unwrap();
+            tx.send(()).unwrap();
+        });
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            eprintln!("the sync waited forever for the dead process's write-back");
+            std::process::abort();
+        }
+    });
+    eprintln!("the sync took {:?}", t0.elapsed());
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(
+        on_disk[3 * PS..4 * PS] == page(5, 3)[..],
+        "the dead process's change, written"
+    );
+    assert!(on_disk[..3 * PS] == disk[..3 * PS]);
+    check(&f, 5, 3);
+    child.wait().unwrap();
 }
 
 /// A process killed while it holds a page's latch (protocol 5.14 L1-L4):

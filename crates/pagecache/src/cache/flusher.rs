@@ -147,7 +147,7 @@ impl Inner {
     /// the flusher writes files oldest-dirtied first). Context: any, no
     /// sleep.
     #[inline]
-    pub(crate) fn file_dirtied(&self, fs: &crate::cache::FileShared) {
+    pub(crate) fn file_dirtied(&self, fs: &crate::cache::registry::FileSlot) {
         // Relaxed: an order for the flusher, which also writes files that
         // have none (last), so a lost race costs order, never data.
         if fs.dirtied_when.load(Ordering::Relaxed) == 0 {

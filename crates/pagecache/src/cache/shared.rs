@@ -147,7 +147,7 @@ mod imp {
                         .name("pagecache-recover".into())
                         .spawn(move || {
                             if let Some(inner) = me.upgrade() {
-                                inner.drop_dead_latches(tag);
+                                inner.recover_dead_pages(tag);
                             }
                         });
                 }));

@@ -195,21 +195,55 @@ impl Inner {
     /// The watcher's recovery of a dead process (5.14 D5): every page
     /// still latched by the process tagged `tag` is taken over and dropped
     /// (L3-L4), whether or not anyone waits for it (a future waiting on it
-    /// is woken by the unlatch). One pass over the descriptors. Context:
-    /// no sleep but the tree and table locks; the watcher thread.
+    /// is woken by the unlatch), and every write-back it had started is
+    /// ended as failed (W3: the page dirty and tagged again, the file's
+    /// count of write-backs down, a sync waiting for them writes it). One
+    /// pass over the descriptors. Context: no sleep but the tree and table
+    /// locks; a thread of the recovery's own.
     #[cfg(not(loom))]
-    pub(crate) fn drop_dead_latches(&self, tag: u32) -> usize {
+    pub(crate) fn recover_dead_pages(&self, tag: u32) -> usize {
         let mut n = 0;
         for f in 0..self.frames.len() as FrameNo {
             let d = self.desc(f);
-            if !d.take_dead_latch(tag) {
-                continue;
+            if d.writeback_owner() == tag {
+                if d.snapshot().is_under_writeback() {
+                    let (owner, index) = d.identity();
+                    self.with_slot(owner, |fs| {
+                        self.cancel_writeback(
+                            fs,
+                            index,
+                            f,
+                            crate::cache::WritebackCause::Background,
+                        );
+                        // Release: after the re-tag, as `end_run`'s.
+                        fs.writeback.fetch_sub(1, Ordering::Release);
+                    });
+                }
+                d.clear_writeback_owner(tag);
+                n += 1;
             }
-            let (owner, index) = d.identity();
-            self.drop_torn(owner, index, f);
-            n += 1;
+            if d.take_dead_latch(tag) {
+                let (owner, index) = d.identity();
+                self.drop_torn(owner, index, f);
+                n += 1;
+            }
         }
         n
+    }
+
+    /// Runs `f` on the slot of file `owner`: this process's, or one
+    /// borrowed from the file table (a file not open here). Nothing if no
+    /// such file is known.
+    #[cfg(not(loom))]
+    fn with_slot(&self, owner: u64, f: impl FnOnce(&super::registry::FileSlot)) {
+        if let Some(fs) = self.file_by_id(owner) {
+            f(&fs);
+        } else if let Some(t) = self.file_table() {
+            if let Some(slot) = t.borrow(owner) {
+                f(slot);
+                t.unborrow(owner);
+            }
+        }
     }
 
     /// `File::set_len`. Context: may sleep (I/O; waits for the new last

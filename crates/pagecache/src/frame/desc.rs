@@ -40,6 +40,11 @@ pub struct FrameDesc {
     /// background write-back judges old enough to write. A hint: a stale
     /// value only moves a page's write earlier or later.
     dirtied: crate::sync::unmodelled::AtomicU64,
+    /// (A) In a cache shared by processes, the tag of the process whose
+    /// write-back of the page is starting or in flight (0: none), claimed
+    /// before `WRITEBACK` is set and cleared after it is cleared, so that a
+    /// write-back whose process died can be ended (5.14 W1-W3).
+    wb_owner: std::sync::atomic::AtomicU32,
     /// The frame's bytes as loom sees them (loom only; see `sync::Witness`).
     #[cfg(loom)]
     bytes: Witness,
@@ -77,6 +82,7 @@ impl FrameDesc {
             owner: AtomicU64::new(NO_OWNER),
             index: AtomicU64::new(0),
             dirtied: crate::sync::unmodelled::AtomicU64::new(0),
+            wb_owner: std::sync::atomic::AtomicU32::new(0),
             #[cfg(loom)]
             bytes: Witness::default(),
         }
@@ -651,6 +657,22 @@ impl FrameDesc {
         } else {
             WRITEBACK
         };
+        // W1: in a shared cache, claim the write-back's owner word first
+        // (a dead process's claim is cleared by its recovery, W3).
+        let me = (self.holder() >> HOLDER_SHIFT) as u32;
+        if me != 0
+            && self
+                .wb_owner
+                .compare_exchange(
+                    0,
+                    me,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return false;
+        }
         // AcqRel: orders against truncate setting REMOVED (both RMW on this
         // word) and against the dirty tag clear that preceded it.
         let r = self
@@ -672,8 +694,32 @@ impl FrameDesc {
                 }
                 true
             }
-            Err(_) => false,
+            Err(_) => {
+                if me != 0 {
+                    self.wb_owner.store(0, std::sync::atomic::Ordering::Relaxed);
+                }
+                false
+            }
         }
+    }
+
+    /// The tag of the process whose write-back of this page is starting
+    /// or in flight (0: none, or a private cache).
+    pub fn writeback_owner(&self) -> u32 {
+        // Relaxed: read by a recovery after the owner died (its writes
+        // are all done), or as a hint.
+        self.wb_owner.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Clears the write-back owner word if it still holds `tag` (W3: the
+    /// owner died).
+    pub fn clear_writeback_owner(&self, tag: u32) {
+        let _ = self.wb_owner.compare_exchange(
+            tag,
+            0,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Write-back step 2: the write finished; on failure the page is dirty
@@ -682,7 +728,13 @@ impl FrameDesc {
     /// the write-back's pin. Context: any, no sleep.
     pub fn end_writeback(&self, failed: bool) -> State {
         let set = if failed { DIRTY } else { 0 };
-        self.update(set, WRITEBACK | STABLE)
+        let old = self.update(set, WRITEBACK | STABLE);
+        // W2: the owner word after the bit (Relaxed: only the owner, or
+        // its recovery, writes a nonzero word back to 0).
+        if self.wb_owner.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            self.wb_owner.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+        old
     }
 
     /// Parks until no write of page `(owner, index)` is in flight (or the

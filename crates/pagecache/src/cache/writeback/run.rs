@@ -304,9 +304,9 @@ impl Inner {
     /// under way writes it itself. The caller still holds the pin and then
     /// drops the page's count in `fs.writeback` (after this). Context: no
     /// sleep.
-    pub(super) fn cancel_writeback(
+    pub(crate) fn cancel_writeback(
         &self,
-        fs: &FileShared,
+        fs: &crate::cache::registry::FileSlot,
         index: u64,
         f: FrameNo,
         cause: crate::cache::WritebackCause,
