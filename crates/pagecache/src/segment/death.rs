@@ -22,8 +22,10 @@
 //!   slot is claimed again: recovery is idempotent).
 //! * D5. Recovery gives back what the table can name as the dead
 //!   process's: its opens of files (the file table's ledger row,
-//!   `FileTable::forget_process`). Then the start time is zeroed and the
-//!   pid word cleared (Release): the slot is free.
+//!   `FileTable::forget_process`); then its cache, on a thread of its own,
+//!   drops the pages it held latched (L3-L4) and ends its write-backs
+//!   (W3), from one pass over the descriptors. Then the start time is
+//!   zeroed and the pid word cleared (Release): the slot is free.
 //!
 //! A latch (protocol 5.5) is not a futex word but a bit of a frame's state
 //! word, taken by the same CAS as a pin; it gets the same treatment:
@@ -43,6 +45,20 @@
 //!   changes are lost, and the file's slot records the page for the next
 //!   `sync`, in any process, to report once. Then it unlatches: waiters
 //!   retry, miss and read the page from the file.
+//!
+//! A write-back in flight (its pin and `WRITEBACK`, counted in its file's
+//! `writeback`) would keep every `sync` of the file waiting:
+//!
+//! * W1. In a cache shared by processes, a write-back's starter claims the
+//!   descriptor's `wb_owner` word (CAS from 0 to its tag) before the RMW
+//!   that sets `WRITEBACK`, and clears it if that RMW fails.
+//! * W2. Its end clears `WRITEBACK`, then the word.
+//! * W3. The recovery of a dead process ends each write-back it owns as
+//!   failed (`Inner::cancel_writeback`: the page dirty and tagged again,
+//!   the file's undone count moved, its `writeback` count down), then
+//!   clears the word (also where the process died between W1's claim and
+//!   its RMW, or between W2's two steps). A sync waiting for the file's
+//!   write-backs then writes the page itself.
 //!
 //! Why the order holds: a lock tagged by the dead process names its slot
 //! and generation; the generation changes only when the slot is claimed
