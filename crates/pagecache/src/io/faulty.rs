@@ -36,7 +36,7 @@ pub struct Faults {
     delayed_now: AtomicU64,
     delayed_max: AtomicU64,
     /// `(path, offset)` of every write issued, in order, while logging.
-    write_log: crate::sync::unmodelled::Mutex<Option<Vec<(std::path::PathBuf, u64)>>>,
+    write_log: crate::sync::unmodelled::Mutex<Option<Vec<(std::path::PathBuf, u64, u64)>>>,
 }
 
 impl Faults {
@@ -104,12 +104,13 @@ impl Faults {
         self.delayed_max.load(Ordering::SeqCst)
     }
     /// Starts (or restarts, empty) a log of the writes issued: which file
-    /// (the path it was opened by) and where, in the order they were made.
+    /// (the path it was opened by), where and how many bytes, in the order
+    /// they were made.
     pub fn log_writes(&self) {
         *self.write_log.lock() = Some(Vec::new());
     }
     /// The writes logged since [`Faults::log_writes`].
-    pub fn logged_writes(&self) -> Vec<(std::path::PathBuf, u64)> {
+    pub fn logged_writes(&self) -> Vec<(std::path::PathBuf, u64, u64)> {
         self.write_log.lock().clone().unwrap_or_default()
     }
     /// `fdatasync` calls so far.
@@ -177,7 +178,7 @@ impl FaultyFile {
     fn write_fault(&self, offset: u64, len: u64) -> io::Result<()> {
         let f = &self.faults;
         if let Some(log) = f.write_log.lock().as_mut() {
-            log.push((self.path.clone(), offset));
+            log.push((self.path.clone(), offset, len));
         }
         let n = f.writes.fetch_add(1, Ordering::SeqCst) + 1;
         let from = f.fail_write_from.load(Ordering::SeqCst);
