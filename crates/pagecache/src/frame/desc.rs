@@ -15,6 +15,11 @@ mod asynch;
 #[path = "desc_seqlock.rs"]
 mod seqlock;
 
+// What a cache shared by processes records of a latch's or a write-back's
+// process, and the recovery of a dead one's (5.14).
+#[path = "desc_death.rs"]
+mod death;
+
 /// Rounds of `wait_unlatched_spin_as`'s spin before it parks: a pause
 /// each, about 1 µs in all where a pause takes ~140 cycles (Intel since
 /// Skylake), less where it is shorter. In TPC-C at two threads 97% of the
@@ -267,53 +272,6 @@ impl FrameDesc {
     pub fn wait_unlatched(&self) {
         let torn = self.wait_clear(LATCHED, None, false);
         debug_assert!(!torn);
-    }
-
-    /// This process's tag for the latch field (`HOLDER`), for a frame of a
-    /// cache shared by processes; 0 otherwise (5.14 L1).
-    #[inline(always)]
-    fn holder(&self) -> u64 {
-        #[cfg(not(loom))]
-        return crate::sync::futex::member_at(self.key())
-            .map_or(0, |(_, m)| (m.tag as u64) << HOLDER_SHIFT);
-        #[cfg(loom)]
-        0
-    }
-
-    /// Takes over the latch if the process tagged `tag` (dead: the
-    /// watcher's recovery, 5.14 D5) holds it: true if it did (the caller
-    /// holds the latch, no pin, and drops the page: `Inner::drop_torn`).
-    /// Context: any, no sleep.
-    pub fn take_dead_latch(&self, tag: u32) -> bool {
-        let mine = self.holder();
-        // Relaxed: seeds the CAS.
-        let mut s = self.state.load(Ordering::Relaxed);
-        loop {
-            if s & LATCHED == 0 || State(s).latch_holder() != tag || mine == 0 {
-                return false;
-            }
-            // Acquire: whatever the dead holder wrote (L3).
-            match self.state.compare_exchange_weak(
-                s,
-                (s & !HOLDER) | mine,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(cur) => s = cur,
-            }
-        }
-    }
-
-    /// `s` (a latched state about to be stored) with this process's latch
-    /// holder tag (5.14 L1): for a page inserted latched.
-    #[inline]
-    pub fn with_holder(&self, s: State) -> State {
-        State(if s.is_latched() {
-            s.0 | self.holder()
-        } else {
-            s.0
-        })
     }
 
     /// Parks until the latch is released, but only while the frame still
@@ -701,25 +659,6 @@ impl FrameDesc {
                 false
             }
         }
-    }
-
-    /// The tag of the process whose write-back of this page is starting
-    /// or in flight (0: none, or a private cache).
-    pub fn writeback_owner(&self) -> u32 {
-        // Relaxed: read by a recovery after the owner died (its writes
-        // are all done), or as a hint.
-        self.wb_owner.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Clears the write-back owner word if it still holds `tag` (W3: the
-    /// owner died).
-    pub fn clear_writeback_owner(&self, tag: u32) {
-        let _ = self.wb_owner.compare_exchange(
-            tag,
-            0,
-            std::sync::atomic::Ordering::Relaxed,
-            std::sync::atomic::Ordering::Relaxed,
-        );
     }
 
     /// Write-back step 2: the write finished; on failure the page is dirty

@@ -1,0 +1,76 @@
+//! What a frame's descriptor records, in a cache shared by processes, of
+//! the process that holds its latch (the state word's `HOLDER` field) or
+//! runs its write-back (`wb_owner`), and the recovery's side of a dead
+//! one's (protocol 5.14 L1-L4, W1-W3: `segment/death.rs`).
+
+use super::super::state::*;
+use super::FrameDesc;
+use crate::sync::Ordering;
+
+impl FrameDesc {
+    /// This process's tag for the latch field (`HOLDER`), for a frame of a
+    /// cache shared by processes; 0 otherwise (5.14 L1).
+    #[inline(always)]
+    pub(super) fn holder(&self) -> u64 {
+        #[cfg(not(loom))]
+        return crate::sync::futex::member_at(self.key())
+            .map_or(0, |(_, m)| (m.tag as u64) << HOLDER_SHIFT);
+        #[cfg(loom)]
+        0
+    }
+
+    /// Takes over the latch if the process tagged `tag` (dead: the
+    /// watcher's recovery, 5.14 D5) holds it: true if it did (the caller
+    /// holds the latch, no pin, and drops the page: `Inner::drop_torn`).
+    /// Context: any, no sleep.
+    pub fn take_dead_latch(&self, tag: u32) -> bool {
+        let mine = self.holder();
+        // Relaxed: seeds the CAS.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & LATCHED == 0 || State(s).latch_holder() != tag || mine == 0 {
+                return false;
+            }
+            // Acquire: whatever the dead holder wrote (L3).
+            match self.state.compare_exchange_weak(
+                s,
+                (s & !HOLDER) | mine,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// `s` (a latched state about to be stored) with this process's latch
+    /// holder tag (5.14 L1): for a page inserted latched.
+    #[inline]
+    pub fn with_holder(&self, s: State) -> State {
+        State(if s.is_latched() {
+            s.0 | self.holder()
+        } else {
+            s.0
+        })
+    }
+
+    /// The tag of the process whose write-back of this page is starting
+    /// or in flight (0: none, or a private cache).
+    pub fn writeback_owner(&self) -> u32 {
+        // Relaxed: read by a recovery after the owner died (its writes
+        // are all done), or as a hint.
+        self.wb_owner.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Clears the write-back owner word if it still holds `tag` (W3: the
+    /// owner died).
+    pub fn clear_writeback_owner(&self, tag: u32) {
+        let _ = self.wb_owner.compare_exchange(
+            tag,
+            0,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
