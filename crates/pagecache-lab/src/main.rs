@@ -109,6 +109,11 @@ fn shared(args: &[String]) -> ExitCode {
             Err(e) => format!("\n  files: {e}"),
         };
         let (used, dirty) = seg.frames_in_use();
+        let st = seg.stats();
+        let files = format!(
+            "{files}\n  statistics (every process, attached or gone, as of its last 250 ms): hits {} misses {} reads {} writes {} writebacks {} evictions {}",
+            st.hits, st.misses, st.reads, st.writes, st.writebacks, st.evictions
+        );
         Ok(format!(
             "{} frames of {} bytes ({:.1} MiB mapped; {used} in use, {dirty} dirty), created by {}, {live} live process(es) attached{}{files}",
             g.frames,

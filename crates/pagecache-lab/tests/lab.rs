@@ -746,9 +746,28 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
             )
             .unwrap();
         f.write_at(&[7u8; 3 * 4096], 0).unwrap();
+        let mut b = [0u8; 4096];
+        for _ in 0..5 {
+            f.read_at(&mut b, 0).unwrap();
+        }
         let (code, s, _) = out(lab(&["shared", "two", "--dir", ds]));
         assert_eq!(code, Some(0));
         assert!(s.contains("3 in use, 3 dirty"), "{s}");
+        // The cache's statistics: this process's five hits, once its
+        // watcher has published them (every 250 ms).
+        let hits = |s: &str| -> u64 {
+            s.split("statistics")
+                .nth(1)
+                .and_then(|t| t.split(" hits ").nth(1))
+                .and_then(|t| t.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let t0 = std::time::Instant::now();
+        while hits(&out(lab(&["shared", "two", "--dir", ds])).1) < 5 {
+            assert!(t0.elapsed().as_secs() < 20, "the hits never showed");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         assert!(s.contains("12288 byte(s), open in 1 process(es)"), "{s}");
         drop(f);
         drop(c);

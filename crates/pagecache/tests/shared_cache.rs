@@ -269,8 +269,18 @@ fn pages_one_process_wrote_are_read_by_another_without_a_sync() {
     }
     // Nothing on disk yet: only the cache holds them.
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    let mine = c.stats().hits;
     let st = reap(spawn("read-then-write", &td.0, &path));
     assert!(st.success(), "child: {st:?}");
+    // The cache's statistics count every process's: the child's four
+    // hits stay after it left (published at its detach), ours come
+    // within the watcher's round.
+    let seg =
+        pagecache::internals::segment::Segment::inspect(&td.0.join("pagecache.t"), None).unwrap();
+    common::wait_until("the processes' hits in the cache's statistics", || {
+        seg.stats().hits >= mine + 4
+    });
+    drop(seg);
     // The child's page, and the length it made.
     assert_eq!(f.len(), 5 * PS as u64);
     check(&f, 2, 4);

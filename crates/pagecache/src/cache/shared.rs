@@ -136,6 +136,10 @@ mod imp {
         /// (5.14 D5, L3-L4). Context: the cache's `Arc` just made.
         pub(crate) fn watch_deaths(self: &Arc<Inner>) {
             if let Some(sh) = &self.shared {
+                // The watcher publishes this process's counters (a clone
+                // of the stripes: it never holds the cache).
+                let counters = self.counters.clone();
+                sh.seg.set_stats_hook(Box::new(move || counters.sums()));
                 let me = Arc::downgrade(self);
                 sh.seg.set_death_hook(Box::new(move |tag| {
                     // On a thread of its own: the watcher must never hold

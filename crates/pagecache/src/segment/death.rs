@@ -68,6 +68,7 @@
 
 use super::{alive, stat, Header, Segment, TableId, MAX_PROCS};
 use crate::cache::file_table::FileTable;
+use crate::stats::NCOUNTERS;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -91,9 +92,13 @@ const _: () = assert!(GEN_BITS + SLOT_BITS == crate::frame::state::HOLDER_BITS);
 /// `Inner::drop_dead_latches`).
 pub type DeathHook = Box<dyn Fn(u32) + Send + Sync>;
 
-/// A segment's hook, shared with its watcher thread.
+/// What a watcher calls every round for this process's counters, which
+/// it publishes in the segment (`pagecache shared NAME` sums them).
+pub type StatsHook = Box<dyn Fn() -> [u64; NCOUNTERS] + Send + Sync>;
+
+/// A segment's hooks, shared with its watcher thread.
 #[derive(Clone, Default)]
-pub(super) struct Hooks(Arc<Mutex<Option<DeathHook>>>);
+pub(super) struct Hooks(Arc<Mutex<(Option<DeathHook>, Option<StatsHook>)>>);
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -196,9 +201,10 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
         // The pages it held latched (L3-L4), by this process's cache.
         // Relaxed: the slot's generation is ours to read now (claimed).
         let dead = tag(slot, p.gen.load(Ordering::Relaxed));
-        if let Some(h) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(h) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).0.as_ref() {
             h(dead);
         }
+        retire_stats(h, slot);
         // Relaxed: ordered before the pid's Release store.
         p.start.store(0, Ordering::Relaxed);
         // Release: the recovery before the next claim's Acquire.
@@ -206,6 +212,31 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
         n += 1;
     }
     n
+}
+
+/// Moves slot `slot`'s published counters into the totals of processes
+/// gone (it detached, or died and was recovered).
+pub(super) fn retire_stats(h: &Header, slot: usize) {
+    for (r, c) in h.retired.iter().zip(&h.stats[slot]) {
+        // Relaxed (both): statistics.
+        r.fetch_add(c.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Publishes this process's counters in its slot (the watcher's round).
+///
+/// # Safety
+///
+/// As [`header`].
+pub(super) unsafe fn publish(base: usize, slot: usize, hooks: &Hooks) {
+    // SAFETY: the caller's.
+    let h = unsafe { header(base) };
+    if let Some(f) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).1.as_ref() {
+        for (c, v) in h.stats[slot].iter().zip(f()) {
+            // Relaxed: statistics.
+            c.store(v, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Segment {
@@ -218,7 +249,30 @@ impl Segment {
     /// Sets what this process's watcher calls for each dead process it
     /// recovers (D5), after giving back its opens.
     pub fn set_death_hook(&self, hook: DeathHook) {
-        *self.hooks.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+        self.hooks.0.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(hook);
+    }
+
+    /// Sets what this process's watcher publishes as its counters.
+    pub fn set_stats_hook(&self, hook: StatsHook) {
+        self.hooks.0.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(hook);
+    }
+
+    /// Every process's counters, as last published (within
+    /// [`WATCH_EVERY`]), those attached now and those gone: the cache's
+    /// statistics. A snapshot: a process leaving meanwhile may count
+    /// twice or not at all.
+    pub fn stats(&self) -> crate::Stats {
+        let h = self.header();
+        let mut sum = [0u64; NCOUNTERS];
+        for (i, o) in sum.iter_mut().enumerate() {
+            // Relaxed (both): statistics.
+            *o = h.retired[i].load(Ordering::Relaxed)
+                + h.stats
+                    .iter()
+                    .map(|s| s[i].load(Ordering::Relaxed))
+                    .sum::<u64>();
+        }
+        crate::Stats::from_sums(&sum)
     }
 }
 
@@ -236,6 +290,7 @@ impl Watcher {
     pub(super) fn start(seg: &Segment) -> io::Result<Watcher> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let (s2, base, hooks) = (stop.clone(), seg.base.as_ptr() as usize, seg.hooks.clone());
+        let slot = seg.slot.unwrap_or(0);
         let thread = std::thread::Builder::new()
             .name("pagecache-watch".into())
             .spawn(move || {
@@ -252,7 +307,10 @@ impl Watcher {
                     drop(stopped);
                     // SAFETY: the segment keeps its mapping until its Drop
                     // has stopped and joined this thread.
-                    unsafe { recover_dead(base, &hooks) };
+                    unsafe {
+                        publish(base, slot, &hooks);
+                        recover_dead(base, &hooks)
+                    };
                     stopped = m.lock().unwrap_or_else(|e| e.into_inner());
                 }
             })

@@ -53,6 +53,7 @@ use crate::frame::alloc::PerCpuPool;
 use crate::frame::state::FrameDesc;
 use crate::frame::ARENA_SLACK;
 use crate::index::NodeArena;
+use crate::stats::NCOUNTERS;
 use crate::sync::futex::{register_region, unregister_region, Member, WaitTable};
 use std::ffi::CString;
 use std::io;
@@ -64,7 +65,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 mod death;
 mod tools;
 
-pub use death::{DeathHook, WATCH_EVERY};
+pub use death::{DeathHook, StatsHook, WATCH_EVERY};
 
 const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 
@@ -201,6 +202,12 @@ pub struct Header {
     geometry: Geometry,
     tables: [Extent; MAX_TABLES],
     procs: [ProcSlot; MAX_PROCS],
+    /// Each attached process's counters as it last published them (its
+    /// watcher, every `WATCH_EVERY`), by `stats::Counter` number.
+    stats: [[AtomicU64; NCOUNTERS]; MAX_PROCS],
+    /// The counters of processes gone (detached, or dead and recovered),
+    /// as they last published them.
+    retired: [AtomicU64; NCOUNTERS],
 }
 
 // The header is read by other processes, maybe of other builds: its
@@ -628,6 +635,12 @@ impl Segment {
         p.start.store(start, Ordering::Release);
         let gen = death::next_gen(p.gen.load(Ordering::Relaxed));
         p.gen.store(gen, Ordering::Release);
+        // A fresh slot's counters start at 0 (its last owner's were moved
+        // to `retired` when it left).
+        for c in &self.header().stats[slot] {
+            // Relaxed: statistics.
+            c.store(0, Ordering::Relaxed);
+        }
         self.slot = Some(slot);
         let w = self.table(TableId::Waits);
         // SAFETY: the wait table lies inside the mapping, which stays until
@@ -770,6 +783,10 @@ impl Drop for Segment {
             // Opens a tool left (a cache closes its files before its
             // segment drops): given back, as for a dead process (5.14 D5).
             self.file_table().forget_process(slot);
+            // Its counters, published one last time, stay in the totals.
+            // SAFETY: our mapping, still mapped.
+            unsafe { death::publish(self.base.as_ptr() as usize, slot, &self.hooks) };
+            death::retire_stats(self.header(), slot);
             let p = &self.header().procs[slot];
             // Relaxed: ordered before the pid's Release store (a claimant's
             // start time is 0 until it stores its own: 5.14 D2).

@@ -61,14 +61,16 @@ pub enum Counter {
     StreamedPages,
 }
 
-const NCOUNTERS: usize = 18;
+/// Counters kept (every [`Counter`]).
+pub const NCOUNTERS: usize = 18;
 
 type Stripe = CachePadded<[AtomicU64; NCOUNTERS]>;
 
-/// Per-cache counter stripes.
-#[derive(Debug)]
+/// Per-cache counter stripes. A clone counts into the same stripes (a
+/// shared cache's watcher publishes them: `Inner::watch`).
+#[derive(Debug, Clone)]
 pub struct Counters {
-    stripes: Box<[Stripe]>,
+    stripes: std::sync::Arc<[Stripe]>,
 }
 
 impl Default for Counters {
@@ -164,29 +166,50 @@ impl Counters {
             .sum()
     }
 
+    /// Every counter summed, by [`Counter`] number (what a process of a
+    /// shared cache publishes in the segment).
+    pub fn sums(&self) -> [u64; NCOUNTERS] {
+        let mut out = [0; NCOUNTERS];
+        for s in self.stripes.iter() {
+            for (o, c) in out.iter_mut().zip(s.iter()) {
+                // Relaxed: a snapshot.
+                *o += c.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
     /// A snapshot of every counter.
     pub fn snapshot(&self) -> Stats {
+        Stats::from_sums(&self.sums())
+    }
+}
+
+impl Stats {
+    /// The snapshot of counters summed by [`Counter`] number.
+    pub fn from_sums(c: &[u64; NCOUNTERS]) -> Stats {
         use Counter::*;
+        let s = |k: Counter| c[k as usize];
         Stats {
             // Optimistic reads are hits too; counted once on that path.
-            hits: self.sum(Hits) + self.sum(OptimisticReads),
-            misses: self.sum(Misses),
-            reads: self.sum(Reads),
-            writes: self.sum(Writes),
-            writebacks: self.sum(Writebacks),
-            evictions: self.sum(Evictions),
-            lookup_retries: self.sum(LookupRetries),
-            optimistic_reads: self.sum(OptimisticReads),
-            optimistic_fallbacks: self.sum(OptimisticFallbacks),
-            read_errors: self.sum(ReadErrors),
-            write_errors: self.sum(WriteErrors),
-            anon_faults: self.sum(AnonFaults),
-            direct_files: self.sum(DirectFiles),
-            buffered_files: self.sum(BufferedFiles),
-            async_reads: self.sum(AsyncReads),
-            readahead_pages: self.sum(ReadaheadPages),
-            prefetch_pages: self.sum(PrefetchPages),
-            streamed_pages: self.sum(StreamedPages),
+            hits: s(Hits) + s(OptimisticReads),
+            misses: s(Misses),
+            reads: s(Reads),
+            writes: s(Writes),
+            writebacks: s(Writebacks),
+            evictions: s(Evictions),
+            lookup_retries: s(LookupRetries),
+            optimistic_reads: s(OptimisticReads),
+            optimistic_fallbacks: s(OptimisticFallbacks),
+            read_errors: s(ReadErrors),
+            write_errors: s(WriteErrors),
+            anon_faults: s(AnonFaults),
+            direct_files: s(DirectFiles),
+            buffered_files: s(BufferedFiles),
+            async_reads: s(AsyncReads),
+            readahead_pages: s(ReadaheadPages),
+            prefetch_pages: s(PrefetchPages),
+            streamed_pages: s(StreamedPages),
         }
     }
 }
