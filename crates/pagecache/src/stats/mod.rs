@@ -186,8 +186,9 @@ impl Counters {
 }
 
 impl Stats {
-    /// The snapshot of counters summed by [`Counter`] number.
-    pub fn from_sums(c: &[u64; NCOUNTERS]) -> Stats {
+    /// The snapshot of counters summed by counter number (the crate's
+    /// `stats::Counter` order, as a shared cache publishes them).
+    pub(crate) fn from_sums(c: &[u64; NCOUNTERS]) -> Stats {
         use Counter::*;
         let s = |k: Counter| c[k as usize];
         Stats {
