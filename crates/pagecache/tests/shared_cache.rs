@@ -133,6 +133,58 @@ fn child() {
     }
 }
 
+/// A file of 4 pages (`page(1, i)`), this process's shared cache over it,
+/// and a child in `role` of the same cache, SIGKILLed once it made the
+/// file `marker` (left a zombie until the test reaps it: it counts as
+/// dead).
+struct Killed {
+    /// Kept for the directory's life.
+    _td: TempDir,
+    path: PathBuf,
+    disk: Vec<u8>,
+    c: PageCache,
+    child: std::process::Child,
+}
+
+fn kill_child_when(name: &str, role: &str, marker: &str) -> Killed {
+    let td = TempDir::new(name);
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = shared(&td.0, 64);
+    let mut child = spawn(role, &td.0, &path);
+    common::wait_until(&format!("the child's {marker}"), || {
+        td.path(marker).exists()
+    });
+    child.kill().unwrap();
+    Killed {
+        _td: td,
+        path,
+        disk,
+        c,
+        child,
+    }
+}
+
+/// Runs `f` on another thread and fails the test (aborting: the thread
+/// cannot be stopped) if it has not returned within 20 s; prints how long
+/// it took.
+fn within(what: &str, f: impl FnOnce() + Send) {
+    let t0 = std::time::Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            f();
+            tx.send(()).unwrap();
+        });
+        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            eprintln!("{what}: hung");
+            std::process::abort();
+        }
+    });
+    eprintln!("{what}: {:?} after the kill", t0.elapsed());
+}
+
 /// A process killed while a write-back of a page is in flight (protocol
 /// 5.14 W1-W3; here stopped in its write-back hook, holding the file's
 /// flush lock): the other process's `sync` takes the flush lock over, the
@@ -143,117 +195,69 @@ fn child() {
 /// watchdog fails the test).
 #[test]
 fn a_write_back_left_in_flight_by_a_process_that_died_is_ended() {
-    let td = TempDir::new("shared-wb-death");
-    let path = td.path("f");
-    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
-    std::fs::write(&path, &disk).unwrap();
-    let c = shared(&td.0, 64);
-    let f = c.open(&path).unwrap();
-    let mut child = spawn("die-writing-back", &td.0, &path);
-    common::wait_until("the child's write-back to start", || {
-        td.path("writing").exists()
+    let mut k = kill_child_when("shared-wb-death", "die-writing-back", "writing");
+    let f = k.c.open(&k.path).unwrap();
+    within("the sync past the dead process's write-back", || {
+        f.sync().unwrap()
     });
-    child.kill().unwrap();
-    let t0 = std::time::Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            f.sync().unwrap();
-            tx.send(()).unwrap();
-        });
-        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
-            eprintln!("the sync waited forever for the dead process's write-back");
-            std::process::abort();
-        }
-    });
-    eprintln!("the sync took {:?}", t0.elapsed());
-    let on_disk = std::fs::read(&path).unwrap();
+    let on_disk = std::fs::read(&k.path).unwrap();
     assert!(
         on_disk[3 * PS..4 * PS] == page(5, 3)[..],
         "the dead process's change, written"
     );
-    assert!(on_disk[..3 * PS] == disk[..3 * PS]);
+    assert!(on_disk[..3 * PS] == k.disk[..3 * PS]);
     check(&f, 5, 3);
-    child.wait().unwrap();
+    k.child.wait().unwrap();
 }
 
 /// A process killed while it holds a page's latch (protocol 5.14 L1-L4):
 /// the other process's read of that page waits about 200 ms after the
 /// kill, takes the latch over, drops the page (it may be torn) and reads
 /// it from the file; the dead process's unsynced change to it is lost,
-/// and the next `sync` says so, naming the page, once. (The killed child
-/// is left a zombie until the end: it counts as dead.)
+/// and the next `sync` says so, naming the page, once.
+#[test]
+fn a_page_latched_by_a_process_that_died_is_dropped_and_its_loss_reported() {
+    let mut k = kill_child_when("shared-torn", "die-latched", "latched");
+    let f = k.c.open(&k.path).unwrap();
+    check(&f, 1, 2);
+    // (A read that never takes the latch over hangs.)
+    within("the read of the dead process's page", || check(&f, 1, 3));
+    let e = f.sync().unwrap_err();
+    assert!(e.to_string().contains("page 3"), "{e}");
+    assert!(e.to_string().contains("lost"), "{e}");
+    f.sync().unwrap();
+    check(&f, 1, 3);
+    assert_eq!(std::fs::read(&k.path).unwrap(), k.disk);
+    k.child.wait().unwrap();
+}
+
 /// The same with only a future waiting for the page (futures never take a
 /// latch over themselves): the dead process's watcher-side recovery (5.14
 /// D5: some attached process's watcher claims the dead slot and drops the
 /// pages it held latched) unlatches it, which wakes the future.
 #[test]
 fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
-    let td = TempDir::new("shared-torn-async");
-    let path = td.path("f");
-    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
-    std::fs::write(&path, &disk).unwrap();
-    let c = shared(&td.0, 64);
-    let f = c.open(&path).unwrap();
-    let mut child = spawn("die-latched", &td.0, &path);
-    common::wait_until("the child to latch page 3", || td.path("latched").exists());
-    child.kill().unwrap();
-    let t0 = std::time::Instant::now();
+    let mut k = kill_child_when("shared-torn-async", "die-latched", "latched");
+    let f = k.c.open(&k.path).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
-    let got = rt.block_on(async {
-        tokio::time::timeout(std::time::Duration::from_secs(20), f.page_async(3))
-            .await
-            .expect("the future waiting on the dead process's latch was never woken")
-            .unwrap()
-            .to_vec()
+    let mut got = Vec::new();
+    within("the future on the dead process's latch", || {
+        got = rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(20), f.page_async(3))
+                .await
+                .expect("the future waiting on the dead process's latch was never woken")
+                .unwrap()
+                .to_vec()
+        })
     });
-    eprintln!("the future waited {:?}", t0.elapsed());
     assert!(got == page(1, 3), "the file's bytes, not the torn page's");
     let e = f.sync().unwrap_err();
     assert!(e.to_string().contains("page 3"), "{e}");
     f.sync().unwrap();
-    child.wait().unwrap();
-}
-
-#[test]
-fn a_page_latched_by_a_process_that_died_is_dropped_and_its_loss_reported() {
-    let td = TempDir::new("shared-torn");
-    let path = td.path("f");
-    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
-    std::fs::write(&path, &disk).unwrap();
-    let c = shared(&td.0, 64);
-    let f = c.open(&path).unwrap();
-    check(&f, 1, 2);
-    let mut child = spawn("die-latched", &td.0, &path);
-    common::wait_until("the child to latch page 3", || td.path("latched").exists());
-    child.kill().unwrap();
-    let t0 = std::time::Instant::now();
-    // Watchdog: a read that never takes the latch over hangs.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            check(&f, 1, 3);
-            tx.send(()).unwrap();
-        });
-        if rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
-            eprintln!("the read of the dead process's page hung");
-            std::process::abort();
-        }
-    });
-    eprintln!(
-        "the read of the dead process's page waited {:?}",
-        t0.elapsed()
-    );
-    let e = f.sync().unwrap_err();
-    assert!(e.to_string().contains("page 3"), "{e}");
-    assert!(e.to_string().contains("lost"), "{e}");
-    f.sync().unwrap();
-    check(&f, 1, 3);
-    assert_eq!(std::fs::read(&path).unwrap(), disk);
-    child.wait().unwrap();
+    k.child.wait().unwrap();
 }
 
 #[test]

@@ -131,9 +131,11 @@ mod imp {
             Self::build(config, backend, engine, tables)
         }
 
-        /// For a shared cache: the segment's watcher, once it has claimed
-        /// a dead process, drops the pages that process held latched
-        /// (5.14 D5, L3-L4). Context: the cache's `Arc` just made.
+        /// For a shared cache, what the segment's watcher does for this
+        /// cache: publish its counters every round, and, once it has
+        /// claimed a dead process, drop the pages that process held latched
+        /// and end its write-backs (5.14 D5, L3-L4, W3). Context: the
+        /// cache's `Arc` just made.
         pub(crate) fn watch_deaths(self: &Arc<Inner>) {
             if let Some(sh) = &self.shared {
                 // The watcher publishes this process's counters (a clone

@@ -129,31 +129,10 @@ impl Inner {
     /// page from the file. Context: no sleep; takes the tree lock.
     #[cold]
     pub(crate) fn drop_torn(&self, owner: u64, index: u64, f: FrameNo) {
-        if let Some(fs) = self.file_by_id(owner) {
-            self.drop_torn_in(&fs, owner, index, f);
-        } else if let Some(t) = self.file_table() {
-            // A file not open here (the watcher's recovery, 5.14 D5):
-            // through its slot, borrowed from the file table.
-            match t.borrow(owner) {
-                Some(slot) => {
-                    self.drop_torn_in(slot, owner, index, f);
-                    let emptied = slot.tree.is_empty();
-                    t.unborrow(owner);
-                    if emptied {
-                        t.free_if_unused(owner);
-                    }
-                }
-                None => self.desc(f).unlatch(),
-            }
-        } else {
-            self.desc(f).unlatch();
-        }
-    }
-
-    /// [`Inner::drop_torn`] through the file's slot.
-    fn drop_torn_in(&self, fs: &super::registry::FileSlot, owner: u64, index: u64, f: FrameNo) {
         let d = self.desc(f);
-        {
+        // A file not open here (the watcher's recovery, 5.14 D5) is reached
+        // through its slot, borrowed from the file table.
+        self.with_slot(owner, |fs| {
             // Relaxed: a hint.
             self.words.freeing.fetch_add(1, Ordering::Relaxed);
             let mut g = fs.tree.lock();
@@ -187,7 +166,7 @@ impl Inner {
             }
             // Release: as `remove_pages_from`.
             self.words.freeing.fetch_sub(1, Ordering::Release);
-        }
+        });
         // Waiters retry: the page is gone from the index.
         d.unlatch();
     }
@@ -201,8 +180,7 @@ impl Inner {
     /// pass over the descriptors. Context: no sleep but the tree and table
     /// locks; a thread of the recovery's own.
     #[cfg(not(loom))]
-    pub(crate) fn recover_dead_pages(&self, tag: u32) -> usize {
-        let mut n = 0;
+    pub(crate) fn recover_dead_pages(&self, tag: u32) {
         for f in 0..self.frames.len() as FrameNo {
             let d = self.desc(f);
             if d.writeback_owner() == tag {
@@ -220,28 +198,29 @@ impl Inner {
                     });
                 }
                 d.clear_writeback_owner(tag);
-                n += 1;
             }
             if d.take_dead_latch(tag) {
                 let (owner, index) = d.identity();
                 self.drop_torn(owner, index, f);
-                n += 1;
             }
         }
-        n
     }
 
     /// Runs `f` on the slot of file `owner`: this process's, or one
-    /// borrowed from the file table (a file not open here). Nothing if no
-    /// such file is known.
-    #[cfg(not(loom))]
+    /// borrowed from the file table (a file not open here: then, if `f`
+    /// left its index empty, its entry is freed when nothing else holds
+    /// it). Nothing if no such file is known.
     fn with_slot(&self, owner: u64, f: impl FnOnce(&super::registry::FileSlot)) {
         if let Some(fs) = self.file_by_id(owner) {
             f(&fs);
         } else if let Some(t) = self.file_table() {
             if let Some(slot) = t.borrow(owner) {
                 f(slot);
+                let emptied = slot.tree.is_empty();
                 t.unborrow(owner);
+                if emptied {
+                    t.free_if_unused(owner);
+                }
             }
         }
     }

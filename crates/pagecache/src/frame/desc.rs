@@ -330,7 +330,7 @@ impl FrameDesc {
             None
         };
         #[cfg(not(loom))]
-        let mut seen: Option<(u64, std::time::Instant)> = None;
+        let mut watch = crate::sync::futex::HolderWatch::default();
         loop {
             // Acquire: if the bit is already clear we return and the caller
             // reads state published by the clearing unlatch (Release).
@@ -340,28 +340,20 @@ impl FrameDesc {
             }
             // L2: the same holder for HOLDER_CHECK; is its process gone?
             #[cfg(not(loom))]
-            if let Some((base, m)) = member {
-                let holder = s & HOLDER;
-                match seen {
-                    Some((h, t0)) if h == holder => {
-                        if holder != 0 && t0.elapsed() >= crate::sync::futex::HOLDER_CHECK {
-                            if (m.gone)(base, (holder >> HOLDER_SHIFT) as u32) {
-                                // L3. Acquire: whatever the dead holder
-                                // wrote. The latch is ours, its pin stays.
-                                let mine = (s & !HOLDER) | (m.tag as u64) << HOLDER_SHIFT;
-                                if self
-                                    .state
-                                    .compare_exchange(s, mine, Ordering::Acquire, Ordering::Relaxed)
-                                    .is_ok()
-                                {
-                                    return true;
-                                }
-                                continue;
-                            }
-                            seen = Some((holder, std::time::Instant::now()));
-                        }
+            if let Some((base, m)) = &member {
+                let holder = State(s).latch_holder();
+                if holder != 0 && watch.gone(m, *base, holder) {
+                    // L3. Acquire: whatever the dead holder wrote. The
+                    // latch is ours, its pin stays.
+                    let mine = (s & !HOLDER) | (m.tag as u64) << HOLDER_SHIFT;
+                    if self
+                        .state
+                        .compare_exchange(s, mine, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return true;
                     }
-                    _ => seen = Some((holder, std::time::Instant::now())),
+                    continue;
                 }
             }
             if s & WAITERS == 0
@@ -403,6 +395,7 @@ impl FrameDesc {
     /// Context: any, no sleep.
     #[must_use = "on failure the caller must drop its pin before waiting"]
     pub fn try_latch(&self) -> bool {
+        let holder = self.holder();
         // Relaxed: seeds the CAS below.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -414,7 +407,7 @@ impl FrameDesc {
             // so its byte writes happen-before ours.
             match self.state.compare_exchange_weak(
                 s,
-                s | LATCHED | self.holder(),
+                s | LATCHED | holder,
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -617,10 +610,13 @@ impl FrameDesc {
         };
         // W1: in a shared cache, claim the write-back's owner word first
         // (a dead process's claim is cleared by its recovery, W3).
-        let me = (self.holder() >> HOLDER_SHIFT) as u32;
+        let me = self.my_tag();
         if me != 0
             && self
                 .wb_owner
+                // Relaxed: the word is read by the owner's own W2 and by a
+                // recovery after the owner died (it saw the death through
+                // the kernel: the dead process's stores are all done).
                 .compare_exchange(
                     0,
                     me,
@@ -654,6 +650,7 @@ impl FrameDesc {
             }
             Err(_) => {
                 if me != 0 {
+                    // Relaxed: as the claim.
                     self.wb_owner.store(0, std::sync::atomic::Ordering::Relaxed);
                 }
                 false

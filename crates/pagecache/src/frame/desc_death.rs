@@ -8,15 +8,20 @@ use super::FrameDesc;
 use crate::sync::Ordering;
 
 impl FrameDesc {
-    /// This process's tag for the latch field (`HOLDER`), for a frame of a
-    /// cache shared by processes; 0 otherwise (5.14 L1).
+    /// This process's tag, for a frame of a cache shared by processes; 0
+    /// otherwise (5.14 L1, W1).
     #[inline(always)]
-    pub(super) fn holder(&self) -> u64 {
+    pub(super) fn my_tag(&self) -> u32 {
         #[cfg(not(loom))]
-        return crate::sync::futex::member_at(self.key())
-            .map_or(0, |(_, m)| (m.tag as u64) << HOLDER_SHIFT);
+        return crate::sync::futex::member_at(self.key()).map_or(0, |(_, m)| m.tag);
         #[cfg(loom)]
         0
+    }
+
+    /// [`FrameDesc::my_tag`] in place in the state word (`HOLDER`).
+    #[inline(always)]
+    pub(super) fn holder(&self) -> u64 {
+        (self.my_tag() as u64) << HOLDER_SHIFT
     }
 
     /// Takes over the latch if the process tagged `tag` (dead: the
@@ -44,15 +49,12 @@ impl FrameDesc {
         }
     }
 
-    /// `s` (a latched state about to be stored) with this process's latch
-    /// holder tag (5.14 L1): for a page inserted latched.
+    /// `s`, a latched state about to be stored (a page inserted latched),
+    /// with this process's latch holder tag (5.14 L1).
     #[inline]
     pub fn with_holder(&self, s: State) -> State {
-        State(if s.is_latched() {
-            s.0 | self.holder()
-        } else {
-            s.0
-        })
+        debug_assert!(s.is_latched());
+        State(s.0 | self.holder())
     }
 
     /// The tag of the process whose write-back of this page is starting

@@ -66,9 +66,9 @@
 //! slot is recovered only once its process cannot run (D2), so no thread
 //! of it still holds or takes anything when D5 gives its opens back.
 
+use super::stats::StatsHook;
 use super::{alive, stat, Header, Segment, TableId, MAX_PROCS};
 use crate::cache::file_table::FileTable;
-use crate::stats::NCOUNTERS;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -88,17 +88,14 @@ const GEN_BITS: u32 = 15;
 const _: () = assert!(GEN_BITS + SLOT_BITS == crate::frame::state::HOLDER_BITS);
 
 /// What a watcher calls once it has claimed a dead process's slot, with
-/// that process's tag (a cache's recovery of the pages it held latched,
-/// `Inner::drop_dead_latches`).
+/// that process's tag (a cache's recovery of the pages it held latched and
+/// the write-backs it had started, `Inner::recover_dead_pages`).
 pub type DeathHook = Box<dyn Fn(u32) + Send + Sync>;
 
-/// What a watcher calls every round for this process's counters, which
-/// it publishes in the segment (`pagecache shared NAME` sums them).
-pub type StatsHook = Box<dyn Fn() -> [u64; NCOUNTERS] + Send + Sync>;
-
-/// A segment's hooks, shared with its watcher thread.
+/// A segment's hooks, shared with its watcher thread: for dead processes,
+/// and for this process's counters (`stats.rs`).
 #[derive(Clone, Default)]
-pub(super) struct Hooks(Arc<Mutex<(Option<DeathHook>, Option<StatsHook>)>>);
+pub(super) struct Hooks(pub(super) Arc<Mutex<(Option<DeathHook>, Option<StatsHook>)>>);
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -132,7 +129,7 @@ fn runs(pid: u32) -> bool {
 /// # Safety
 ///
 /// `base` is an attached or inspected segment's mapping, mapped for `'a`.
-unsafe fn header<'a>(base: usize) -> &'a Header {
+pub(super) unsafe fn header<'a>(base: usize) -> &'a Header {
     // SAFETY: the caller's.
     unsafe { &*(base as *const Header) }
 }
@@ -204,7 +201,7 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
         if let Some(h) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).0.as_ref() {
             h(dead);
         }
-        retire_stats(h, slot);
+        super::stats::retire(h, slot);
         // Relaxed: ordered before the pid's Release store.
         p.start.store(0, Ordering::Relaxed);
         // Release: the recovery before the next claim's Acquire.
@@ -212,31 +209,6 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
         n += 1;
     }
     n
-}
-
-/// Moves slot `slot`'s published counters into the totals of processes
-/// gone (it detached, or died and was recovered).
-pub(super) fn retire_stats(h: &Header, slot: usize) {
-    for (r, c) in h.retired.iter().zip(&h.stats[slot]) {
-        // Relaxed (both): statistics.
-        r.fetch_add(c.swap(0, Ordering::Relaxed), Ordering::Relaxed);
-    }
-}
-
-/// Publishes this process's counters in its slot (the watcher's round).
-///
-/// # Safety
-///
-/// As [`header`].
-pub(super) unsafe fn publish(base: usize, slot: usize, hooks: &Hooks) {
-    // SAFETY: the caller's.
-    let h = unsafe { header(base) };
-    if let Some(f) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).1.as_ref() {
-        for (c, v) in h.stats[slot].iter().zip(f()) {
-            // Relaxed: statistics.
-            c.store(v, Ordering::Relaxed);
-        }
-    }
 }
 
 impl Segment {
@@ -255,24 +227,6 @@ impl Segment {
     /// Sets what this process's watcher publishes as its counters.
     pub fn set_stats_hook(&self, hook: StatsHook) {
         self.hooks.0.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(hook);
-    }
-
-    /// Every process's counters, as last published (within
-    /// [`WATCH_EVERY`]), those attached now and those gone: the cache's
-    /// statistics. A snapshot: a process leaving meanwhile may count
-    /// twice or not at all.
-    pub fn stats(&self) -> crate::Stats {
-        let h = self.header();
-        let mut sum = [0u64; NCOUNTERS];
-        for (i, o) in sum.iter_mut().enumerate() {
-            // Relaxed (both): statistics.
-            *o = h.retired[i].load(Ordering::Relaxed)
-                + h.stats
-                    .iter()
-                    .map(|s| s[i].load(Ordering::Relaxed))
-                    .sum::<u64>();
-        }
-        crate::Stats::from_sums(&sum)
     }
 }
 
@@ -308,7 +262,7 @@ impl Watcher {
                     // SAFETY: the segment keeps its mapping until its Drop
                     // has stopped and joined this thread.
                     unsafe {
-                        publish(base, slot, &hooks);
+                        super::stats::publish(base, slot, &hooks);
                         recover_dead(base, &hooks)
                     };
                     stopped = m.lock().unwrap_or_else(|e| e.into_inner());

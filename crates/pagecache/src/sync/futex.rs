@@ -533,6 +533,36 @@ const NO_TAG: u32 = 1;
 #[cfg(not(loom))]
 pub const HOLDER_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// A waiter's watch on who holds what it waits for (5.14 R2, L2): a
+/// lock's or a latch's holder tag, seen the same for `HOLDER_CHECK`, is
+/// asked about then (and again every `HOLDER_CHECK` while it stays).
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub(crate) struct HolderWatch(Option<(u32, std::time::Instant)>);
+
+#[cfg(not(loom))]
+impl HolderWatch {
+    /// Whether `holder` (a tag other than the "no tag" ones), seen now,
+    /// has been the holder for `HOLDER_CHECK` and its process is gone, by
+    /// the region's `gone` (`base`: the region's base).
+    pub(crate) fn gone(&mut self, m: &Member, base: usize, holder: u32) -> bool {
+        let now = std::time::Instant::now();
+        match self.0 {
+            Some((h, t0)) if h == holder => {
+                if now.duration_since(t0) < HOLDER_CHECK {
+                    return false;
+                }
+                if (m.gone)(base, holder) {
+                    return true;
+                }
+                self.0 = Some((holder, now));
+            }
+            _ => self.0 = Some((holder, now)),
+        }
+        false
+    }
+}
+
 #[cfg(not(loom))]
 std::thread_local! {
     /// Set by a lock that took over from a dead holder (5.14 R3), until
@@ -593,9 +623,7 @@ impl FutexMutex {
     /// This process's tag for this lock (R1).
     #[inline]
     fn tag(&self) -> u32 {
-        find_region(self.word.as_ptr() as usize)
-            .and_then(|r| r.me)
-            .map_or(NO_TAG, |m| m.tag)
+        member_at(self.word.as_ptr() as usize).map_or(NO_TAG, |(_, m)| m.tag)
     }
 
     #[cold]
@@ -640,10 +668,9 @@ impl FutexMutex {
             }
             return;
         }
-        let region = find_region(self.word.as_ptr() as usize);
-        let check = region.and_then(|r| r.me.map(|m| (r.base, m.gone)));
-        let limit = check.map(|_| HOLDER_CHECK);
-        let mut since: Option<(u32, std::time::Instant)> = None;
+        // A tag other than NO_TAG: a member of the word's region.
+        let member = member_at(self.word.as_ptr() as usize);
+        let mut watch = HolderWatch::default();
         loop {
             // L3. Acquire: pairs with U1's Release (the holder's writes).
             let w = self.word.load(Ordering::Acquire);
@@ -667,36 +694,23 @@ impl FutexMutex {
             }
             let w = w | 1;
             // R2: the same holder for HOLDER_CHECK; is its process gone?
-            if let Some((base, gone)) = check {
-                match since {
-                    Some((seen, t0)) if seen == w => {
-                        if t0.elapsed() >= HOLDER_CHECK && (w >> 1) != NO_TAG {
-                            if gone(base, w >> 1) {
-                                // R3. Acquire: whatever the dead holder
-                                // wrote before it died.
-                                if self
-                                    .word
-                                    .compare_exchange(
-                                        w,
-                                        tag << 1 | 1,
-                                        Ordering::Acquire,
-                                        Ordering::Relaxed,
-                                    )
-                                    .is_ok()
-                                {
-                                    TOOK_OVER.with(|t| t.set(true));
-                                    return;
-                                }
-                                continue;
-                            }
-                            since = Some((w, std::time::Instant::now()));
-                        }
+            if let Some((base, m)) = &member {
+                if w >> 1 != NO_TAG && watch.gone(m, *base, w >> 1) {
+                    // R3. Acquire: whatever the dead holder wrote before
+                    // it died.
+                    if self
+                        .word
+                        .compare_exchange(w, tag << 1 | 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        TOOK_OVER.with(|t| t.set(true));
+                        return;
                     }
-                    _ => since = Some((w, std::time::Instant::now())),
+                    continue;
                 }
             }
             // L4.
-            wait_word(&self.word, w, limit);
+            wait_word(&self.word, w, member.map(|_| HOLDER_CHECK));
         }
     }
 }

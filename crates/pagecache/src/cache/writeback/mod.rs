@@ -144,21 +144,20 @@ impl Inner {
         }
         res = res.and_then(|()| self.persist(fs, size, durable));
         // A page a dead process held latched and dirty (5.14 L4): its
-        // changes were lost; reported once, here, whatever else happened.
-        // Relaxed: the page's removal happened before (its tree lock).
-        let lost = fs.lost.swap(0, Ordering::Relaxed);
-        if lost != 0 && durable {
+        // changes were lost; reported once, by a sync (a close leaves it
+        // for the next), whatever else happened. Relaxed: the page's
+        // removal happened before (its tree lock).
+        let lost = if durable {
+            fs.lost.swap(0, Ordering::Relaxed)
+        } else {
+            0
+        };
+        if lost != 0 {
             return Err(io::Error::other(format!(
                 "{}: page {}: its unwritten changes were lost (a process that shared this cache died changing it)",
                 fs.path.display(),
                 lost - 1
             )));
-        }
-        if lost != 0 {
-            // Not a sync (a close): left for the next sync.
-            let _ = fs
-                .lost
-                .compare_exchange(0, lost, Ordering::Relaxed, Ordering::Relaxed);
         }
         res
     }
