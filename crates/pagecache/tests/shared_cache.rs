@@ -129,6 +129,21 @@ fn child() {
             })));
             f.sync().unwrap();
         }
+        "die-pinned" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            // Two pins of page 1 (a clone), and one of page 2 taken by a
+            // thread that hands it over and exits (its table folded into
+            // this process's row, 5.15 P2); a pin of page 0 taken and
+            // given back (counted, then uncounted).
+            let one = f.page(1).unwrap();
+            let again = one.clone();
+            drop(f.page(0).unwrap());
+            let two = std::thread::scope(|s| s.spawn(|| f.page(2).unwrap()).join().unwrap());
+            std::fs::write(dir.join("pinned"), b"").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            drop((one, again, two));
+        }
         r => panic!("unknown role {r}"),
     }
 }
@@ -260,6 +275,99 @@ fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
     k.child.wait().unwrap();
 }
 
+/// A process killed while it holds pins (protocol 5.15): the other
+/// process's writes of those pages wait for the pins to drain, and the
+/// recovery of the dead process (its watcher round, 250 ms) drops them:
+/// the writes end, and afterwards no pin is counted or held anywhere.
+/// With the pins left in place the writes wait forever (the watchdog
+/// fails the test).
+#[test]
+fn the_pins_of_a_process_that_died_are_given_back() {
+    let mut k = kill_child_when("shared-pins-death", "die-pinned", "pinned");
+    let f = k.c.open(&k.path).unwrap();
+    within("the writes past the dead process's pins", || {
+        f.write_at(&page(9, 1), PS as u64).unwrap();
+        f.write_at(&page(9, 2), 2 * PS as u64).unwrap();
+    });
+    check(&f, 9, 1);
+    check(&f, 9, 2);
+    check(&f, 1, 0);
+    k.c.validate();
+    k.child.wait().unwrap();
+}
+
+/// Every way a pin is taken and given back, from four threads of one
+/// process on a shared cache smaller than the files (eviction, write-back
+/// from the flusher and `sync`, the reaper's completions, runs, futures,
+/// upgrades, latches, truncation): afterwards no pin is counted for any
+/// process and no frame holds one (5.15: a reference the counts missed, or
+/// the cache's own counted as a pin, shows here).
+#[test]
+fn every_pin_taken_in_a_shared_cache_is_counted_and_uncounted() {
+    let td = TempDir::new("shared-pin-counts");
+    let c = PageCache::shared_with(
+        "t",
+        Config {
+            dirty_background_percent: 10,
+            dirty_limit_percent: 30,
+            readahead_max: 64 * 1024,
+            ..config(64)
+        },
+        &SharedOptions {
+            dir: Some(td.0.clone()),
+            group: None,
+        },
+    )
+    .unwrap();
+    let paths: Vec<PathBuf> = (0..2).map(|i| td.path(&format!("f{i}"))).collect();
+    for p in &paths {
+        std::fs::write(p, (0..100).flat_map(|i| page(1, i)).collect::<Vec<u8>>()).unwrap();
+    }
+    let files: Vec<pagecache::File> = paths.iter().map(|p| c.open(p).unwrap()).collect();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let files = &files;
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let mut x = t + 1;
+                for _ in 0..2000 {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let f = &files[(x >> 60) as usize % 2];
+                    let i = (x >> 33) % 100;
+                    match (x >> 20) % 8 {
+                        0 => drop(f.page(i).unwrap().clone()),
+                        1 => f.write_at(&page(2, i), i * PS as u64).unwrap(),
+                        2 => {
+                            if let Ok(v) = f.optimistic(i) {
+                                let _ = v.upgrade().map(|mut m| m[0] = 2);
+                            }
+                        }
+                        3 => drop(f.run(i, 8).unwrap()),
+                        4 => drop(rt.block_on(f.page_async(i)).unwrap()),
+                        5 => f.sync().unwrap(),
+                        6 => drop(f.try_latch(i).unwrap()),
+                        _ => {
+                            let mut b = [0u8; 100];
+                            f.read_at(&mut b, i * PS as u64 + 7).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // A cut and a regrowth, then the dirty rest written.
+    files[0].set_len(10 * PS as u64).unwrap();
+    files[0].write_at(&page(3, 50), 50 * PS as u64).unwrap();
+    for f in &files {
+        f.sync().unwrap();
+    }
+    c.validate();
+}
+
 #[test]
 fn pages_one_process_wrote_are_read_by_another_without_a_sync() {
     let td = TempDir::new("shared-rw");
@@ -298,6 +406,7 @@ fn pages_one_process_wrote_are_read_by_another_without_a_sync() {
         disk.read_exact_at(&mut b, i * PS as u64).unwrap();
         assert!(b == page(if i == 4 { 2 } else { 1 }, i), "page {i} on disk");
     }
+    c.validate();
 }
 
 #[test]
@@ -326,6 +435,7 @@ fn reclaim_evicts_clean_pages_of_a_file_open_only_in_another_process() {
         c.stats().misses > 48,
         "some of ours were evicted and read again"
     );
+    c.validate();
 }
 
 #[test]
@@ -357,6 +467,7 @@ fn frames_a_truncate_kept_for_another_process_run_come_back_when_it_ends() {
     // file is gone.
     drop(run);
     assert_eq!(c.free_frames(), free0, "the truncated pages' frames");
+    c.validate();
 }
 
 #[test]
@@ -408,6 +519,7 @@ fn a_closed_file_keeps_its_pages_for_the_next_opener_unless_it_changed() {
     }
     let open: Vec<u64> = files().iter().map(|f| f.opens as u64).collect();
     assert_eq!(open, [1], "the other file alone: {:?}", files());
+    c.validate();
 }
 
 #[test]

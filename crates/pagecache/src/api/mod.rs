@@ -413,7 +413,8 @@ impl PageCache {
 
     /// Checks the cache's internal invariants and panics if one is broken.
     /// Meant for tests: call it while no other thread uses the cache and no
-    /// page is pinned.
+    /// page is pinned. Of a cache shared by processes it checks that no
+    /// process holds or counts a pin (call it while none does).
     pub fn validate(&self) {
         self.inner.validate();
     }

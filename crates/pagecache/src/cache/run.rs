@@ -444,7 +444,7 @@ impl Inner {
                 .is_some_and(|leaf| leaf.slot_pinned(e.slot as usize))
         });
         for e in done {
-            if self.desc(e.frame).release() == Released::Last {
+            if self.desc(e.frame).release_base() == Released::Last {
                 self.free_frame(e.frame);
             }
         }

@@ -154,9 +154,45 @@ mod imp {
                         .spawn(move || {
                             if let Some(inner) = me.upgrade() {
                                 inner.recover_dead_pages(tag);
+                                inner.recover_dead_pins(tag);
                             }
                         });
                 }));
+            }
+        }
+
+        /// 5.15 P4: drops the pins the process tagged `tag` (dead, its
+        /// latches and write-backs recovered first) still held, as its
+        /// tables and row count them; a frame whose last reference that
+        /// was is freed. A count that finds the frame with no reference
+        /// left (a corrupt count) stops there. Context: no sleep but the
+        /// free's pool and policy locks; the recovery's own thread.
+        pub(crate) fn recover_dead_pins(&self, tag: u32) {
+            let Some(sh) = &self.shared else { return };
+            for (f, n) in sh.seg.pins().take_process(tag) {
+                for _ in 0..n.max(0) {
+                    match self.desc(f).release_dead() {
+                        Some(crate::frame::state::Released::Last) => self.free_frame(f),
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            }
+        }
+
+        /// For `validate` (tests, no pin held in any process): every
+        /// process's counted pins of every frame are none, and no frame
+        /// holds a reference beyond the cache's own (5.15).
+        pub(crate) fn validate_pins(&self) {
+            let Some(sh) = &self.shared else { return };
+            let counts = sh.seg.pins().all_counts();
+            for (f, &n) in counts.iter().enumerate() {
+                let s = self.desc(f as crate::frame::FrameNo).snapshot();
+                assert!(
+                    n == 0 && s.refs() <= 1,
+                    "frame {f}: {n} pins counted, {} references ({s:?})",
+                    s.refs()
+                );
             }
         }
 

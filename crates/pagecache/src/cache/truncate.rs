@@ -102,7 +102,7 @@ impl Inner {
                 match run {
                     Some(leaf) => deferred.push((leaf, (index % LEAF_PAGES) as usize, f)),
                     None => {
-                        if d.release() == Released::Last {
+                        if d.release_base() == Released::Last {
                             to_free.push(f);
                         }
                     }
@@ -158,7 +158,7 @@ impl Inner {
                     Some(leaf) if removed => {
                         self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
                     }
-                    _ if removed && d.release() == Released::Last => self.free_frame(f),
+                    _ if removed && d.release_base() == Released::Last => self.free_frame(f),
                     _ => {}
                 }
             } else {

@@ -203,7 +203,10 @@ impl FrameDesc {
                 .state
                 .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => return Ok(State(new)),
+                Ok(_) => {
+                    self.counted(1);
+                    return Ok(State(new));
+                }
                 Err(cur) => s = cur,
             }
         }
@@ -218,6 +221,7 @@ impl FrameDesc {
         // (same reasoning as `Arc::clone`).
         let old = self.state.fetch_add(1, Ordering::Relaxed);
         debug_assert!(State(old).refs() > 0 && State(old).refs() < MAX_PINS);
+        self.counted(1);
     }
 
     /// The one common release path: drops one reference.
@@ -229,6 +233,15 @@ impl FrameDesc {
     /// Context: any, no sleep (wakes a draining latch holder).
     #[inline(always)]
     pub fn release(&self) -> Released {
+        self.counted(-1);
+        self.release_base()
+    }
+
+    /// Drops the cache's own reference of a page taken out of its index
+    /// (truncate, a torn page dropped, a deferred free): [`FrameDesc::release`]
+    /// of a reference no holder counts (5.15). Context: as `release`.
+    #[inline(always)]
+    pub fn release_base(&self) -> Released {
         // Release: our reads of the page's bytes happen-before whoever sees
         // the count drop (a latch holder draining pins, or a remover's
         // freeze CAS).
@@ -499,6 +512,8 @@ impl FrameDesc {
     /// its pin.
     #[inline]
     pub fn unlatch_dirty_release(&self) -> (State, Option<Released>) {
+        // Uncounted first (5.15 P3), counted again if the pin stays.
+        self.counted(-1);
         // Release: as `update` (the bytes written under the latch) and as
         // `release` (our reads happen-before whoever sees the count drop).
         let old = State(
@@ -511,6 +526,7 @@ impl FrameDesc {
         );
         self.wake_waiters(old.0);
         if !old.is_dirty() {
+            self.counted(1);
             return (old, None);
         }
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
@@ -539,6 +555,7 @@ impl FrameDesc {
 
     #[inline(always)]
     fn unlatch_and_release(&self, set: u64) -> Released {
+        self.counted(-1);
         // Release: as `update` (the latch section's writes, UPTODATE) and
         // as `release` (our reads happen-before whoever sees the count
         // drop). The holder's pin keeps the count above zero until here.
@@ -696,12 +713,21 @@ impl FrameDesc {
         {
             return Err(State(s));
         }
+        // The caller's pins among the frozen references (all but the
+        // cache's), uncounted first and counted again on failure (5.15).
+        let mine = expected_refs as i32 - 1;
+        self.counted(-mine);
         // Acquire: the page's last users released with Release; after the
         // freeze we reuse the bytes, which must not overtake their reads.
-        self.state
+        let r = self
+            .state
             .compare_exchange(s, 0, Ordering::Acquire, Ordering::Relaxed)
             .map(State)
-            .map_err(State)
+            .map_err(State);
+        if r.is_err() {
+            self.counted(mine);
+        }
+        r
     }
 
     /// Protocol 5.7 E3: undoes a [`FrameDesc::freeze`] that found the page
@@ -713,6 +739,7 @@ impl FrameDesc {
         // Release: as the freeze never happened; the refcount is back.
         let old = self.state.fetch_or(frozen.0, Ordering::Release);
         debug_assert_eq!(old & !ACCESSED, 0, "unfreeze of a word that changed");
+        self.counted(frozen.refs() as i32 - 1);
     }
 
     /// Protocol 5.6/5.7 T1: marks a page past the new end of file

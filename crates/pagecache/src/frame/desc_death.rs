@@ -18,6 +18,31 @@ impl FrameDesc {
         0
     }
 
+    /// Counts `delta` pins of this frame as the calling thread's, in a
+    /// cache shared by processes (5.15 P3: after the RMW that took a pin,
+    /// before the one that drops it); nothing otherwise.
+    #[inline(always)]
+    pub(super) fn counted(&self, delta: i32) {
+        #[cfg(not(loom))]
+        crate::frame::ledger::count(self.key(), delta);
+        #[cfg(loom)]
+        let _ = delta;
+    }
+
+    /// Drops a pin of a dead process (5.15 P4): as `release_base`, but
+    /// `None` (and nothing done) if the frame holds no reference at all,
+    /// which a sound count never meets. Context: any, no sleep.
+    pub fn release_dead(&self) -> Option<Released> {
+        // Release: as `release`.
+        let old = self
+            .state
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                (State(s).refs() > 0).then_some(s - 1)
+            })
+            .ok()?;
+        Some(self.after_drop_ref(State(old)))
+    }
+
     /// [`FrameDesc::my_tag`] in place in the state word (`HOLDER`).
     #[inline(always)]
     pub(super) fn holder(&self) -> u64 {

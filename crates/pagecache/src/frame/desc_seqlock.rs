@@ -52,6 +52,11 @@ impl FrameDesc {
         // Release: identity and initial bytes written before are visible to
         // anyone whose pin CAS (Acquire) reads this value.
         self.state.store(s.0, Ordering::Release);
+        // The assigner's pins among the references (all but the cache's),
+        // counted after the store that made them (5.15 P3).
+        if s.refs() > 1 {
+            self.counted(s.refs() as i32 - 1);
+        }
     }
 
     /// Records when the page went from clean to dirty (see the field).

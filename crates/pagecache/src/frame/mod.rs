@@ -19,6 +19,8 @@
 
 mod ahead;
 mod desc;
+#[cfg(not(loom))]
+pub(crate) mod ledger;
 pub mod state;
 
 pub mod alloc;

@@ -71,13 +71,16 @@ pub enum TableId {
     Words = 6,
     /// The deferred-free queue (`cache/deferred.rs`).
     Deferred = 7,
+    /// Who holds the pins: the processes' rows and their threads' tables
+    /// (`frame/ledger.rs`, 5.15).
+    Pins = 8,
 }
 
 /// Tables in a segment; the header has room for [`MAX_TABLES`] (the rest
 /// are zero).
-pub const TABLES: usize = 8;
+pub const TABLES: usize = 9;
 /// Table slots in the header.
-pub const MAX_TABLES: usize = 8;
+pub const MAX_TABLES: usize = 12;
 
 /// Where a table lies in the segment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,6 +140,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         DeferredQueue::bytes(g.frames as usize) as u64,
         DeferredQueue::align().max(4096) as u64,
     )?;
+    let pins = put(
+        crate::frame::ledger::Area::bytes(g.frames as usize) as u64,
+        4096,
+    )?;
     let frames = put(
         g.frames
             .checked_mul(g.page_size)
@@ -149,6 +156,8 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
         return Err(bad());
     }
     let mut tables = [Extent::default(); MAX_TABLES];
-    tables[..TABLES].copy_from_slice(&[waits, descs, frames, nodes, pool, files, words, deferred]);
+    tables[..TABLES].copy_from_slice(&[
+        waits, descs, frames, nodes, pool, files, words, deferred, pins,
+    ]);
     Ok((tables, total))
 }

@@ -76,7 +76,7 @@ const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -144,7 +144,7 @@ const _: () = assert!(
         && std::mem::offset_of!(Header, total_len) == 16
         && std::mem::offset_of!(Header, geometry) == 32
         && std::mem::offset_of!(Header, tables) == 56
-        && std::mem::offset_of!(Header, procs) == 184
+        && std::mem::offset_of!(Header, procs) == 248
 );
 
 /// A mapped segment, attached (a process-table slot held, its wait table
@@ -161,6 +161,8 @@ pub struct Segment {
     watcher: Option<death::Watcher>,
     /// What the watcher calls for each dead process it recovers.
     hooks: death::Hooks,
+    /// Our row of the pins area, once registered (5.15).
+    pins_row: Option<usize>,
 }
 
 // SAFETY: the mapping is plain shared memory; what is inside is reached
@@ -295,6 +297,7 @@ impl Segment {
             created: false,
             watcher: None,
             hooks: Default::default(),
+            pins_row: None,
         };
         let h = seg.header();
         if h.magic != MAGIC {
@@ -402,6 +405,7 @@ impl Segment {
                 created: true,
                 watcher: None,
                 hooks: Default::default(),
+                pins_row: None,
             };
             // C1: the header and the tables' first state. The file is
             // zeroed (fresh), which is an empty wait table and an empty
@@ -527,8 +531,54 @@ impl Segment {
                 self.path.display()
             )));
         }
+        self.count_pins(death::tag(slot, gen))?;
         self.watcher = Some(death::Watcher::start(&self)?);
         Ok(self)
+    }
+
+    /// 5.15 P1-P2: a row of the pins area for this process (one held by a
+    /// dead process not yet recovered is waited for, at most two seconds),
+    /// and the area registered for this process's threads' counts.
+    fn count_pins(&mut self, tag: u32) -> io::Result<()> {
+        let area = self.pins();
+        let mut waited = std::time::Duration::ZERO;
+        let row = loop {
+            if let Some(r) = area.claim_row(tag) {
+                break r;
+            }
+            if waited >= std::time::Duration::from_secs(2) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "shared cache {}: every row of its pins is held (dead processes not yet recovered)",
+                        self.path.display()
+                    ),
+                ));
+            }
+            self.recover_dead();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            waited += std::time::Duration::from_millis(20);
+        };
+        let descs = self.table(TableId::Descs).as_ptr() as usize;
+        // SAFETY: the area and the descriptors lie in the mapping, which
+        // stays until Drop, where the area is unregistered first (the
+        // cache over it is gone by then: no pin held or taken).
+        if !unsafe { crate::frame::ledger::register(area, descs, tag, row) } {
+            return Err(io::Error::other(format!(
+                "shared cache {}: too many shared caches attached in this process",
+                self.path.display()
+            )));
+        }
+        self.pins_row = Some(row);
+        Ok(())
+    }
+
+    /// The pins area (5.15).
+    pub(crate) fn pins(&self) -> crate::frame::ledger::Area {
+        crate::frame::ledger::Area {
+            base: self.table(TableId::Pins).as_ptr() as usize,
+            frames: self.geometry().frames as usize,
+        }
     }
 
     /// This process's slot in the process table (`None`: inspected, not
@@ -642,6 +692,13 @@ impl Drop for Segment {
         // failed: then a no-op); the segment's users (tables borrowed from
         // it) are gone before it drops.
         unsafe { unregister_region(self.base.as_ptr() as usize) };
+        if self.pins_row.is_some() {
+            // SAFETY: registered in `count_pins`; the cache over the
+            // segment is gone (no pin held or taken).
+            unsafe {
+                crate::frame::ledger::unregister(self.table(TableId::Descs).as_ptr() as usize)
+            };
+        }
         if let Some(slot) = self.slot {
             // Opens a tool left (a cache closes its files before its
             // segment drops): given back, as for a dead process (5.14 D5).

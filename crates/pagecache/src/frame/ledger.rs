@@ -1,0 +1,388 @@
+//! Who holds the pins of a cache shared by processes (protocol 5.15,
+//! numbered as in `docs/design.md`): each process's pins of each frame,
+//! counted in the segment, so that the pins of a process that dies can be
+//! given back.
+//!
+//! A frame's state word counts its pins (5.1) but not whose they are. A
+//! process killed while it holds pins would leave them in the count for
+//! ever: the frame never evicted, and a writer of the page waiting for
+//! the pins to drain (5.5 W2) waiting for ever. So in a shared cache every
+//! pin and every release of one is also counted per process:
+//!
+//! * P1. Each thread that pins a frame of a shared cache has a *table* of
+//!   its own in the segment (4 KiB: the owner's tag, then 511 entries of
+//!   frame and count, open addressing), claimed from the segment's pool by
+//!   a CAS of its owner word and kept for the thread's life (in this
+//!   process's thread-local storage). Only that thread writes it: plain
+//!   stores, no read-modify-write, on a line no other thread writes.
+//! * P2. Each process has a *row* in the segment (a signed count per frame,
+//!   claimed at attach like a table). A thread folds its table into the
+//!   row (atomic adds) when the table is half full and when it exits, and
+//!   counts there directly when no table was to be had.
+//! * P3. A pin is counted after the RMW that took it succeeded; a release
+//!   is uncounted before the RMW that drops it. Counts are signed: a pin
+//!   released by another thread than the one that took it is +1 in one
+//!   table and -1 in the other, and only the process's sum (its tables and
+//!   its row) means anything.
+//! * P4. So a process that stops at any instruction leaves, for each frame,
+//!   a sum that is its pins or one fewer (never more: a count always trails
+//!   the pin and leads the release, and a fold clears an entry before it
+//!   adds it to the row). The recovery of a dead process (5.14 D5) drops,
+//!   for each frame, the sum of its tables and row, clearing each entry
+//!   before it drops what the entry counted; then it frees the tables and
+//!   the row. What a death inside P3's window leaves is one pin for ever
+//!   (the frame cached, never evicted): never a release too many, which
+//!   would free a page another process still reads.
+//!
+//! What is not counted here: the cache's own reference of each cached
+//! page (`FrameDesc::release_base`), and the frames a thread holds with no
+//! reference at all (taken from the pool, or freed by its last release, on
+//! their way to the index or the pool): a process killed there loses the
+//! frame.
+
+#![cfg(not(loom))]
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
+use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+/// Entries of a table.
+pub const ENTRIES: usize = 511;
+/// Tables in a segment's pool: threads of all its processes that pin at
+/// once (a thread that finds none counts in its process's row).
+pub const TABLES: usize = 1024;
+/// A table's bytes.
+pub const TABLE_BYTES: usize = 4096;
+/// A table is folded into its row at this many entries.
+const FOLD_AT: usize = ENTRIES / 2;
+/// Rows in a segment: one per process attached at once.
+pub const ROWS: usize = crate::segment::MAX_PROCS;
+
+/// One thread's table (P1).
+#[repr(C, align(4096))]
+pub struct Table {
+    /// The tag of the process whose thread owns it; 0 free.
+    owner: AtomicU32,
+    _pad: u32,
+    /// `(frame + 1) << 32 | count as u32` (an `i32`), 0 empty.
+    entries: [AtomicU64; ENTRIES],
+}
+const _: () = assert!(std::mem::size_of::<Table>() == TABLE_BYTES);
+
+/// The pins area of a segment: the rows' owners, the tables, the rows.
+/// `bytes(frames)` of it, laid out by the segment (`TableId::Pins`).
+#[derive(Debug, Clone, Copy)]
+pub struct Area {
+    /// Where it starts in this process.
+    pub base: usize,
+    /// Frames of the cache (a row's length).
+    pub frames: usize,
+}
+
+impl Area {
+    /// Bytes of the area for a cache of `frames` frames.
+    pub fn bytes(frames: usize) -> usize {
+        TABLE_BYTES + TABLES * TABLE_BYTES + ROWS * Self::row_bytes(frames)
+    }
+
+    fn row_bytes(frames: usize) -> usize {
+        (frames * 4).next_multiple_of(4096)
+    }
+
+    fn row_owner(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: the first 4 KiB of the area hold ROWS owner words (the
+        // area is mapped as long as `self` is used: the caller's).
+        unsafe { &*(self.base as *const AtomicU32).add(r) }
+    }
+
+    fn table(&self, t: usize) -> &Table {
+        // SAFETY: table `t < TABLES` lies in the area (see `bytes`).
+        unsafe { &*((self.base + TABLE_BYTES + t * TABLE_BYTES) as *const Table) }
+    }
+
+    fn row(&self, r: usize) -> &[AtomicI32] {
+        let at = self.base + TABLE_BYTES + TABLES * TABLE_BYTES + r * Self::row_bytes(self.frames);
+        // SAFETY: row `r < ROWS` lies in the area (see `bytes`).
+        unsafe { std::slice::from_raw_parts(at as *const AtomicI32, self.frames) }
+    }
+
+    /// Claims a row for the process tagged `tag` (attach); `None` if every
+    /// row is held (dead processes not yet recovered).
+    pub fn claim_row(&self, tag: u32) -> Option<usize> {
+        // Acquire: the row as its last recovery or detach left it (zeroed).
+        (0..ROWS).find(|&r| {
+            self.row_owner(r)
+                .compare_exchange(0, tag, Acquire, Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// The pins still counted for the process tagged `tag`, by frame (its
+    /// tables' and its row's sums, P4), each entry cleared as it is read;
+    /// its tables and its row freed. For a dead process (its threads run no
+    /// more) or for this one's detach (no pin held). Frames past the
+    /// cache's are ignored (a corrupt entry).
+    pub fn take_process(&self, tag: u32) -> Vec<(u32, i64)> {
+        let mut sums: std::collections::HashMap<u32, i64> = Default::default();
+        for t in 0..TABLES {
+            let table = self.table(t);
+            // Acquire: what its owner wrote (it is dead or done).
+            if table.owner.load(Acquire) != tag {
+                continue;
+            }
+            for e in &table.entries {
+                let v = e.swap(0, Relaxed);
+                if v != 0 {
+                    *sums.entry((v >> 32) as u32 - 1).or_default() += v as u32 as i32 as i64;
+                }
+            }
+            // Release: the cleared entries before the next claimant's
+            // Acquire.
+            table.owner.store(0, Release);
+        }
+        if let Some(r) = (0..ROWS).find(|&r| self.row_owner(r).load(Acquire) == tag) {
+            for (f, c) in self.row(r).iter().enumerate() {
+                // Relaxed: only its process counted here, and it is gone.
+                if c.load(Relaxed) != 0 {
+                    *sums.entry(f as u32).or_default() += c.swap(0, Relaxed) as i64;
+                }
+            }
+            self.row_owner(r).store(0, Release);
+        }
+        let mut v: Vec<(u32, i64)> = sums
+            .into_iter()
+            .filter(|&(f, n)| n != 0 && (f as usize) < self.frames)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Every process's pins of every frame (summed over all tables and
+    /// rows): for an audit of a quiet cache (tests).
+    pub fn all_counts(&self) -> Vec<i64> {
+        let mut n = vec![0i64; self.frames];
+        for t in 0..TABLES {
+            let table = self.table(t);
+            if table.owner.load(Acquire) == 0 {
+                continue;
+            }
+            for e in &table.entries {
+                let v = e.load(Relaxed);
+                if v != 0 && ((v >> 32) as usize - 1) < self.frames {
+                    n[(v >> 32) as usize - 1] += v as u32 as i32 as i64;
+                }
+            }
+        }
+        for r in 0..ROWS {
+            if self.row_owner(r).load(Acquire) != 0 {
+                for (f, c) in self.row(r).iter().enumerate() {
+                    n[f] += c.load(Relaxed) as i64;
+                }
+            }
+        }
+        n
+    }
+}
+
+/// A registered area (this process's view of one attached segment's).
+/// Immutable once published and never freed (as `futex::Region`).
+struct Reg {
+    area: Area,
+    /// The descriptors: `[descs, descs + 64 * frames)`.
+    descs: usize,
+    /// This process's tag and row.
+    tag: u32,
+    row: usize,
+}
+
+const MAX_AREAS: usize = 8;
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_AREA: AtomicPtr<Reg> = AtomicPtr::new(std::ptr::null_mut());
+static AREAS: [AtomicPtr<Reg>; MAX_AREAS] = [NO_AREA; MAX_AREAS];
+/// Slots ever used: 0 in a process with no shared cache, so the hot path
+/// costs one load of a line nobody writes.
+static AREAS_N: AtomicUsize = AtomicUsize::new(0);
+/// Serializes registration against itself and against a thread's exit
+/// (which folds its tables into rows that must still be mapped).
+static REGISTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Counts this process's pins of the descriptors `[descs, descs + 64 *
+/// frames)` in `area`, as tag `tag` with row `row` (P1-P2).
+///
+/// # Safety
+///
+/// The area and the descriptors stay mapped until [`unregister`] of
+/// `descs`, which the caller makes before unmapping them, once no thread
+/// of this process holds or takes a pin there.
+pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
+    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(i) = (0..MAX_AREAS).find(|&i| AREAS[i].load(Relaxed).is_null()) else {
+        return false;
+    };
+    let r = Box::into_raw(Box::new(Reg {
+        area,
+        descs,
+        tag,
+        row,
+    }));
+    // Release: the record's fields before a reader's Acquire.
+    AREAS[i].store(r, Release);
+    if i >= AREAS_N.load(Relaxed) {
+        AREAS_N.store(i + 1, Relaxed);
+    }
+    true
+}
+
+/// Stops counting pins of the descriptors at `descs` and gives back this
+/// process's tables and row (zeroed: a detach holds no pin). The record
+/// stays allocated (a few words): threads may still name it.
+///
+/// # Safety
+///
+/// No thread of this process holds or takes a pin of those descriptors.
+pub unsafe fn unregister(descs: usize) {
+    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    for slot in &AREAS {
+        let r = slot.load(Relaxed);
+        // SAFETY: published records are never freed.
+        if let Some(reg) = unsafe { r.as_ref() } {
+            if reg.descs == descs {
+                slot.store(std::ptr::null_mut(), Release);
+                let _ = reg.area.take_process(reg.tag);
+            }
+        }
+    }
+}
+
+fn find(desc: usize) -> Option<&'static Reg> {
+    let n = AREAS_N.load(Relaxed);
+    AREAS[..n].iter().find_map(|slot| {
+        // Acquire: pairs with `register`'s Release.
+        // SAFETY: a published record is immutable and never freed.
+        let r = unsafe { slot.load(Acquire).as_ref() }?;
+        (desc.wrapping_sub(r.descs) < r.area.frames * 64).then_some(r)
+    })
+}
+
+/// This thread's tables, by area record: (record, table number, entries
+/// in use). Folded into their rows and freed when the thread exits.
+struct Mine(Vec<(usize, usize, usize)>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+        for &(reg, t, _) in &self.0 {
+            // Only if still registered (else its tables were given back
+            // with the segment, which may be unmapped).
+            let live = AREAS.iter().any(|s| s.load(Relaxed) as usize == reg);
+            if live {
+                // SAFETY: registered: the record and its area are mapped.
+                let reg = unsafe { &*(reg as *const Reg) };
+                fold(reg, t);
+                // Release: the folded (cleared) entries first.
+                reg.area.table(t).owner.store(0, Release);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
+}
+
+/// P2: moves table `t`'s counts into the row, each entry cleared first.
+fn fold(reg: &Reg, t: usize) {
+    let table = reg.area.table(t);
+    let row = reg.area.row(reg.row);
+    for e in &table.entries {
+        let v = e.load(Relaxed);
+        if v == 0 {
+            continue;
+        }
+        e.store(0, Relaxed);
+        // Keeps the clear before the add in the instruction stream (P4: a
+        // death between them undercounts, never overcounts).
+        compiler_fence(Ordering::SeqCst);
+        let (f, c) = ((v >> 32) as usize - 1, v as u32 as i32);
+        if c != 0 && f < row.len() {
+            row[f].fetch_add(c, Relaxed);
+        }
+    }
+}
+
+/// Counts a pin of the frame whose descriptor is at `desc` (`delta` 1,
+/// after the RMW that took it) or its release (-1, before the RMW that
+/// drops it), if the frame is in a shared cache. P3.
+#[inline(always)]
+pub(crate) fn count(desc: usize, delta: i32) {
+    if AREAS_N.load(Relaxed) == 0 {
+        return;
+    }
+    count_shared(desc, delta);
+}
+
+#[inline(never)]
+fn count_shared(desc: usize, delta: i32) {
+    let Some(reg) = find(desc) else { return };
+    let frame = (desc - reg.descs) / 64;
+    // Keeps the count after a pin's RMW and before a release's in the
+    // instruction stream (P3-P4: what a death leaves behind).
+    compiler_fence(Ordering::SeqCst);
+    let done = MINE
+        .try_with(|m| {
+            let mut m = m.try_borrow_mut().ok()?;
+            let key = reg as *const Reg as usize;
+            let i = match m.0.iter().position(|&(r, _, _)| r == key) {
+                Some(i) => i,
+                None => {
+                    let t = claim_table(reg)?;
+                    m.0.push((key, t, 0));
+                    m.0.len() - 1
+                }
+            };
+            let (_, t, used) = &mut m.0[i];
+            if *used >= FOLD_AT {
+                fold(reg, *t);
+                *used = 0;
+            }
+            add(reg.area.table(*t), frame, delta, used).then_some(())
+        })
+        .ok()
+        .flatten();
+    if done.is_none() {
+        // No table (the pool is empty, or the thread is exiting): the row.
+        reg.area.row(reg.row)[frame].fetch_add(delta, Relaxed);
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
+fn claim_table(reg: &Reg) -> Option<usize> {
+    // Acquire: the table as its last owner or recovery left it (cleared).
+    (0..TABLES).find(|&t| {
+        let o = &reg.area.table(t).owner;
+        o.load(Relaxed) == 0 && o.compare_exchange(0, reg.tag, Acquire, Relaxed).is_ok()
+    })
+}
+
+/// Adds `delta` to `frame`'s entry of `table` (a new entry if none);
+/// false if the table is full.
+#[inline]
+fn add(table: &Table, frame: usize, delta: i32, used: &mut usize) -> bool {
+    let key = (frame as u64 + 1) << 32;
+    let mut s = (frame.wrapping_mul(0x9E37_79B9) >> 7) % ENTRIES;
+    for _ in 0..ENTRIES {
+        let e = &table.entries[s];
+        // Relaxed: only this thread writes the table.
+        let v = e.load(Relaxed);
+        if v == 0 || v >> 32 == key >> 32 {
+            if v == 0 {
+                *used += 1;
+            }
+            let c = (v as u32 as i32).wrapping_add(delta);
+            e.store(key | c as u32 as u64, Relaxed);
+            return true;
+        }
+        s = if s + 1 == ENTRIES { 0 } else { s + 1 };
+    }
+    false
+}
