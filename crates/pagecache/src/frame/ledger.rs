@@ -42,7 +42,7 @@
 
 #![cfg(not(loom))]
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
 use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
@@ -53,8 +53,6 @@ pub const ENTRIES: usize = 511;
 pub const TABLES: usize = 1024;
 /// A table's bytes.
 pub const TABLE_BYTES: usize = 4096;
-/// A table is folded into its row at this many entries.
-const FOLD_AT: usize = ENTRIES / 2;
 /// Rows in a segment: one per process attached at once.
 pub const ROWS: usize = crate::segment::MAX_PROCS;
 
@@ -63,8 +61,11 @@ pub const ROWS: usize = crate::segment::MAX_PROCS;
 pub struct Table {
     /// The tag of the process whose thread owns it; 0 free.
     owner: AtomicU32,
-    _pad: u32,
-    /// `(frame + 1) << 32 | count as u32` (an `i32`), 0 empty.
+    /// Entries in use, `entries[..used]` (the rest are 0): read and
+    /// written by the owning thread only.
+    used: AtomicU32,
+    /// `(frame + 1) << 32 | count as u32` (an `i32`, mostly 1 or -1; a
+    /// frame may have several), 0 empty.
     entries: [AtomicU64; ENTRIES],
 }
 const _: () = assert!(std::mem::size_of::<Table>() == TABLE_BYTES);
@@ -136,6 +137,7 @@ impl Area {
                     *sums.entry((v >> 32) as u32 - 1).or_default() += v as u32 as i32 as i64;
                 }
             }
+            table.used.store(0, Relaxed);
             // Release: the cleared entries before the next claimant's
             // Acquire.
             table.owner.store(0, Release);
@@ -205,6 +207,9 @@ static AREAS_N: AtomicUsize = AtomicUsize::new(0);
 /// Serializes registration against itself and against a thread's exit
 /// (which folds its tables into rows that must still be mapped).
 static REGISTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Bumped by every [`unregister`]: a thread's cached table (`FAST`) is
+/// used only while the epoch it was cached in lasts.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Counts this process's pins of the descriptors `[descs, descs + 64 *
 /// frames)` in `area`, as tag `tag` with row `row` (P1-P2).
@@ -248,6 +253,8 @@ pub unsafe fn unregister(descs: usize) {
         if let Some(reg) = unsafe { r.as_ref() } {
             if reg.descs == descs {
                 slot.store(std::ptr::null_mut(), Release);
+                // Every thread's cached table of it is stale now.
+                EPOCH.fetch_add(1, Release);
                 let _ = reg.area.take_process(reg.tag);
             }
         }
@@ -264,14 +271,14 @@ fn find(desc: usize) -> Option<&'static Reg> {
     })
 }
 
-/// This thread's tables, by area record: (record, table number, entries
-/// in use). Folded into their rows and freed when the thread exits.
-struct Mine(Vec<(usize, usize, usize)>);
+/// This thread's tables, by area record: (record, table number). Folded
+/// into their rows and freed when the thread exits.
+struct Mine(Vec<(usize, usize)>);
 
 impl Drop for Mine {
     fn drop(&mut self) {
         let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
-        for &(reg, t, _) in &self.0 {
+        for &(reg, t) in &self.0 {
             // Only if still registered (else its tables were given back
             // with the segment, which may be unmapped).
             let live = AREAS.iter().any(|s| s.load(Relaxed) as usize == reg);
@@ -286,8 +293,26 @@ impl Drop for Mine {
     }
 }
 
+/// The table this thread counted in last: its descriptors' range, the
+/// table, and the [`EPOCH`] it was cached in.
+#[derive(Clone, Copy)]
+struct Fast {
+    epoch: u64,
+    lo: usize,
+    len: usize,
+    table: usize,
+}
+
 thread_local! {
     static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
+    static FAST: Cell<Fast> = const {
+        Cell::new(Fast {
+            epoch: u64::MAX,
+            lo: 0,
+            len: 0,
+            table: 0,
+        })
+    };
 }
 
 /// P2: moves table `t`'s counts into the row, each entry cleared first.
@@ -308,6 +333,7 @@ fn fold(reg: &Reg, t: usize) {
             row[f].fetch_add(c, Relaxed);
         }
     }
+    table.used.store(0, Relaxed);
 }
 
 /// Counts a pin of the frame whose descriptor is at `desc` (`delta` 1,
@@ -323,29 +349,61 @@ pub(crate) fn count(desc: usize, delta: i32) {
 
 #[inline(never)]
 fn count_shared(desc: usize, delta: i32) {
-    let Some(reg) = find(desc) else { return };
-    let frame = (desc - reg.descs) / 64;
     // Keeps the count after a pin's RMW and before a release's in the
     // instruction stream (P3-P4: what a death leaves behind).
     compiler_fence(Ordering::SeqCst);
+    let fast = FAST.try_with(Cell::get).ok();
+    let done = fast.is_some_and(|f| {
+        // Acquire: pairs with `unregister`'s bump (a table of a segment
+        // given back is not written).
+        f.epoch == EPOCH.load(Acquire) && desc.wrapping_sub(f.lo) < f.len && {
+            // SAFETY: cached in this epoch: its segment is still attached
+            // (an unregister bumps the epoch first), and a pin of one of
+            // its frames is being counted, so it stays so.
+            let table = unsafe { &*(f.table as *const Table) };
+            add(table, (desc - f.lo) / 64, delta)
+        }
+    });
+    if !done {
+        count_slow(desc, delta);
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// `count_shared` without a cached table, or with a full one: this
+/// thread's table of the area (claimed if none, folded if full), cached;
+/// the process's row if no table can be had.
+#[cold]
+fn count_slow(desc: usize, delta: i32) {
+    let Some(reg) = find(desc) else { return };
+    let frame = (desc - reg.descs) / 64;
+    let epoch = EPOCH.load(Acquire);
     let done = MINE
         .try_with(|m| {
             let mut m = m.try_borrow_mut().ok()?;
             let key = reg as *const Reg as usize;
-            let i = match m.0.iter().position(|&(r, _, _)| r == key) {
-                Some(i) => i,
+            let t = match m.0.iter().find(|&&(r, _)| r == key) {
+                Some(&(_, t)) => t,
                 None => {
                     let t = claim_table(reg)?;
-                    m.0.push((key, t, 0));
-                    m.0.len() - 1
+                    m.0.push((key, t));
+                    t
                 }
             };
-            let (_, t, used) = &mut m.0[i];
-            if *used >= FOLD_AT {
-                fold(reg, *t);
-                *used = 0;
+            let table = reg.area.table(t);
+            let _ = FAST.try_with(|c| {
+                c.set(Fast {
+                    epoch,
+                    lo: reg.descs,
+                    len: reg.area.frames * 64,
+                    table: table as *const Table as usize,
+                })
+            });
+            if add(table, frame, delta) {
+                return Some(());
             }
-            add(reg.area.table(*t), frame, delta, used).then_some(())
+            fold(reg, t);
+            add(table, frame, delta).then_some(())
         })
         .ok()
         .flatten();
@@ -353,7 +411,6 @@ fn count_shared(desc: usize, delta: i32) {
         // No table (the pool is empty, or the thread is exiting): the row.
         reg.area.row(reg.row)[frame].fetch_add(delta, Relaxed);
     }
-    compiler_fence(Ordering::SeqCst);
 }
 
 fn claim_table(reg: &Reg) -> Option<usize> {
@@ -364,25 +421,162 @@ fn claim_table(reg: &Reg) -> Option<usize> {
     })
 }
 
-/// Adds `delta` to `frame`'s entry of `table` (a new entry if none);
-/// false if the table is full.
+/// How far back from its end a release looks in the table for the pin
+/// it ends (pins are mostly released in the reverse order of their
+/// taking, by the thread that took them).
+const SCAN: usize = 8;
+
+/// Counts `delta` pins of `frame` in `table`: a release of a pin counted
+/// among the table's last [`SCAN`] entries removes that entry (the last
+/// entry moved into its place, cleared there first: a death between the
+/// two undercounts, P4); anything else is a new entry at the end. False
+/// if the table is full. Only the owning thread writes the table (Relaxed
+/// throughout), and the entries it writes are at its end: the same one or
+/// two cache lines, pin after pin.
 #[inline]
-fn add(table: &Table, frame: usize, delta: i32, used: &mut usize) -> bool {
-    let key = (frame as u64 + 1) << 32;
-    let mut s = (frame.wrapping_mul(0x9E37_79B9) >> 7) % ENTRIES;
-    for _ in 0..ENTRIES {
-        let e = &table.entries[s];
-        // Relaxed: only this thread writes the table.
-        let v = e.load(Relaxed);
-        if v == 0 || v >> 32 == key >> 32 {
-            if v == 0 {
-                *used += 1;
+fn add(table: &Table, frame: usize, delta: i32) -> bool {
+    let key = frame as u64 + 1;
+    let n = table.used.load(Relaxed) as usize;
+    if delta == -1 {
+        let pin = key << 32 | 1;
+        for i in (n.saturating_sub(SCAN)..n).rev() {
+            if table.entries[i].load(Relaxed) == pin {
+                let last = n - 1;
+                if i != last {
+                    let v = table.entries[last].load(Relaxed);
+                    table.entries[last].store(0, Relaxed);
+                    compiler_fence(Ordering::SeqCst);
+                    table.entries[i].store(v, Relaxed);
+                } else {
+                    table.entries[i].store(0, Relaxed);
+                }
+                table.used.store(last as u32, Relaxed);
+                return true;
             }
-            let c = (v as u32 as i32).wrapping_add(delta);
-            e.store(key | c as u32 as u64, Relaxed);
-            return true;
         }
-        s = if s + 1 == ENTRIES { 0 } else { s + 1 };
     }
-    false
+    if n >= ENTRIES {
+        return false;
+    }
+    table.entries[n].store(key << 32 | delta as u32 as u64, Relaxed);
+    table.used.store(n as u32 + 1, Relaxed);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An area over heap memory for `frames` frames, registered for fake
+    /// descriptors at `descs` (never dereferenced: only their addresses
+    /// are counted: kernel addresses, which no real descriptor of another
+    /// test has), as tag 7 with row 0; unregistered when dropped.
+    struct Fake {
+        mem: *mut u8,
+        layout: std::alloc::Layout,
+        area: Area,
+        descs: usize,
+    }
+
+    impl Fake {
+        fn new(frames: usize, descs: usize) -> Fake {
+            let layout = std::alloc::Layout::from_size_align(Area::bytes(frames), 4096).unwrap();
+            // SAFETY: a non-zero size.
+            let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!mem.is_null());
+            let area = Area {
+                base: mem as usize,
+                frames,
+            };
+            assert_eq!(area.claim_row(7), Some(0));
+            // SAFETY: the memory lives until Drop, which unregisters first.
+            assert!(unsafe { register(area, descs, 7, 0) });
+            Fake {
+                mem,
+                layout,
+                area,
+                descs,
+            }
+        }
+
+        fn desc(&self, f: usize) -> usize {
+            self.descs + 64 * f
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            // SAFETY: no pin is being counted (the test's threads ended).
+            unsafe { unregister(self.descs) };
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.mem, self.layout) };
+        }
+    }
+
+    fn counts(a: &Area) -> Vec<(usize, i64)> {
+        a.all_counts()
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, n)| n != 0)
+            .collect()
+    }
+
+    #[test]
+    fn pins_released_by_their_thread_leave_nothing_counted() {
+        let fake = Fake::new(100, 0xffff_9000_0000_0000);
+        for f in 0..50 {
+            count(fake.desc(f), 1);
+            count(fake.desc(f + 1), 1);
+            count(fake.desc(f + 1), -1);
+        }
+        assert_eq!(counts(&fake.area).len(), 50);
+        for f in 0..50 {
+            count(fake.desc(f), -1);
+        }
+        assert_eq!(counts(&fake.area), []);
+    }
+
+    #[test]
+    fn a_pin_released_by_another_thread_nets_to_zero_and_a_full_table_folds() {
+        let fake = Fake::new(1000, 0xffff_a000_0000_0000);
+        // More pins than a table holds: folded into the row on the way.
+        for f in 0..900 {
+            count(fake.desc(f), 1);
+        }
+        let d = fake.descs;
+        std::thread::spawn(move || {
+            for f in 0..900 {
+                count(d + 64 * f, -1);
+            }
+            // This thread's table is folded into the row as it exits.
+        })
+        .join()
+        .unwrap();
+        assert_eq!(counts(&fake.area), []);
+        count(fake.desc(3), 1);
+        count(fake.desc(3), 1);
+        assert_eq!(counts(&fake.area), [(3, 2)]);
+        count(fake.desc(3), -1);
+        count(fake.desc(3), -1);
+    }
+
+    #[test]
+    fn a_processs_counts_are_taken_whole_and_its_tables_freed() {
+        let fake = Fake::new(100, 0xffff_b000_0000_0000);
+        let d = fake.descs;
+        count(fake.desc(5), 1);
+        count(fake.desc(5), 1);
+        std::thread::spawn(move || {
+            count(d + 64 * 9, 1);
+            count(d + 64 * 5, -1);
+        })
+        .join()
+        .unwrap();
+        // Descriptors outside the area are not counted.
+        count(fake.desc(100), 1);
+        assert_eq!(fake.area.take_process(7), [(5, 1), (9, 1)]);
+        assert_eq!(counts(&fake.area), []);
+        assert!((0..TABLES).all(|t| fake.area.table(t).owner.load(Relaxed) == 0));
+        assert!((0..ROWS).all(|r| fake.area.row_owner(r).load(Relaxed) == 0));
+    }
 }
