@@ -10,11 +10,13 @@
 //! pin and every release of one is also counted per process:
 //!
 //! * P1. Each thread that pins a frame of a shared cache has a *table* of
-//!   its own in the segment (4 KiB: the owner's tag, then 511 entries of
-//!   frame and count, open addressing), claimed from the segment's pool by
-//!   a CAS of its owner word and kept for the thread's life (in this
+//!   its own in the segment (4 KiB: the owner's tag, then a list of 511
+//!   entries of frame and count), claimed from the segment's pool by a
+//!   CAS of its owner word and kept for the thread's life (in this
 //!   process's thread-local storage). Only that thread writes it: plain
-//!   stores, no read-modify-write, on a line no other thread writes.
+//!   stores, no read-modify-write, on a line no other thread writes. A pin
+//!   appends an entry; its release by the same thread, found among the
+//!   last eight, removes it, so the list's end stays on one or two lines.
 //! * P2. Each process has a *row* in the segment (a signed count per frame,
 //!   claimed at attach like a table). A thread folds its table into the
 //!   row (atomic adds) when the table is half full and when it exits, and
