@@ -207,8 +207,9 @@ static AREAS: [AtomicPtr<Reg>; MAX_AREAS] = [NO_AREA; MAX_AREAS];
 /// costs one load of a line nobody writes.
 static AREAS_N: AtomicUsize = AtomicUsize::new(0);
 /// Serializes registration against itself and against a thread's exit
-/// (which folds its tables into rows that must still be mapped).
-static REGISTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// (which folds its tables into rows that must still be mapped), and
+/// keeps every record made (as an address: records are never freed).
+static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 /// Bumped by every [`unregister`]: a thread's cached table (`FAST`) is
 /// used only while the epoch it was cached in lasts.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -222,7 +223,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// `descs`, which the caller makes before unmapping them, once no thread
 /// of this process holds or takes a pin there.
 pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
-    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut records = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
     let Some(i) = (0..MAX_AREAS).find(|&i| AREAS[i].load(Relaxed).is_null()) else {
         return false;
     };
@@ -232,6 +233,7 @@ pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
         tag,
         row,
     }));
+    records.push(r as usize);
     // Release: the record's fields before a reader's Acquire.
     AREAS[i].store(r, Release);
     if i >= AREAS_N.load(Relaxed) {
