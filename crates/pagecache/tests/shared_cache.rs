@@ -140,9 +140,14 @@ fn child() {
             let again = one.clone();
             drop(f.page(0).unwrap());
             let two = std::thread::scope(|s| s.spawn(|| f.page(2).unwrap()).join().unwrap());
+            // And a run over page 3, cached: one pin of its index leaf's
+            // slot, no pin of the page (5.7).
+            check(&f, 1, 3);
+            let run = f.run(3, 1).unwrap();
+            assert!(run.one_pin(), "a leaf pin");
             std::fs::write(dir.join("pinned"), b"").unwrap();
             std::thread::sleep(std::time::Duration::from_secs(60));
-            drop((one, again, two));
+            drop((one, again, two, run));
         }
         r => panic!("unknown role {r}"),
     }
@@ -275,8 +280,8 @@ fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
     k.child.wait().unwrap();
 }
 
-/// A process killed while it holds pins (protocol 5.15): the other
-/// process's writes of those pages wait for the pins to drain, and the
+/// A process killed while it holds pins and a run (protocol 5.15): the
+/// other process's writes of those pages wait for them to drain, and the
 /// recovery of the dead process (its watcher round, 250 ms) drops them:
 /// the writes end, and afterwards no pin is counted or held anywhere.
 /// With the pins left in place the writes wait forever (the watchdog
@@ -288,9 +293,11 @@ fn the_pins_of_a_process_that_died_are_given_back() {
     within("the writes past the dead process's pins", || {
         f.write_at(&page(9, 1), PS as u64).unwrap();
         f.write_at(&page(9, 2), 2 * PS as u64).unwrap();
+        f.write_at(&page(9, 3), 3 * PS as u64).unwrap();
     });
     check(&f, 9, 1);
     check(&f, 9, 2);
+    check(&f, 9, 3);
     check(&f, 1, 0);
     k.c.validate();
     k.child.wait().unwrap();

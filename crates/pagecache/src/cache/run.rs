@@ -186,6 +186,8 @@ impl Inner {
         if !leaf.pin_slots(lo, n) {
             return None;
         }
+        // 5.15: counted as this thread's (a shared cache) after R1's RMWs.
+        self.count_run(leaf, lo, n, true);
         fence(Ordering::SeqCst);
         // R2.
         if !leaf.is_leaf_of(fs.tree.owner(), start - lo as u64) {
@@ -257,7 +259,23 @@ impl Inner {
         prune: bool,
     ) {
         let lo = (start % LEAF_PAGES) as usize;
+        // 5.15: uncounted before R4's RMWs.
+        self.count_run(leaf, lo, n, false);
         leaf.unpin_slots(lo, n);
+        self.run_unpinned(leaf, lo, n);
+        if prune && leaf.is_empty() {
+            fs.tree.lock().prune(&self.nodes, start);
+        }
+        // Relaxed: after R4's fence, which D1's handshake rests on (T3
+        // queues, then fences in D1 and reads the counts).
+        if self.words.deferred_n.load(Ordering::Relaxed) != 0 {
+            self.run_deferred();
+        }
+    }
+
+    /// R4 after the unpin of slots `lo..lo + n` of `leaf`: the fence, and
+    /// writers waiting for those slots woken.
+    fn run_unpinned(&self, leaf: &Node, lo: usize, n: usize) {
         fence(Ordering::SeqCst);
         let mut w = leaf.take_pin_waiters(lo, n);
         while w != 0 {
@@ -267,14 +285,41 @@ impl Inner {
             // Futures waiting in W3 (`poll_run_pins`) on the same key.
             crate::sync::waitq::wake_all(leaf.pin_key(s));
         }
-        if prune && leaf.is_empty() {
-            fs.tree.lock().prune(&self.nodes, start);
+    }
+
+    /// R4 for one run pin of slot `s` of `leaf` that a dead process held
+    /// (5.15): unpinned, its waiters woken, the leaf pruned if empty (its
+    /// file reached through the file table if not open here), pending
+    /// deferred frees run. Context: as `run_unpin`; the recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn run_unpin_dead(&self, leaf: &Node, s: usize) {
+        leaf.unpin_slots(s, 1);
+        self.run_unpinned(leaf, s, 1);
+        if leaf.is_empty() {
+            let (owner, pos) = leaf.placement();
+            self.with_slot(owner, |fs| {
+                if fs.tree.owner() == owner {
+                    fs.tree.lock().prune(&self.nodes, pos);
+                }
+            });
         }
-        // Relaxed: after R4's fence, which D1's handshake rests on (T3
-        // queues, then fences in D1 and reads the counts).
+        // Relaxed: as in `run_unpin`.
         if self.words.deferred_n.load(Ordering::Relaxed) != 0 {
             self.run_deferred();
         }
+    }
+
+    /// Counts a run's pin (or unpin) of slots `lo..lo + n` of `leaf` as
+    /// this thread's, in a shared cache (5.15); nothing otherwise.
+    #[inline]
+    fn count_run(&self, leaf: &Node, lo: usize, n: usize, pin: bool) {
+        #[cfg(not(loom))]
+        if self.file_table().is_some() {
+            let descs = self.desc(0) as *const crate::frame::state::FrameDesc as usize;
+            crate::frame::ledger::count_run(descs, self.nodes.id_of(leaf), lo, n, pin);
+        }
+        #[cfg(loom)]
+        let _ = (leaf, lo, n, pin);
     }
 
     /// W2: the caller just claimed the latch of page `index` (frame `f`,

@@ -169,7 +169,20 @@ mod imp {
         /// free's pool and policy locks; the recovery's own thread.
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
-            for (f, n) in sh.seg.pins().take_process(tag) {
+            let taken = sh.seg.pins().take_process(tag);
+            // Its runs first: a run's end may free frames it kept (deferred
+            // frees), and writers of its pages wait for it (5.7 W3).
+            for &(node, slot, n) in &taken.runs {
+                if let Some(leaf) = self.nodes.get(node as u64) {
+                    for _ in 0..n.max(0) {
+                        if !leaf.slot_pinned(slot as usize) {
+                            break; // a corrupt count: never below zero
+                        }
+                        self.run_unpin_dead(leaf, slot as usize);
+                    }
+                }
+            }
+            for &(f, n) in &taken.frames {
                 for _ in 0..n.max(0) {
                     match self.desc(f).release_dead() {
                         Some(crate::frame::state::Released::Last) => self.free_frame(f),
@@ -185,7 +198,8 @@ mod imp {
         /// holds a reference beyond the cache's own (5.15).
         pub(crate) fn validate_pins(&self) {
             let Some(sh) = &self.shared else { return };
-            let counts = sh.seg.pins().all_counts();
+            let (counts, runs) = sh.seg.pins().all_counts();
+            assert_eq!(runs, 0, "run pins counted while no run is held");
             for (f, &n) in counts.iter().enumerate() {
                 let s = self.desc(f as crate::frame::FrameNo).snapshot();
                 assert!(

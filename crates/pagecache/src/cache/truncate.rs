@@ -210,7 +210,7 @@ impl Inner {
     /// borrowed from the file table (a file not open here: then, if `f`
     /// left its index empty, its entry is freed when nothing else holds
     /// it). Nothing if no such file is known.
-    fn with_slot(&self, owner: u64, f: impl FnOnce(&super::registry::FileSlot)) {
+    pub(super) fn with_slot(&self, owner: u64, f: impl FnOnce(&super::registry::FileSlot)) {
         if let Some(fs) = self.file_by_id(owner) {
             f(&fs);
         } else if let Some(t) = self.file_table() {

@@ -18,9 +18,11 @@
 //!   appends an entry; its release by the same thread, found among the
 //!   last eight, removes it, so the list's end stays on one or two lines.
 //! * P2. Each process has a *row* in the segment (a signed count per frame,
-//!   claimed at attach like a table). A thread folds its table into the
-//!   row (atomic adds) when the table is half full and when it exits, and
-//!   counts there directly when no table was to be had.
+//!   claimed at attach like a table). A thread folds its table's frame
+//!   counts into the row (atomic adds) when the table is full and when
+//!   the thread exits (then the table is freed, unless a run's entries are
+//!   left in it: it stays its process's), and counts in the row directly
+//!   when no table was to be had.
 //! * P3. A pin is counted after the RMW that took it succeeded; a release
 //!   is uncounted before the RMW that drops it. Counts are signed: a pin
 //!   released by another thread than the one that took it is +1 in one
@@ -35,6 +37,15 @@
 //!   the row. What a death inside P3's window leaves is one pin for ever
 //!   (the frame cached, never evicted): never a release too many, which
 //!   would free a page another process still reads.
+//!
+//! A run (5.7) pins index leaf slots, not frames: its pin of slots
+//! `lo..lo + n` of leaf node `id` is an entry of its own in the table (the
+//! key's top bit set, the slots as `lo` and a mask), counted after R1's
+//! RMWs and narrowed or removed before R4's; one released by another
+//! thread is a negative entry. A fold keeps run entries in the table
+//! (moved to its front, each cleared before it is written again: P4), and
+//! the recovery unpins, slot by slot, what a dead process's run entries
+//! add up to.
 //!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
@@ -125,8 +136,9 @@ impl Area {
     /// its tables and its row freed. For a dead process (its threads run no
     /// more) or for this one's detach (no pin held). Frames past the
     /// cache's are ignored (a corrupt entry).
-    pub fn take_process(&self, tag: u32) -> Vec<(u32, i64)> {
+    pub fn take_process(&self, tag: u32) -> Taken {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
+        let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -135,7 +147,12 @@ impl Area {
             }
             for e in &table.entries {
                 let v = e.swap(0, Relaxed);
-                if v != 0 {
+                if v >> 32 & RUN_KEY != 0 {
+                    let (node, lo, mask, sign) = run_entry(v);
+                    for k in (0..16).filter(|k| mask >> k & 1 != 0) {
+                        *runs.entry((node, lo + k)).or_default() += sign;
+                    }
+                } else if v != 0 {
                     *sums.entry((v >> 32) as u32 - 1).or_default() += v as u32 as i32 as i64;
                 }
             }
@@ -153,18 +170,25 @@ impl Area {
             }
             self.row_owner(r).store(0, Release);
         }
-        let mut v: Vec<(u32, i64)> = sums
+        let mut frames: Vec<(u32, i64)> = sums
             .into_iter()
             .filter(|&(f, n)| n != 0 && (f as usize) < self.frames)
             .collect();
-        v.sort_unstable();
-        v
+        frames.sort_unstable();
+        let mut runs: Vec<(u32, u32, i64)> = runs
+            .into_iter()
+            .filter(|&(_, n)| n != 0)
+            .map(|((node, slot), n)| (node, slot, n))
+            .collect();
+        runs.sort_unstable();
+        Taken { frames, runs }
     }
 
     /// Every process's pins of every frame (summed over all tables and
     /// rows): for an audit of a quiet cache (tests).
-    pub fn all_counts(&self) -> Vec<i64> {
+    pub fn all_counts(&self) -> (Vec<i64>, usize) {
         let mut n = vec![0i64; self.frames];
+        let mut run_entries = 0;
         for t in 0..TABLES {
             let table = self.table(t);
             if table.owner.load(Acquire) == 0 {
@@ -172,7 +196,9 @@ impl Area {
             }
             for e in &table.entries {
                 let v = e.load(Relaxed);
-                if v != 0 && ((v >> 32) as usize - 1) < self.frames {
+                if v >> 32 & RUN_KEY != 0 {
+                    run_entries += 1;
+                } else if v != 0 && ((v >> 32) as usize - 1) < self.frames {
                     n[(v >> 32) as usize - 1] += v as u32 as i32 as i64;
                 }
             }
@@ -184,8 +210,31 @@ impl Area {
                 }
             }
         }
-        n
+        (n, run_entries)
     }
+}
+
+/// What a process's counts add up to ([`Area::take_process`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// Pins by frame (frame, pins), sorted.
+    pub frames: Vec<(u32, i64)>,
+    /// Run pins by leaf slot (node id, slot, pins), sorted.
+    pub runs: Vec<(u32, u32, i64)>,
+}
+
+/// The key bit of a run's entry (the rest: the leaf's node id). Frame
+/// keys stay below it: a shared cache has fewer than 2^31 frames.
+const RUN_KEY: u64 = 1 << 31;
+/// The value bit of a run entry released by another thread.
+const RUN_NEG: u64 = 1 << 31;
+
+/// A run entry's node, first slot, slot mask (from that slot) and sign.
+fn run_entry(v: u64) -> (u32, u32, u32, i64) {
+    let node = (v >> 32 & !RUN_KEY) as u32;
+    let lo = (v & 63) as u32;
+    let mask = (v >> 6 & 0xffff) as u32;
+    (node, lo, mask, if v & RUN_NEG != 0 { -1 } else { 1 })
 }
 
 /// A registered area (this process's view of one attached segment's).
@@ -290,8 +339,14 @@ impl Drop for Mine {
                 // SAFETY: registered: the record and its area are mapped.
                 let reg = unsafe { &*(reg as *const Reg) };
                 fold(reg, t);
-                // Release: the folded (cleared) entries first.
-                reg.area.table(t).owner.store(0, Release);
+                // A table left with run entries (runs this thread took and
+                // another will end) stays its process's until it detaches
+                // or dies.
+                let table = reg.area.table(t);
+                if table.used.load(Relaxed) == 0 {
+                    // Release: the folded (cleared) entries first.
+                    table.owner.store(0, Release);
+                }
             }
         }
     }
@@ -319,25 +374,34 @@ thread_local! {
     };
 }
 
-/// P2: moves table `t`'s counts into the row, each entry cleared first.
+/// P2: moves table `t`'s frame counts into the row, each entry cleared
+/// first; its run entries stay, moved to the front (each cleared before it
+/// is written again).
 fn fold(reg: &Reg, t: usize) {
     let table = reg.area.table(t);
     let row = reg.area.row(reg.row);
-    for e in &table.entries {
+    let mut kept = 0;
+    for i in 0..ENTRIES {
+        let e = &table.entries[i];
         let v = e.load(Relaxed);
         if v == 0 {
             continue;
         }
         e.store(0, Relaxed);
-        // Keeps the clear before the add in the instruction stream (P4: a
-        // death between them undercounts, never overcounts).
+        // Keeps the clear before the add (or the write) in the instruction
+        // stream (P4: a death between them undercounts, never overcounts).
         compiler_fence(Ordering::SeqCst);
+        if v >> 32 & RUN_KEY != 0 {
+            table.entries[kept].store(v, Relaxed);
+            kept += 1;
+            continue;
+        }
         let (f, c) = ((v >> 32) as usize - 1, v as u32 as i32);
         if c != 0 && f < row.len() {
             row[f].fetch_add(c, Relaxed);
         }
     }
-    table.used.store(0, Relaxed);
+    table.used.store(kept as u32, Relaxed);
 }
 
 /// Counts a pin of the frame whose descriptor is at `desc` (`delta` 1,
@@ -369,18 +433,94 @@ fn count_shared(desc: usize, delta: i32) {
         }
     });
     if !done {
-        count_slow(desc, delta);
+        count_slow(desc, |reg, t| {
+            let frame = (desc - reg.descs) / 64;
+            match t {
+                Some(t) => add(t, frame, delta),
+                None => {
+                    reg.area.row(reg.row)[frame].fetch_add(delta, Relaxed);
+                    true
+                }
+            }
+        });
     }
     compiler_fence(Ordering::SeqCst);
 }
 
-/// `count_shared` without a cached table, or with a full one: this
-/// thread's table of the area (claimed if none, folded if full), cached;
-/// the process's row if no table can be had.
+/// Counts a run's pin of slots `lo..lo + n` of index node `node` (`pin`:
+/// after R1's RMWs) or its unpin (before R4's), in the cache whose
+/// descriptors start at `descs`, if that is a shared cache.
+pub(crate) fn count_run(descs: usize, node: u32, lo: usize, n: usize, pin: bool) {
+    if AREAS_N.load(Relaxed) == 0 || n == 0 || n > 16 || lo + n > 64 {
+        return;
+    }
+    compiler_fence(Ordering::SeqCst);
+    let mask = ((1u64 << n) - 1) as u32;
+    count_slow(descs, |_, t| match t {
+        Some(t) => add_run(t, node, lo as u32, mask, pin),
+        // No table: not counted (a dead process's run would stay).
+        None => true,
+    });
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// A run's entry: one pin (or, with `RUN_NEG`, one release) of slots
+/// `lo + k` for each bit `k` of `mask`, in leaf node `node`. Appended at a
+/// pin; at an unpin, the entry that covers the slots is narrowed (or
+/// removed), else a negative entry appended. False if the table is full.
+fn add_run(table: &Table, node: u32, lo: u32, mask: u32, pin: bool) -> bool {
+    let key = (RUN_KEY | node as u64) << 32;
+    let n = table.used.load(Relaxed) as usize;
+    if !pin {
+        for i in (0..n).rev() {
+            let v = table.entries[i].load(Relaxed);
+            if v >> 32 != key >> 32 || v & RUN_NEG != 0 {
+                continue;
+            }
+            let (_, elo, emask, _) = run_entry(v);
+            if lo < elo || lo - elo >= 16 || (emask >> (lo - elo)) & mask != mask {
+                continue;
+            }
+            let left = emask & !(mask << (lo - elo));
+            if left != 0 {
+                table.entries[i].store(key | elo as u64 | (left as u64) << 6, Relaxed);
+            } else {
+                remove(table, i, n);
+            }
+            return true;
+        }
+    }
+    if n >= ENTRIES {
+        return false;
+    }
+    let neg = if pin { 0 } else { RUN_NEG };
+    table.entries[n].store(key | neg | lo as u64 | (mask as u64) << 6, Relaxed);
+    table.used.store(n as u32 + 1, Relaxed);
+    true
+}
+
+/// Removes entry `i` of the `n` in use: the last moves into its place,
+/// cleared there first (P4: a death between the two undercounts).
+fn remove(table: &Table, i: usize, n: usize) {
+    let last = n - 1;
+    if i != last {
+        let v = table.entries[last].load(Relaxed);
+        table.entries[last].store(0, Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        table.entries[i].store(v, Relaxed);
+    } else {
+        table.entries[i].store(0, Relaxed);
+    }
+    table.used.store(last as u32, Relaxed);
+}
+
+/// The slow path of both counts: this thread's table of the area of
+/// `desc` (claimed if none, cached in `FAST`), given to `op`; folded and
+/// given again if `op` found it full; `op(reg, None)` if no table can be
+/// had.
 #[cold]
-fn count_slow(desc: usize, delta: i32) {
+fn count_slow(desc: usize, op: impl Fn(&Reg, Option<&Table>) -> bool) {
     let Some(reg) = find(desc) else { return };
-    let frame = (desc - reg.descs) / 64;
     let epoch = EPOCH.load(Acquire);
     let done = MINE
         .try_with(|m| {
@@ -403,17 +543,17 @@ fn count_slow(desc: usize, delta: i32) {
                     table: table as *const Table as usize,
                 })
             });
-            if add(table, frame, delta) {
+            if op(reg, Some(table)) {
                 return Some(());
             }
             fold(reg, t);
-            add(table, frame, delta).then_some(())
+            op(reg, Some(table)).then_some(())
         })
         .ok()
         .flatten();
     if done.is_none() {
-        // No table (the pool is empty, or the thread is exiting): the row.
-        reg.area.row(reg.row)[frame].fetch_add(delta, Relaxed);
+        // No table (the pool is empty, or the thread is exiting).
+        op(reg, None);
     }
 }
 
@@ -445,16 +585,7 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
         let pin = key << 32 | 1;
         for i in (n.saturating_sub(SCAN)..n).rev() {
             if table.entries[i].load(Relaxed) == pin {
-                let last = n - 1;
-                if i != last {
-                    let v = table.entries[last].load(Relaxed);
-                    table.entries[last].store(0, Relaxed);
-                    compiler_fence(Ordering::SeqCst);
-                    table.entries[i].store(v, Relaxed);
-                } else {
-                    table.entries[i].store(0, Relaxed);
-                }
-                table.used.store(last as u32, Relaxed);
+                remove(table, i, n);
                 return true;
             }
         }
@@ -519,6 +650,7 @@ mod tests {
 
     fn counts(a: &Area) -> Vec<(usize, i64)> {
         a.all_counts()
+            .0
             .into_iter()
             .enumerate()
             .filter(|&(_, n)| n != 0)
@@ -578,9 +710,33 @@ mod tests {
         .unwrap();
         // Descriptors outside the area are not counted.
         count(fake.desc(100), 1);
-        assert_eq!(fake.area.take_process(7), [(5, 1), (9, 1)]);
+        assert_eq!(fake.area.take_process(7).frames, [(5, 1), (9, 1)]);
         assert_eq!(counts(&fake.area), []);
         assert!((0..TABLES).all(|t| fake.area.table(t).owner.load(Relaxed) == 0));
         assert!((0..ROWS).all(|r| fake.area.row_owner(r).load(Relaxed) == 0));
+    }
+
+    #[test]
+    fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
+        let fake = Fake::new(100, 0xffff_c000_0000_0000);
+        let d = fake.descs;
+        // A run of slots 4..12 of node 3, cut to 4..7 (R3's partial
+        // unpin), then one of slots 60..64 of node 8 ended by another
+        // thread.
+        count_run(d, 3, 4, 8, true);
+        count_run(d, 3, 7, 5, false);
+        count_run(d, 8, 60, 4, true);
+        std::thread::spawn(move || count_run(d, 8, 60, 4, false))
+            .join()
+            .unwrap();
+        count(fake.desc(2), 1);
+        assert_eq!(fake.area.all_counts().1, 3);
+        let t = fake.area.take_process(7);
+        assert_eq!(t.frames, [(2, 1)]);
+        assert_eq!(t.runs, [(3, 4, 1), (3, 5, 1), (3, 6, 1)]);
+        // Ended by its own thread: nothing left.
+        count_run(d, 5, 0, 16, true);
+        count_run(d, 5, 0, 16, false);
+        assert_eq!(fake.area.all_counts().1, 0);
     }
 }

@@ -211,6 +211,17 @@ impl Node {
         self.owner.load(Ordering::Acquire) == owner && self.pos.load(Ordering::Acquire) == base
     }
 
+    /// The tree (owner) and first index this node holds, as last linked
+    /// (0, 0 once retired).
+    #[cfg(not(loom))]
+    pub(crate) fn placement(&self) -> (u64, u64) {
+        // Acquire: as in `is_leaf_of`.
+        (
+            self.owner.load(Ordering::Acquire),
+            self.pos.load(Ordering::Acquire),
+        )
+    }
+
     /// Whether the node has no entries (a run's drop checks it after R4's
     /// fence: an empty leaf it pinned may be waiting for it to be freed).
     #[inline]
