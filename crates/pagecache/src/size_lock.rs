@@ -190,10 +190,7 @@ impl SizeLock {
         let mut held_back = nested;
         loop {
             // S1. Relaxed: the fence below orders it before S2's load.
-            let _ = shard.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                debug_assert!(w & COUNT < COUNT, "size lock shard holders overflow");
-                Some((((w >> COUNT_BITS).max(hi)) << COUNT_BITS) | ((w & COUNT) + 1))
-            });
+            self.enter(shard, hi);
             // S2. SeqCst: Dekker's pattern with X2/X4 (module docs).
             fence(Ordering::SeqCst);
             // Acquire: pairs with X6's Release store (an exclusive holder's
@@ -253,10 +250,7 @@ impl SizeLock {
         let nested = false;
         loop {
             // S1-S3, as `read`.
-            let _ = shard.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-                debug_assert!(w & COUNT < COUNT, "size lock shard holders overflow");
-                Some((((w >> COUNT_BITS).max(hi)) << COUNT_BITS) | ((w & COUNT) + 1))
-            });
+            self.enter(shard, hi);
             fence(Ordering::SeqCst);
             // Acquire: as in `read`.
             let st = self.phase.load(Ordering::Acquire);
@@ -306,9 +300,71 @@ impl SizeLock {
         }
     }
 
+    /// S1: one more holder of `shard`, of pages up to `hi`; in a cache
+    /// shared by processes, counted as this thread's after (5.15).
+    #[inline]
+    fn enter(&self, shard: &AtomicU64, hi: u64) {
+        // Relaxed: the callers' fence orders it before S2's load.
+        let _ = shard.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+            debug_assert!(w & COUNT < COUNT, "size lock shard holders overflow");
+            Some((((w >> COUNT_BITS).max(hi)) << COUNT_BITS) | ((w & COUNT) + 1))
+        });
+        self.counted(Some(shard), true);
+    }
+
+    /// Counts a hold of `shard` (`None`: the exclusive hold) taken or
+    /// given back as this thread's, if the lock lies in a cache shared by
+    /// processes (5.15); nothing otherwise.
+    #[inline(always)]
+    fn counted(&self, shard: Option<&AtomicU64>, hold: bool) {
+        #[cfg(not(loom))]
+        {
+            let which = shard.map_or(crate::frame::ledger::SIZE_EXCLUSIVE, |s| {
+                ((s as *const AtomicU64 as usize - self.shards.as_ptr() as usize)
+                    / std::mem::size_of::<crossbeam_utils::CachePadded<AtomicU64>>())
+                    as u32
+            });
+            crate::frame::ledger::count_size(self as *const Self as usize, which, hold);
+        }
+        #[cfg(loom)]
+        let _ = (shard, hold);
+    }
+
+    /// Gives back `n` shared holds of shard `shard` (or, for
+    /// [`crate::frame::ledger::SIZE_EXCLUSIVE`], the exclusive hold's
+    /// phase) that a dead process held (5.15), and wakes who waits for
+    /// them. Its X1 mutex is taken over by the next exclusive holder (a
+    /// `FutexMutex`, 5.14). Context: no sleep; the recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn release_dead(&self, shard: u32, n: i64) {
+        if shard == crate::frame::ledger::SIZE_EXCLUSIVE {
+            // X6, as `SizeExclusive`'s drop.
+            self.phase.store(IDLE, Ordering::Release);
+            crate::sync::unpark_all(self.shared_key());
+            crate::sync::waitq::wake_all(self.shared_key());
+            return;
+        }
+        let Some(s) = self.shards[..self.used].get(shard as usize) else {
+            return;
+        };
+        for _ in 0..n {
+            // Release and the rest: as `leave` (never below zero).
+            if s.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                (w & COUNT != 0).then_some(if w & COUNT == 1 { 0 } else { w - 1 })
+            })
+            .is_err()
+            {
+                break;
+            }
+        }
+        fence(Ordering::SeqCst);
+        crate::sync::unpark_all(self.exclusive_key());
+    }
+
     /// S5 (and S3's undo of S1).
     #[inline]
     fn leave(&self, shard: &AtomicU64) {
+        self.counted(Some(shard), false);
         // Release: the holder's work happens-before X3's Acquire load that
         // sees this.
         let _ = shard.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
@@ -347,6 +403,7 @@ impl SizeLock {
         let from = from().min(ALL_PAGES);
         // X2. Relaxed: the fence orders it before X3's loads.
         self.phase.store(WAITING | from, Ordering::Relaxed);
+        self.counted(None, true);
         #[cfg(not(loom))]
         let mut strict_at = Some(std::time::Instant::now() + HOLD_BACK);
         loop {
@@ -419,6 +476,7 @@ impl Drop for SizeExclusive<'_> {
     fn drop(&mut self) {
         #[cfg(all(feature = "lockstat", not(loom)))]
         crate::sync::lockstat::released(LockClass::SizeLock, self.since);
+        self.lock.counted(None, false);
         // X6. Release: our work happens-before S2's Acquire load of it.
         self.lock.phase.store(IDLE, Ordering::Release);
         crate::sync::unpark_all(self.lock.shared_key());

@@ -212,7 +212,9 @@ fn within(what: &str, f: impl FnOnce() + Send) {
 /// dirty again), and the `sync` writes the page itself: the dead
 /// process's change, which it had made before its write-back, reaches the
 /// disk. With the write-back left in flight the `sync` waits forever (the
-/// watchdog fails the test).
+/// watchdog fails the test). Its `sync` held the file's size lock shared:
+/// a `set_len` then goes through once the recovery gives that back (5.15;
+/// without it the `set_len` waits forever).
 #[test]
 fn a_write_back_left_in_flight_by_a_process_that_died_is_ended() {
     let mut k = kill_child_when("shared-wb-death", "die-writing-back", "writing");
@@ -227,6 +229,13 @@ fn a_write_back_left_in_flight_by_a_process_that_died_is_ended() {
     );
     assert!(on_disk[..3 * PS] == k.disk[..3 * PS]);
     check(&f, 5, 3);
+    // Its sync held the file's size lock shared (5.15): given back, so a
+    // cut of the file goes through.
+    within("the set_len past the dead process's size-lock hold", || {
+        f.set_len(2 * PS as u64).unwrap()
+    });
+    assert_eq!(std::fs::metadata(&k.path).unwrap().len(), 2 * PS as u64);
+    k.c.validate();
     k.child.wait().unwrap();
 }
 

@@ -285,6 +285,31 @@ impl FileTable {
         unsafe { (*self.cell(e)).assume_init_ref() }
     }
 
+    /// Runs `f` on the size lock at address `addr` if it is the size lock
+    /// of a LIVE or CLOSING entry's slot (the recovery of a dead process's
+    /// holds, 5.15: an address from the segment, checked here). Under the
+    /// table lock (the slot is not freed meanwhile). Context: takes the
+    /// table lock; `f` must not sleep.
+    pub(crate) fn with_size_lock(&self, addr: usize, f: impl FnOnce(&crate::size_lock::SizeLock)) {
+        let base = self.slots.as_ptr() as usize;
+        let i = addr.wrapping_sub(base) / std::mem::size_of::<Slot>();
+        if addr < base || i >= MAX_FILES {
+            return;
+        }
+        let _g = self.lock();
+        let e = self.entry(i);
+        // Relaxed: under the lock.
+        if e.state.load(Ordering::Relaxed) == FREE {
+            return;
+        }
+        // SAFETY: not FREE (LIVE or CLOSING: an initialised slot), and
+        // stays so under the table lock.
+        let slot = unsafe { (*self.cell(e)).assume_init_ref() };
+        if std::ptr::addr_of!(slot.size) as usize == addr {
+            f(&slot.size);
+        }
+    }
+
     /// Entry `e`'s index.
     fn index_in(&self, e: &Entry) -> usize {
         let i = (e as *const Entry as usize - self.entries.as_ptr() as usize)

@@ -170,6 +170,12 @@ mod imp {
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
             let taken = sh.seg.pins().take_process(tag);
+            // Its size-lock holds: writers and `set_len`s wait for them.
+            let seg = sh.seg.base();
+            for &(at, shard, n) in &taken.sizes {
+                sh.files
+                    .with_size_lock(seg + at, |lock| lock.release_dead(shard, n));
+            }
             // Its runs first: a run's end may free frames it kept (deferred
             // frees), and writers of its pages wait for it (5.7 W3).
             for &(node, slot, n) in &taken.runs {

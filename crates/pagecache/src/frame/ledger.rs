@@ -47,6 +47,14 @@
 //! the recovery unpins, slot by slot, what a dead process's run entries
 //! add up to.
 //!
+//! A file's size lock (`size_lock.rs`) is held shared by a count in one
+//! of its shards, and exclusively through its phase word: each shared
+//! hold, and each exclusive one from the moment it sets the phase, is an
+//! entry too (the lock's place in the segment, the shard or "exclusive"),
+//! counted after the RMW that took it and removed before the one that
+//! gives it back; the recovery gives back what a dead process's add up to
+//! (the shard's holders down, the phase back to idle) and wakes who waits.
+//!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
 //! reference at all (taken from the pool, or freed by its last release, on
@@ -139,6 +147,7 @@ impl Area {
     pub fn take_process(&self, tag: u32) -> Taken {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
+        let mut sizes: std::collections::HashMap<(usize, u32), i64> = Default::default();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -147,7 +156,11 @@ impl Area {
             }
             for e in &table.entries {
                 let v = e.swap(0, Relaxed);
-                if v >> 32 & RUN_KEY != 0 {
+                if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 {
+                    let at = (v >> 32 & !SIZE_KEY) as usize * 64;
+                    let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
+                    *sizes.entry((at, v as u32 & 0xffff)).or_default() += sign;
+                } else if v >> 32 & RUN_KEY != 0 {
                     let (node, lo, mask, sign) = run_entry(v);
                     for k in (0..16).filter(|k| mask >> k & 1 != 0) {
                         *runs.entry((node, lo + k)).or_default() += sign;
@@ -181,14 +194,25 @@ impl Area {
             .map(|((node, slot), n)| (node, slot, n))
             .collect();
         runs.sort_unstable();
-        Taken { frames, runs }
+        let mut sizes: Vec<(usize, u32, i64)> = sizes
+            .into_iter()
+            .filter(|&(_, n)| n != 0)
+            .map(|((at, shard), n)| (at, shard, n))
+            .collect();
+        sizes.sort_unstable();
+        Taken {
+            frames,
+            runs,
+            sizes,
+        }
     }
 
     /// Every process's pins of every frame (summed over all tables and
-    /// rows): for an audit of a quiet cache (tests).
+    /// rows), and how many run slots and size-lock shards are held (their
+    /// entries' sums not zero): for an audit of a quiet cache (tests).
     pub fn all_counts(&self) -> (Vec<i64>, usize) {
         let mut n = vec![0i64; self.frames];
-        let mut run_entries = 0;
+        let mut others: std::collections::HashMap<u64, i64> = Default::default();
         for t in 0..TABLES {
             let table = self.table(t);
             if table.owner.load(Acquire) == 0 {
@@ -197,7 +221,15 @@ impl Area {
             for e in &table.entries {
                 let v = e.load(Relaxed);
                 if v >> 32 & RUN_KEY != 0 {
-                    run_entries += 1;
+                    let (node, lo, mask, sign) = run_entry(v);
+                    for k in (0..16).filter(|k| mask >> k & 1 != 0) {
+                        *others
+                            .entry((node as u64) << 8 | (lo + k) as u64)
+                            .or_default() += sign;
+                    }
+                } else if v >> 32 & SIZE_KEY != 0 {
+                    let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
+                    *others.entry(v & !RUN_NEG | 1 << 63).or_default() += sign;
                 } else if v != 0 && ((v >> 32) as usize - 1) < self.frames {
                     n[(v >> 32) as usize - 1] += v as u32 as i32 as i64;
                 }
@@ -210,7 +242,7 @@ impl Area {
                 }
             }
         }
-        (n, run_entries)
+        (n, others.values().filter(|&&c| c != 0).count())
     }
 }
 
@@ -221,11 +253,23 @@ pub struct Taken {
     pub frames: Vec<(u32, i64)>,
     /// Run pins by leaf slot (node id, slot, pins), sorted.
     pub runs: Vec<(u32, u32, i64)>,
+    /// Size-lock holds (the lock's offset in the segment, its shard or
+    /// [`SIZE_EXCLUSIVE`], holds), sorted.
+    pub sizes: Vec<(usize, u32, i64)>,
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
-/// keys stay below it: a shared cache has fewer than 2^31 frames.
+/// keys stay below it and [`SIZE_KEY`]: a shared cache has fewer than
+/// 2^30 frames (`segment::layout` refuses more).
 const RUN_KEY: u64 = 1 << 31;
+/// The key bit of a size-lock hold's entry (the rest: where the lock lies
+/// in the segment, in 64-byte units); its value is the shard, or
+/// [`SIZE_EXCLUSIVE`].
+const SIZE_KEY: u64 = 1 << 30;
+/// The value of an exclusive size-lock hold's entry.
+pub const SIZE_EXCLUSIVE: u32 = 0xffff;
+/// Frames a shared cache may have at most.
+pub const MAX_FRAMES: u64 = SIZE_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
 
@@ -243,6 +287,9 @@ struct Reg {
     area: Area,
     /// The descriptors: `[descs, descs + 64 * frames)`.
     descs: usize,
+    /// The whole segment: `[seg, seg + seg_len)`.
+    seg: usize,
+    seg_len: usize,
     /// This process's tag and row.
     tag: u32,
     row: usize,
@@ -264,14 +311,21 @@ static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new()
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Counts this process's pins of the descriptors `[descs, descs + 64 *
-/// frames)` in `area`, as tag `tag` with row `row` (P1-P2).
+/// frames)` in `area`, and its holds of size locks in `[seg, seg +
+/// seg_len)`, as tag `tag` with row `row` (P1-P2).
 ///
 /// # Safety
 ///
-/// The area and the descriptors stay mapped until [`unregister`] of
-/// `descs`, which the caller makes before unmapping them, once no thread
-/// of this process holds or takes a pin there.
-pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
+/// The segment stays mapped until [`unregister`] of `descs`, which the
+/// caller makes before unmapping it, once no thread of this process holds
+/// or takes a pin or a size lock there.
+pub unsafe fn register(
+    area: Area,
+    descs: usize,
+    (seg, seg_len): (usize, usize),
+    tag: u32,
+    row: usize,
+) -> bool {
     let mut records = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
     let Some(i) = (0..MAX_AREAS).find(|&i| AREAS[i].load(Relaxed).is_null()) else {
         return false;
@@ -279,6 +333,8 @@ pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
     let r = Box::into_raw(Box::new(Reg {
         area,
         descs,
+        seg,
+        seg_len,
         tag,
         row,
     }));
@@ -315,12 +371,16 @@ pub unsafe fn unregister(descs: usize) {
 }
 
 fn find(desc: usize) -> Option<&'static Reg> {
+    find_by(|r| desc.wrapping_sub(r.descs) < r.area.frames * 64)
+}
+
+fn find_by(hit: impl Fn(&Reg) -> bool) -> Option<&'static Reg> {
     let n = AREAS_N.load(Relaxed);
     AREAS[..n].iter().find_map(|slot| {
         // Acquire: pairs with `register`'s Release.
         // SAFETY: a published record is immutable and never freed.
         let r = unsafe { slot.load(Acquire).as_ref() }?;
-        (desc.wrapping_sub(r.descs) < r.area.frames * 64).then_some(r)
+        hit(r).then_some(r)
     })
 }
 
@@ -391,7 +451,7 @@ fn fold(reg: &Reg, t: usize) {
         // Keeps the clear before the add (or the write) in the instruction
         // stream (P4: a death between them undercounts, never overcounts).
         compiler_fence(Ordering::SeqCst);
-        if v >> 32 & RUN_KEY != 0 {
+        if v >> 32 & (RUN_KEY | SIZE_KEY) != 0 {
             table.entries[kept].store(v, Relaxed);
             kept += 1;
             continue;
@@ -433,7 +493,8 @@ fn count_shared(desc: usize, delta: i32) {
         }
     });
     if !done {
-        count_slow(desc, |reg, t| {
+        let Some(reg) = find(desc) else { return };
+        count_in(reg, |reg, t| {
             let frame = (desc - reg.descs) / 64;
             match t {
                 Some(t) => add(t, frame, delta),
@@ -456,12 +517,81 @@ pub(crate) fn count_run(descs: usize, node: u32, lo: usize, n: usize, pin: bool)
     }
     compiler_fence(Ordering::SeqCst);
     let mask = ((1u64 << n) - 1) as u32;
-    count_slow(descs, |_, t| match t {
-        Some(t) => add_run(t, node, lo as u32, mask, pin),
-        // No table: not counted (a dead process's run would stay).
-        None => true,
-    });
+    let Some(reg) = find(descs) else { return };
+    if !cached_table(reg).is_some_and(|t| add_run(t, node, lo as u32, mask, pin)) {
+        count_in(reg, |_, t| match t {
+            Some(t) => add_run(t, node, lo as u32, mask, pin),
+            // No table: not counted (a dead process's run would stay).
+            None => true,
+        });
+    }
     compiler_fence(Ordering::SeqCst);
+}
+
+/// Counts a hold of the size lock at `lock` (shard `shard`, or
+/// [`SIZE_EXCLUSIVE`]) taken (`hold`: after the RMW that took it) or given
+/// back (before the RMW that gives it back), if the lock lies in a shared
+/// cache's segment.
+#[inline]
+pub(crate) fn count_size(lock: usize, shard: u32, hold: bool) {
+    if AREAS_N.load(Relaxed) == 0 {
+        return;
+    }
+    count_size_shared(lock, shard, hold);
+}
+
+#[inline(never)]
+fn count_size_shared(lock: usize, shard: u32, hold: bool) {
+    let Some(reg) = find_by(|r| lock.wrapping_sub(r.seg) < r.seg_len) else {
+        return;
+    };
+    let at = (lock - reg.seg) / 64;
+    if at as u64 >= SIZE_KEY || (lock - reg.seg) % 64 != 0 {
+        return;
+    }
+    compiler_fence(Ordering::SeqCst);
+    let key = (SIZE_KEY | at as u64) << 32 | shard as u64;
+    if !cached_table(reg).is_some_and(|t| add_hold(t, key, hold)) {
+        count_in(reg, |_, t| match t {
+            Some(t) => add_hold(t, key, hold),
+            None => true,
+        });
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// This thread's table of `reg`'s area, if it is the one cached.
+#[inline]
+fn cached_table(reg: &Reg) -> Option<&'static Table> {
+    let f = FAST.try_with(Cell::get).ok()?;
+    // Acquire: as in `count_shared`.
+    // SAFETY: as in `count_shared`: cached in this epoch, for this area
+    // (its segment attached while the caller counts in it).
+    (f.epoch == EPOCH.load(Acquire) && f.lo == reg.descs)
+        .then(|| unsafe { &*(f.table as *const Table) })
+}
+
+/// A size-lock hold's entry `key` (its value the shard): appended when
+/// taken; when given back, the last such entry removed (the whole list
+/// looked at: a sync holds the lock across many pins), else a negative one
+/// appended. False if the table is full.
+fn add_hold(table: &Table, key: u64, hold: bool) -> bool {
+    let n = table.used.load(Relaxed) as usize;
+    if !hold {
+        for i in (0..n).rev() {
+            if table.entries[i].load(Relaxed) == key {
+                remove(table, i, n);
+                return true;
+            }
+        }
+    }
+    if n >= ENTRIES {
+        return false;
+    }
+    let neg = if hold { 0 } else { RUN_NEG };
+    table.entries[n].store(key | neg, Relaxed);
+    table.used.store(n as u32 + 1, Relaxed);
+    true
 }
 
 /// A run's entry: one pin (or, with `RUN_NEG`, one release) of slots
@@ -514,13 +644,11 @@ fn remove(table: &Table, i: usize, n: usize) {
     table.used.store(last as u32, Relaxed);
 }
 
-/// The slow path of both counts: this thread's table of the area of
-/// `desc` (claimed if none, cached in `FAST`), given to `op`; folded and
-/// given again if `op` found it full; `op(reg, None)` if no table can be
-/// had.
+/// The slow path of the counts: this thread's table of `reg`'s area
+/// (claimed if none, cached in `FAST`), given to `op`; folded and given
+/// again if `op` found it full; `op(reg, None)` if no table can be had.
 #[cold]
-fn count_slow(desc: usize, op: impl Fn(&Reg, Option<&Table>) -> bool) {
-    let Some(reg) = find(desc) else { return };
+fn count_in(reg: &'static Reg, op: impl Fn(&Reg, Option<&Table>) -> bool) {
     let epoch = EPOCH.load(Acquire);
     let done = MINE
         .try_with(|m| {
@@ -615,6 +743,10 @@ mod tests {
 
     impl Fake {
         fn new(frames: usize, descs: usize) -> Fake {
+            Self::with_seg(frames, descs, (0, 0))
+        }
+
+        fn with_seg(frames: usize, descs: usize, seg: (usize, usize)) -> Fake {
             let layout = std::alloc::Layout::from_size_align(Area::bytes(frames), 4096).unwrap();
             // SAFETY: a non-zero size.
             let mem = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -625,7 +757,7 @@ mod tests {
             };
             assert_eq!(area.claim_row(7), Some(0));
             // SAFETY: the memory lives until Drop, which unregisters first.
-            assert!(unsafe { register(area, descs, 7, 0) });
+            assert!(unsafe { register(area, descs, seg, 7, 0) });
             Fake {
                 mem,
                 layout,
@@ -738,5 +870,28 @@ mod tests {
         count_run(d, 5, 0, 16, true);
         count_run(d, 5, 0, 16, false);
         assert_eq!(fake.area.all_counts().1, 0);
+    }
+
+    #[test]
+    fn size_lock_holds_are_counted_by_lock_and_shard() {
+        let seg = 0xffff_d000_0000_0000;
+        let fake = Fake::with_seg(100, seg + 4096, (seg, 1 << 30));
+        let lock = seg + 64 * 1000;
+        // Two holds of shard 3 (one nested), one given back; the
+        // exclusive hold; a hold of another lock, given back by another
+        // thread (a negative entry there, the positive one here).
+        count_size(lock, 3, true);
+        count_size(lock, 3, true);
+        count_size(lock, 3, false);
+        count_size(lock, SIZE_EXCLUSIVE, true);
+        count_size(lock + 128, 0, true);
+        std::thread::spawn(move || count_size(lock + 128, 0, false))
+            .join()
+            .unwrap();
+        // Outside the segment: not counted.
+        count_size(seg + (1 << 30), 0, true);
+        let t = fake.area.take_process(7);
+        assert_eq!(t.sizes, [(64 * 1000, 3, 1), (64 * 1000, SIZE_EXCLUSIVE, 1)]);
+        assert_eq!(t.frames, []);
     }
 }

@@ -104,7 +104,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
             ),
         )
     };
-    if !g.page_size.is_power_of_two() || g.frames == 0 || g.frames > u32::MAX as u64 {
+    if !g.page_size.is_power_of_two()
+        || g.frames == 0
+        || g.frames > crate::frame::ledger::MAX_FRAMES
+    {
         return Err(bad());
     }
     const HUGE: u64 = 2 << 20;

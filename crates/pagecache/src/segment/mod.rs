@@ -560,10 +560,12 @@ impl Segment {
             waited += std::time::Duration::from_millis(20);
         };
         let descs = self.table(TableId::Descs).as_ptr() as usize;
-        // SAFETY: the area and the descriptors lie in the mapping, which
-        // stays until Drop, where the area is unregistered first (the
-        // cache over it is gone by then: no pin held or taken).
-        if !unsafe { crate::frame::ledger::register(area, descs, tag, row) } {
+        let seg = (self.base.as_ptr() as usize, self.len);
+        // SAFETY: the area, the descriptors and the size locks lie in the
+        // mapping, which stays until Drop, where the area is unregistered
+        // first (the cache over it is gone by then: no pin or size lock
+        // held or taken).
+        if !unsafe { crate::frame::ledger::register(area, descs, seg, tag, row) } {
             return Err(io::Error::other(format!(
                 "shared cache {}: too many shared caches attached in this process",
                 self.path.display()
@@ -571,6 +573,11 @@ impl Segment {
         }
         self.pins_row = Some(row);
         Ok(())
+    }
+
+    /// Where the segment is mapped in this process.
+    pub(crate) fn base(&self) -> usize {
+        self.base.as_ptr() as usize
     }
 
     /// The pins area (5.15).
