@@ -63,6 +63,13 @@
 //! its life, so a nested shared hold (`write_at` -> eviction -> write-back
 //! of the same file) counts on the shard it holds. Under loom there is one
 //! shard, and the hold-back is one yield.
+//!
+//! In a cache shared by processes a shard's count and the phase name no
+//! holder, so each hold is also counted as its thread's in the segment
+//! (after S1 and X2, uncounted before S5 and X6: protocol 5.15,
+//! `frame/ledger.rs`), and the holds of a process that dies are given back
+//! by its recovery ([`SizeLock::release_dead`]); X1's mutex is taken over
+//! by the next exclusive holder (5.14).
 
 use crate::sync::lockstat::LockClass;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering};
