@@ -179,6 +179,7 @@ impl Inner {
                 Ok(Some(f)) => {
                     // Relaxed: a hint for reclaim.
                     self.words.filling.fetch_add(1, Ordering::Relaxed);
+                    super::words::counted(&*self.words.filling, 1);
                     fills.push(self.begin_fill(fs, index, f))
                 }
                 Ok(None) => break,

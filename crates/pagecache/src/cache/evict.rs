@@ -198,6 +198,7 @@ impl Inner {
             // Relaxed: a hint for the wait above; the candidates themselves
             // are re-validated by try_evict.
             self.words.reclaiming.fetch_add(1, Ordering::Relaxed);
+            super::words::counted(&*self.words.reclaiming, 1);
             let examined = self
                 .policy
                 .candidates(&self.frames, &mut cands, WANT, urgent);
@@ -238,6 +239,7 @@ impl Inner {
             }
             // Release: the leftovers freed above happen-before a waiter's
             // Acquire RMW that reads this decrement.
+            super::words::counted(&*self.words.reclaiming, -1);
             self.words.reclaiming.fetch_sub(1, Ordering::Release);
             // Nothing queued at all (every frame pinned, latched, anonymous,
             // or in another reclaimer's batch): see the checks at the top.

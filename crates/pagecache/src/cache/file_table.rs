@@ -310,6 +310,29 @@ impl FileTable {
         }
     }
 
+    /// Runs `f` on the slot of a LIVE or CLOSING entry whose write-back
+    /// count lies at `addr` (the recovery of a dead process's counts, 5.15:
+    /// an address from the segment, checked here). As
+    /// [`FileTable::with_size_lock`].
+    pub(crate) fn with_writeback_count(&self, addr: usize, f: impl FnOnce(&FileSlot)) {
+        let base = self.slots.as_ptr() as usize;
+        let i = addr.wrapping_sub(base) / std::mem::size_of::<Slot>();
+        if addr < base || i >= MAX_FILES {
+            return;
+        }
+        let _g = self.lock();
+        let e = self.entry(i);
+        // Relaxed: under the lock.
+        if e.state.load(Ordering::Relaxed) == FREE {
+            return;
+        }
+        // SAFETY: as in `with_size_lock`.
+        let slot = unsafe { (*self.cell(e)).assume_init_ref() };
+        if std::ptr::addr_of!(slot.writeback) as usize == addr {
+            f(slot);
+        }
+    }
+
     /// Entry `e`'s index.
     fn index_in(&self, e: &Entry) -> usize {
         let i = (e as *const Entry as usize - self.entries.as_ptr() as usize)

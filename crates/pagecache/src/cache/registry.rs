@@ -112,6 +112,44 @@ impl FileSlot {
             had_runs: crate::sync::AtomicBool::new(false),
         }
     }
+
+    /// `n` more pages under write-back (taken, or about to start); in a
+    /// cache shared by processes, counted as this thread's after the add
+    /// (5.15), so that a dead process's are given back.
+    #[inline]
+    pub(crate) fn writeback_started(&self, n: usize) {
+        // Relaxed: ordered by the tree lock or the start's RMW that
+        // follows (see the callers).
+        self.writeback.fetch_add(n, Ordering::Relaxed);
+        #[cfg(not(loom))]
+        crate::frame::ledger::count_word(&self.writeback as *const AtomicUsize as usize, n as i64);
+    }
+
+    /// `n` pages' write-backs ended (or given up); uncounted before the
+    /// decrement (5.15).
+    #[inline]
+    pub(crate) fn writeback_done(&self, n: usize) {
+        #[cfg(not(loom))]
+        crate::frame::ledger::count_word(
+            &self.writeback as *const AtomicUsize as usize,
+            -(n as i64),
+        );
+        // Release: the pages' end of write-back (dirty again and tagged,
+        // or written) happens-before a waiting sync's Acquire load.
+        self.writeback.fetch_sub(n, Ordering::Release);
+    }
+
+    /// Takes back `n` write-backs a dead process had counted (5.15), never
+    /// below zero. Context: the recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn writeback_dead(&self, n: usize) {
+        // Release: as `writeback_done`.
+        let _ = self
+            .writeback
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
+                Some(w.saturating_sub(n))
+            });
+    }
 }
 
 /// One file as this process holds it (same device and inode): its shared

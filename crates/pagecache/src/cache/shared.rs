@@ -170,8 +170,18 @@ mod imp {
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
             let taken = sh.seg.pins().take_process(tag);
-            // Its size-lock holds: writers and `set_len`s wait for them.
             let seg = sh.seg.base();
+            // What it added to files' write-back counts: syncs wait for
+            // them (its write-backs were ended by `recover_dead_pages`).
+            // And to the cache-wide counts of fills, reclaims and removals
+            // in flight (reclaim waits while they are not zero).
+            for &(at, n) in &taken.words {
+                if n > 0 && !self.words.take_back(seg + at, n as usize) {
+                    sh.files
+                        .with_writeback_count(seg + at, |fs| fs.writeback_dead(n as usize));
+                }
+            }
+            // Its size-lock holds: writers and `set_len`s wait for them.
             for &(at, shard, n) in &taken.sizes {
                 sh.files
                     .with_size_lock(seg + at, |lock| lock.release_dead(shard, n));

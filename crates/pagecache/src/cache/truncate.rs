@@ -78,6 +78,7 @@ impl Inner {
         // frame busy meanwhile waits for these instead of failing.
         // Relaxed: a hint; the reclaimer reads it by RMW and rescans.
         self.words.freeing.fetch_add(1, Ordering::Relaxed);
+        super::words::counted(&*self.words.freeing, 1);
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
         let mut deferred = Vec::new();
@@ -115,6 +116,7 @@ impl Inner {
         self.defer_frees(deferred);
         // Release: the frees above happen-before a reclaimer's Acquire RMW
         // that reads this decrement (its next alloc finds them).
+        super::words::counted(&*self.words.freeing, -1);
         self.words.freeing.fetch_sub(1, Ordering::Release);
     }
 
@@ -135,6 +137,7 @@ impl Inner {
         self.with_slot(owner, |fs| {
             // Relaxed: a hint.
             self.words.freeing.fetch_add(1, Ordering::Relaxed);
+            super::words::counted(&*self.words.freeing, 1);
             let mut g = fs.tree.lock();
             if d.identity() == (owner, index) && !d.snapshot().is_removed() {
                 // T1-T3 of protocol 5.7, as `remove_pages_from`.
@@ -165,6 +168,7 @@ impl Inner {
                 drop(g);
             }
             // Release: as `remove_pages_from`.
+            super::words::counted(&*self.words.freeing, -1);
             self.words.freeing.fetch_sub(1, Ordering::Release);
         });
         // Waiters retry: the page is gone from the index.
@@ -193,8 +197,9 @@ impl Inner {
                             f,
                             crate::cache::WritebackCause::Background,
                         );
-                        // Release: after the re-tag, as `end_run`'s.
-                        fs.writeback.fetch_sub(1, Ordering::Release);
+                        // Its count in `fs.writeback` is the dead
+                        // process's to give back: its counts say how much
+                        // it added (5.15), taken back after this pass.
                     });
                 }
                 d.clear_writeback_owner(tag);
@@ -202,6 +207,23 @@ impl Inner {
             if d.take_dead_latch(tag) {
                 let (owner, index) = d.identity();
                 self.drop_torn(owner, index, f);
+            }
+        }
+        // Dirty pages whose tags the dead process took for a write-back it
+        // never started (or a sync's take it never finished): tagged again,
+        // so that the next sync writes them rather than misses them. A tag
+        // on a page a live process is writing back just now costs at most
+        // a second write of it.
+        for f in 0..self.frames.len() as FrameNo {
+            let d = self.desc(f);
+            let s = d.snapshot();
+            if s.is_dirty() && !s.is_removed() && s.refs() > 0 {
+                let (owner, index) = d.identity();
+                self.with_slot(owner, |fs| {
+                    if fs.tree.lookup(&self.nodes, index) == Some(f) {
+                        fs.tree.tag_dirty(&self.nodes, index);
+                    }
+                });
             }
         }
     }

@@ -55,3 +55,43 @@ impl Words {
         }
     }
 }
+
+/// Counts `n` added to the counter `w` (negative: taken from it) as the
+/// calling thread's, when `w` lies in a cache shared by processes (5.15:
+/// after an increment, before a decrement), so that what a dead process
+/// left in it is taken back ([`Words::take_back`]); nothing otherwise.
+#[inline(always)]
+pub(crate) fn counted<T>(w: &T, n: i64) {
+    #[cfg(not(loom))]
+    crate::frame::ledger::count_word(w as *const T as usize, n);
+    #[cfg(loom)]
+    let _ = (w, n);
+}
+
+impl Words {
+    /// Takes back `n` that a dead process added to the counter at `addr`
+    /// (5.15), if it is one of the counters counted so (`filling`,
+    /// `reclaiming`, `freeing`), never below zero; whether it was.
+    /// Context: the recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn take_back(&self, addr: usize, n: usize) -> bool {
+        let take = |w: &std::sync::atomic::AtomicUsize| {
+            // Release: as the counters' own decrements.
+            let _ = w.fetch_update(
+                std::sync::atomic::Ordering::Release,
+                std::sync::atomic::Ordering::Relaxed,
+                |v| Some(v.saturating_sub(n)),
+            );
+        };
+        if addr == &*self.filling as *const _ as usize {
+            take(&self.filling);
+        } else if addr == &*self.reclaiming as *const _ as usize {
+            take(&self.reclaiming);
+        } else if addr == &*self.freeing as *const _ as usize {
+            take(&self.freeing);
+        } else {
+            return false;
+        }
+        true
+    }
+}

@@ -55,6 +55,12 @@
 //! gives it back; the recovery gives back what a dead process's add up to
 //! (the shard's holders down, the phase back to idle) and wakes who waits.
 //!
+//! So do the counters in the segment that a process raises while it works
+//! and lowers when done (a file's write-backs in flight, the cache-wide
+//! fills, reclaims and removals in flight): what a thread adds to one is
+//! an entry (the counter's place, a signed count), and the recovery takes
+//! back what a dead process's add up to (`ledger_words.rs`).
+//!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
 //! reference at all (taken from the pool, or freed by its last release, on
@@ -148,6 +154,7 @@ impl Area {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
         let mut sizes: std::collections::HashMap<(usize, u32), i64> = Default::default();
+        let mut words: std::collections::HashMap<usize, i64> = Default::default();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -156,7 +163,10 @@ impl Area {
             }
             for e in &table.entries {
                 let v = e.swap(0, Relaxed);
-                if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 {
+                if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
+                    let (at, n) = word_entry(v);
+                    *words.entry(at).or_default() += n;
+                } else if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 {
                     let at = (v >> 32 & !SIZE_KEY) as usize * 64;
                     let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
                     *sizes.entry((at, v as u32 & 0xffff)).or_default() += sign;
@@ -200,10 +210,13 @@ impl Area {
             .map(|((at, shard), n)| (at, shard, n))
             .collect();
         sizes.sort_unstable();
+        let mut words: Vec<(usize, i64)> = words.into_iter().filter(|&(_, n)| n != 0).collect();
+        words.sort_unstable();
         Taken {
             frames,
             runs,
             sizes,
+            words,
         }
     }
 
@@ -227,6 +240,9 @@ impl Area {
                             .entry((node as u64) << 8 | (lo + k) as u64)
                             .or_default() += sign;
                     }
+                } else if v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
+                    let (at, n) = word_entry(v);
+                    *others.entry(at as u64 | 1 << 62).or_default() += n;
                 } else if v >> 32 & SIZE_KEY != 0 {
                     let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
                     *others.entry(v & !RUN_NEG | 1 << 63).or_default() += sign;
@@ -256,6 +272,9 @@ pub struct Taken {
     /// Size-lock holds (the lock's offset in the segment, its shard or
     /// [`SIZE_EXCLUSIVE`], holds), sorted.
     pub sizes: Vec<(usize, u32, i64)>,
+    /// Counts added to counters ([`count_word`]): the counter's offset in
+    /// the segment and what the process added, sorted.
+    pub words: Vec<(usize, i64)>,
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
@@ -268,10 +287,22 @@ const RUN_KEY: u64 = 1 << 31;
 const SIZE_KEY: u64 = 1 << 30;
 /// The value of an exclusive size-lock hold's entry.
 pub const SIZE_EXCLUSIVE: u32 = 0xffff;
+/// The value bit of a counter's entry (a key of [`SIZE_KEY`]): the
+/// counter is the 8-byte word `(value >> 24) & 7` of the key's line, and
+/// the value's low 24 bits are a signed count of it (a file's write-backs
+/// in flight, `FileSlot::writeback`).
+const WORD: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
 pub const MAX_FRAMES: u64 = SIZE_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
+
+/// A counter entry's counter (its offset in the segment) and count.
+fn word_entry(v: u64) -> (usize, i64) {
+    let at = (v >> 32 & !SIZE_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
+    let n = ((v as u32) << 8) as i32 >> 8;
+    (at, n as i64)
+}
 
 /// A run entry's node, first slot, slot mask (from that slot) and sign.
 fn run_entry(v: u64) -> (u32, u32, u32, i64) {
@@ -528,38 +559,6 @@ pub(crate) fn count_run(descs: usize, node: u32, lo: usize, n: usize, pin: bool)
     compiler_fence(Ordering::SeqCst);
 }
 
-/// Counts a hold of the size lock at `lock` (shard `shard`, or
-/// [`SIZE_EXCLUSIVE`]) taken (`hold`: after the RMW that took it) or given
-/// back (before the RMW that gives it back), if the lock lies in a shared
-/// cache's segment.
-#[inline]
-pub(crate) fn count_size(lock: usize, shard: u32, hold: bool) {
-    if AREAS_N.load(Relaxed) == 0 {
-        return;
-    }
-    count_size_shared(lock, shard, hold);
-}
-
-#[inline(never)]
-fn count_size_shared(lock: usize, shard: u32, hold: bool) {
-    let Some(reg) = find_by(|r| lock.wrapping_sub(r.seg) < r.seg_len) else {
-        return;
-    };
-    let at = (lock - reg.seg) / 64;
-    if at as u64 >= SIZE_KEY || (lock - reg.seg) % 64 != 0 {
-        return;
-    }
-    compiler_fence(Ordering::SeqCst);
-    let key = (SIZE_KEY | at as u64) << 32 | shard as u64;
-    if !cached_table(reg).is_some_and(|t| add_hold(t, key, hold)) {
-        count_in(reg, |_, t| match t {
-            Some(t) => add_hold(t, key, hold),
-            None => true,
-        });
-    }
-    compiler_fence(Ordering::SeqCst);
-}
-
 /// This thread's table of `reg`'s area, if it is the one cached.
 #[inline]
 fn cached_table(reg: &Reg) -> Option<&'static Table> {
@@ -569,29 +568,6 @@ fn cached_table(reg: &Reg) -> Option<&'static Table> {
     // (its segment attached while the caller counts in it).
     (f.epoch == EPOCH.load(Acquire) && f.lo == reg.descs)
         .then(|| unsafe { &*(f.table as *const Table) })
-}
-
-/// A size-lock hold's entry `key` (its value the shard): appended when
-/// taken; when given back, the last such entry removed (the whole list
-/// looked at: a sync holds the lock across many pins), else a negative one
-/// appended. False if the table is full.
-fn add_hold(table: &Table, key: u64, hold: bool) -> bool {
-    let n = table.used.load(Relaxed) as usize;
-    if !hold {
-        for i in (0..n).rev() {
-            if table.entries[i].load(Relaxed) == key {
-                remove(table, i, n);
-                return true;
-            }
-        }
-    }
-    if n >= ENTRIES {
-        return false;
-    }
-    let neg = if hold { 0 } else { RUN_NEG };
-    table.entries[n].store(key | neg, Relaxed);
-    table.used.store(n as u32 + 1, Relaxed);
-    true
 }
 
 /// A run's entry: one pin (or, with `RUN_NEG`, one release) of slots
@@ -726,172 +702,12 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
     true
 }
 
+// The counts of size-lock holds and of counters (`count_size`,
+// `count_word`).
+#[path = "ledger_words.rs"]
+mod words;
+pub(crate) use words::{count_size, count_word};
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An area over heap memory for `frames` frames, registered for fake
-    /// descriptors at `descs` (never dereferenced: only their addresses
-    /// are counted: kernel addresses, which no real descriptor of another
-    /// test has), as tag 7 with row 0; unregistered when dropped.
-    struct Fake {
-        mem: *mut u8,
-        layout: std::alloc::Layout,
-        area: Area,
-        descs: usize,
-    }
-
-    impl Fake {
-        fn new(frames: usize, descs: usize) -> Fake {
-            Self::with_seg(frames, descs, (0, 0))
-        }
-
-        fn with_seg(frames: usize, descs: usize, seg: (usize, usize)) -> Fake {
-            let layout = std::alloc::Layout::from_size_align(Area::bytes(frames), 4096).unwrap();
-            // SAFETY: a non-zero size.
-            let mem = unsafe { std::alloc::alloc_zeroed(layout) };
-            assert!(!mem.is_null());
-            let area = Area {
-                base: mem as usize,
-                frames,
-            };
-            assert_eq!(area.claim_row(7), Some(0));
-            // SAFETY: the memory lives until Drop, which unregisters first.
-            assert!(unsafe { register(area, descs, seg, 7, 0) });
-            Fake {
-                mem,
-                layout,
-                area,
-                descs,
-            }
-        }
-
-        fn desc(&self, f: usize) -> usize {
-            self.descs + 64 * f
-        }
-    }
-
-    impl Drop for Fake {
-        fn drop(&mut self) {
-            // SAFETY: no pin is being counted (the test's threads ended).
-            unsafe { unregister(self.descs) };
-            // SAFETY: allocated in `new` with this layout.
-            unsafe { std::alloc::dealloc(self.mem, self.layout) };
-        }
-    }
-
-    fn counts(a: &Area) -> Vec<(usize, i64)> {
-        a.all_counts()
-            .0
-            .into_iter()
-            .enumerate()
-            .filter(|&(_, n)| n != 0)
-            .collect()
-    }
-
-    #[test]
-    fn pins_released_by_their_thread_leave_nothing_counted() {
-        let fake = Fake::new(100, 0xffff_9000_0000_0000);
-        for f in 0..50 {
-            count(fake.desc(f), 1);
-            count(fake.desc(f + 1), 1);
-            count(fake.desc(f + 1), -1);
-        }
-        assert_eq!(counts(&fake.area).len(), 50);
-        for f in 0..50 {
-            count(fake.desc(f), -1);
-        }
-        assert_eq!(counts(&fake.area), []);
-    }
-
-    #[test]
-    fn a_pin_released_by_another_thread_nets_to_zero_and_a_full_table_folds() {
-        let fake = Fake::new(1000, 0xffff_a000_0000_0000);
-        // More pins than a table holds: folded into the row on the way.
-        for f in 0..900 {
-            count(fake.desc(f), 1);
-        }
-        let d = fake.descs;
-        std::thread::spawn(move || {
-            for f in 0..900 {
-                count(d + 64 * f, -1);
-            }
-            // This thread's table is folded into the row as it exits.
-        })
-        .join()
-        .unwrap();
-        assert_eq!(counts(&fake.area), []);
-        count(fake.desc(3), 1);
-        count(fake.desc(3), 1);
-        assert_eq!(counts(&fake.area), [(3, 2)]);
-        count(fake.desc(3), -1);
-        count(fake.desc(3), -1);
-    }
-
-    #[test]
-    fn a_processs_counts_are_taken_whole_and_its_tables_freed() {
-        let fake = Fake::new(100, 0xffff_b000_0000_0000);
-        let d = fake.descs;
-        count(fake.desc(5), 1);
-        count(fake.desc(5), 1);
-        std::thread::spawn(move || {
-            count(d + 64 * 9, 1);
-            count(d + 64 * 5, -1);
-        })
-        .join()
-        .unwrap();
-        // Descriptors outside the area are not counted.
-        count(fake.desc(100), 1);
-        assert_eq!(fake.area.take_process(7).frames, [(5, 1), (9, 1)]);
-        assert_eq!(counts(&fake.area), []);
-        assert!((0..TABLES).all(|t| fake.area.table(t).owner.load(Relaxed) == 0));
-        assert!((0..ROWS).all(|r| fake.area.row_owner(r).load(Relaxed) == 0));
-    }
-
-    #[test]
-    fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
-        let fake = Fake::new(100, 0xffff_c000_0000_0000);
-        let d = fake.descs;
-        // A run of slots 4..12 of node 3, cut to 4..7 (R3's partial
-        // unpin), then one of slots 60..64 of node 8 ended by another
-        // thread.
-        count_run(d, 3, 4, 8, true);
-        count_run(d, 3, 7, 5, false);
-        count_run(d, 8, 60, 4, true);
-        std::thread::spawn(move || count_run(d, 8, 60, 4, false))
-            .join()
-            .unwrap();
-        count(fake.desc(2), 1);
-        assert_eq!(fake.area.all_counts().1, 3);
-        let t = fake.area.take_process(7);
-        assert_eq!(t.frames, [(2, 1)]);
-        assert_eq!(t.runs, [(3, 4, 1), (3, 5, 1), (3, 6, 1)]);
-        // Ended by its own thread: nothing left.
-        count_run(d, 5, 0, 16, true);
-        count_run(d, 5, 0, 16, false);
-        assert_eq!(fake.area.all_counts().1, 0);
-    }
-
-    #[test]
-    fn size_lock_holds_are_counted_by_lock_and_shard() {
-        let seg = 0xffff_d000_0000_0000;
-        let fake = Fake::with_seg(100, seg + 4096, (seg, 1 << 30));
-        let lock = seg + 64 * 1000;
-        // Two holds of shard 3 (one nested), one given back; the
-        // exclusive hold; a hold of another lock, given back by another
-        // thread (a negative entry there, the positive one here).
-        count_size(lock, 3, true);
-        count_size(lock, 3, true);
-        count_size(lock, 3, false);
-        count_size(lock, SIZE_EXCLUSIVE, true);
-        count_size(lock + 128, 0, true);
-        std::thread::spawn(move || count_size(lock + 128, 0, false))
-            .join()
-            .unwrap();
-        // Outside the segment: not counted.
-        count_size(seg + (1 << 30), 0, true);
-        let t = fake.area.take_process(7);
-        assert_eq!(t.sizes, [(64 * 1000, 3, 1), (64 * 1000, SIZE_EXCLUSIVE, 1)]);
-        assert_eq!(t.frames, []);
-    }
-}
+#[path = "ledger_tests.rs"]
+mod tests;

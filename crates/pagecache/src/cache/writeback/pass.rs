@@ -120,7 +120,7 @@ impl Inner {
                         WbPin::Deferred => {
                             // Release: as `end_run`'s decrement (the page
                             // is tagged again already).
-                            fs.writeback.fetch_sub(1, Ordering::Release);
+                            fs.writeback_done(1);
                             if background.is_none() {
                                 first_err.get_or_insert_with(|| {
                                     io::Error::new(
@@ -137,14 +137,14 @@ impl Inner {
                         }
                         WbPin::Skip => {
                             // Release: as `end_run`'s decrement.
-                            fs.writeback.fetch_sub(1, Ordering::Release);
+                            fs.writeback_done(1);
                             i += 1;
                             break;
                         }
                         WbPin::Busy if background.is_some() => {
                             self.untake(fs, index, f);
                             // Release: after the tag is back (see `untake`).
-                            fs.writeback.fetch_sub(1, Ordering::Release);
+                            fs.writeback_done(1);
                             i += 1;
                             break;
                         }
@@ -294,7 +294,7 @@ impl Inner {
             // from their pin): a sync that finds their tags gone must
             // find them here. Under the tree lock, which a later take
             // also takes. Relaxed: ordered by that lock.
-            fs.writeback.fetch_add(dirty.len(), Ordering::Relaxed);
+            fs.writeback_started(dirty.len());
         }
         if partial {
             // Tags are left: the file keeps a dirty time.

@@ -278,7 +278,7 @@ impl Inner {
         };
         // Release: the pages' end of write-back (dirty again, tagged) and
         // the failure count happen-before a waiting sync's Acquire load.
-        fs.writeback.fetch_sub(run.len(), Ordering::Release);
+        fs.writeback_done(run.len());
         // Frames may be evictable now: futures waiting for one look again
         // (5.9 F1).
         self.async_frames.event();
@@ -336,13 +336,13 @@ impl Inner {
     pub(super) fn start_one(&self, fs: &FileShared, f: FrameNo, stable: bool) -> bool {
         // Relaxed: the Release half of `start_writeback`'s RMW below
         // publishes it to a remover whose RMW reads that start.
-        fs.writeback.fetch_add(1, Ordering::Relaxed);
+        fs.writeback_started(1);
         if self.desc(f).start_writeback(stable) {
             self.cleaned();
             true
         } else {
             // Release: as `end_run`'s decrement.
-            fs.writeback.fetch_sub(1, Ordering::Release);
+            fs.writeback_done(1);
             false
         }
     }
@@ -396,7 +396,7 @@ impl Inner {
                         }
                         self.cancel_writeback(fs, index, f, cause);
                         // Release: after the re-tag, as `end_run`'s.
-                        fs.writeback.fetch_sub(1, Ordering::Release);
+                        fs.writeback_done(1);
                         false
                     }
                 };

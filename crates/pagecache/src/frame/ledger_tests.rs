@@ -1,0 +1,167 @@
+//! Unit tests of the pin counts (`ledger.rs`, protocol 5.15).
+use super::*;
+
+/// An area over heap memory for `frames` frames, registered for fake
+/// descriptors at `descs` (never dereferenced: only their addresses
+/// are counted: kernel addresses, which no real descriptor of another
+/// test has), as tag 7 with row 0; unregistered when dropped.
+struct Fake {
+    mem: *mut u8,
+    layout: std::alloc::Layout,
+    area: Area,
+    descs: usize,
+}
+
+impl Fake {
+    fn new(frames: usize, descs: usize) -> Fake {
+        Self::with_seg(frames, descs, (0, 0))
+    }
+
+    fn with_seg(frames: usize, descs: usize, seg: (usize, usize)) -> Fake {
+        let layout = std::alloc::Layout::from_size_align(Area::bytes(frames), 4096).unwrap();
+        // SAFETY: a non-zero size.
+        let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!mem.is_null());
+        let area = Area {
+            base: mem as usize,
+            frames,
+        };
+        assert_eq!(area.claim_row(7), Some(0));
+        // SAFETY: the memory lives until Drop, which unregisters first.
+        assert!(unsafe { register(area, descs, seg, 7, 0) });
+        Fake {
+            mem,
+            layout,
+            area,
+            descs,
+        }
+    }
+
+    fn desc(&self, f: usize) -> usize {
+        self.descs + 64 * f
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        // SAFETY: no pin is being counted (the test's threads ended).
+        unsafe { unregister(self.descs) };
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.mem, self.layout) };
+    }
+}
+
+fn counts(a: &Area) -> Vec<(usize, i64)> {
+    a.all_counts()
+        .0
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, n)| n != 0)
+        .collect()
+}
+
+#[test]
+fn pins_released_by_their_thread_leave_nothing_counted() {
+    let fake = Fake::new(100, 0xffff_9000_0000_0000);
+    for f in 0..50 {
+        count(fake.desc(f), 1);
+        count(fake.desc(f + 1), 1);
+        count(fake.desc(f + 1), -1);
+    }
+    assert_eq!(counts(&fake.area).len(), 50);
+    for f in 0..50 {
+        count(fake.desc(f), -1);
+    }
+    assert_eq!(counts(&fake.area), []);
+}
+
+#[test]
+fn a_pin_released_by_another_thread_nets_to_zero_and_a_full_table_folds() {
+    let fake = Fake::new(1000, 0xffff_a000_0000_0000);
+    // More pins than a table holds: folded into the row on the way.
+    for f in 0..900 {
+        count(fake.desc(f), 1);
+    }
+    let d = fake.descs;
+    std::thread::spawn(move || {
+        for f in 0..900 {
+            count(d + 64 * f, -1);
+        }
+        // This thread's table is folded into the row as it exits.
+    })
+    .join()
+    .unwrap();
+    assert_eq!(counts(&fake.area), []);
+    count(fake.desc(3), 1);
+    count(fake.desc(3), 1);
+    assert_eq!(counts(&fake.area), [(3, 2)]);
+    count(fake.desc(3), -1);
+    count(fake.desc(3), -1);
+}
+
+#[test]
+fn a_processs_counts_are_taken_whole_and_its_tables_freed() {
+    let fake = Fake::new(100, 0xffff_b000_0000_0000);
+    let d = fake.descs;
+    count(fake.desc(5), 1);
+    count(fake.desc(5), 1);
+    std::thread::spawn(move || {
+        count(d + 64 * 9, 1);
+        count(d + 64 * 5, -1);
+    })
+    .join()
+    .unwrap();
+    // Descriptors outside the area are not counted.
+    count(fake.desc(100), 1);
+    assert_eq!(fake.area.take_process(7).frames, [(5, 1), (9, 1)]);
+    assert_eq!(counts(&fake.area), []);
+    assert!((0..TABLES).all(|t| fake.area.table(t).owner.load(Relaxed) == 0));
+    assert!((0..ROWS).all(|r| fake.area.row_owner(r).load(Relaxed) == 0));
+}
+
+#[test]
+fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
+    let fake = Fake::new(100, 0xffff_c000_0000_0000);
+    let d = fake.descs;
+    // A run of slots 4..12 of node 3, cut to 4..7 (R3's partial
+    // unpin), then one of slots 60..64 of node 8 ended by another
+    // thread.
+    count_run(d, 3, 4, 8, true);
+    count_run(d, 3, 7, 5, false);
+    count_run(d, 8, 60, 4, true);
+    std::thread::spawn(move || count_run(d, 8, 60, 4, false))
+        .join()
+        .unwrap();
+    count(fake.desc(2), 1);
+    assert_eq!(fake.area.all_counts().1, 3);
+    let t = fake.area.take_process(7);
+    assert_eq!(t.frames, [(2, 1)]);
+    assert_eq!(t.runs, [(3, 4, 1), (3, 5, 1), (3, 6, 1)]);
+    // Ended by its own thread: nothing left.
+    count_run(d, 5, 0, 16, true);
+    count_run(d, 5, 0, 16, false);
+    assert_eq!(fake.area.all_counts().1, 0);
+}
+
+#[test]
+fn size_lock_holds_are_counted_by_lock_and_shard() {
+    let seg = 0xffff_d000_0000_0000;
+    let fake = Fake::with_seg(100, seg + 4096, (seg, 1 << 30));
+    let lock = seg + 64 * 1000;
+    // Two holds of shard 3 (one nested), one given back; the
+    // exclusive hold; a hold of another lock, given back by another
+    // thread (a negative entry there, the positive one here).
+    count_size(lock, 3, true);
+    count_size(lock, 3, true);
+    count_size(lock, 3, false);
+    count_size(lock, SIZE_EXCLUSIVE, true);
+    count_size(lock + 128, 0, true);
+    std::thread::spawn(move || count_size(lock + 128, 0, false))
+        .join()
+        .unwrap();
+    // Outside the segment: not counted.
+    count_size(seg + (1 << 30), 0, true);
+    let t = fake.area.take_process(7);
+    assert_eq!(t.sizes, [(64 * 1000, 3, 1), (64 * 1000, SIZE_EXCLUSIVE, 1)]);
+    assert_eq!(t.frames, []);
+}
