@@ -175,10 +175,21 @@ struct Worker {
 }
 
 fn spawn(dir: &Path, who: usize) -> Worker {
-    let child = common::spawn_child(&[
-        ("PC_TORTURE_DIR", dir.to_str().unwrap()),
-        ("PC_TORTURE_WHO", &who.to_string()),
-    ]);
+    // As `common::spawn_child`, its test harness's lines (hundreds of
+    // workers) left out: a worker's panic still shows on stderr.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PC_TORTURE_DIR", dir)
+        .env("PC_TORTURE_WHO", who.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn a worker");
     Worker {
         child,
         started: Instant::now(),
