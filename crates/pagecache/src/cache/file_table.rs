@@ -237,8 +237,9 @@ impl FileTable {
 
     /// Gives back every open of process `who` (which died: its recovery,
     /// 5.14; or which detaches with opens a tool left). Entries it was the
-    /// last opener of become orphans (see the module docs). Returns how many entries it had open. Context: no
-    /// sleep; takes the table lock (maybe taking it over from `who`).
+    /// last opener of become orphans (see the module docs). Returns how
+    /// many entries it had open. Context: no sleep; takes the table lock
+    /// (maybe taking it over from `who`).
     pub(crate) fn forget_process(&self, who: usize) -> usize {
         if who >= MAX_OPENERS {
             return 0;

@@ -121,19 +121,14 @@ impl FileSlot {
         // Relaxed: ordered by the tree lock or the start's RMW that
         // follows (see the callers).
         self.writeback.fetch_add(n, Ordering::Relaxed);
-        #[cfg(not(loom))]
-        crate::frame::ledger::count_word(&self.writeback as *const AtomicUsize as usize, n as i64);
+        super::words::counted(&self.writeback, n as i64);
     }
 
     /// `n` pages' write-backs ended (or given up); uncounted before the
     /// decrement (5.15).
     #[inline]
     pub(crate) fn writeback_done(&self, n: usize) {
-        #[cfg(not(loom))]
-        crate::frame::ledger::count_word(
-            &self.writeback as *const AtomicUsize as usize,
-            -(n as i64),
-        );
+        super::words::counted(&self.writeback, -(n as i64));
         // Release: the pages' end of write-back (dirty again and tagged,
         // or written) happens-before a waiting sync's Acquire load.
         self.writeback.fetch_sub(n, Ordering::Release);

@@ -161,11 +161,12 @@ mod imp {
             }
         }
 
-        /// 5.15 P4: drops the pins the process tagged `tag` (dead, its
+        /// 5.15 P4: takes back what the process tagged `tag` (dead, its
         /// latches and write-backs recovered first) still held, as its
-        /// tables and row count them; a frame whose last reference that
-        /// was is freed. A count that finds the frame with no reference
-        /// left (a corrupt count) stops there. Context: no sleep but the
+        /// tables and row count them: its counts, size-lock holds, runs
+        /// and pins; a frame whose last reference that was is freed. A
+        /// count that finds nothing left to take (a corrupt count) stops
+        /// there. Context: no sleep but the
         /// free's pool and policy locks; the recovery's own thread.
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
@@ -186,8 +187,9 @@ mod imp {
                 sh.files
                     .with_size_lock(seg + at, |lock| lock.release_dead(shard, n));
             }
-            // Its runs first: a run's end may free frames it kept (deferred
-            // frees), and writers of its pages wait for it (5.7 W3).
+            // Its runs before its pins: a run's end may free frames it
+            // kept (deferred frees), and writers of its pages wait for it
+            // (5.7 W3).
             for &(node, slot, n) in &taken.runs {
                 if let Some(leaf) = self.nodes.get(node as u64) {
                     for _ in 0..n.max(0) {

@@ -179,10 +179,12 @@ impl Inner {
     /// still latched by the process tagged `tag` is taken over and dropped
     /// (L3-L4), whether or not anyone waits for it (a future waiting on it
     /// is woken by the unlatch), and every write-back it had started is
-    /// ended as failed (W3: the page dirty and tagged again, the file's
-    /// count of write-backs down, a sync waiting for them writes it). One
-    /// pass over the descriptors. Context: no sleep but the tree and table
-    /// locks; a thread of the recovery's own.
+    /// ended as failed (W3: the page dirty and tagged again; the file's
+    /// count of write-backs comes down in `recover_dead_pins`, after, and a
+    /// sync waiting for it writes the page). One pass over the
+    /// descriptors, then one more that tags again every dirty page still
+    /// in its index. Context: no sleep but the tree and table locks; a
+    /// thread of the recovery's own.
     #[cfg(not(loom))]
     pub(crate) fn recover_dead_pages(&self, tag: u32) {
         for f in 0..self.frames.len() as FrameNo {

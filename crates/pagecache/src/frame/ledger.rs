@@ -333,12 +333,14 @@ static AREAS: [AtomicPtr<Reg>; MAX_AREAS] = [NO_AREA; MAX_AREAS];
 /// Slots ever used: 0 in a process with no shared cache, so the hot path
 /// costs one load of a line nobody writes.
 static AREAS_N: AtomicUsize = AtomicUsize::new(0);
-/// The span of addresses every registered area's descriptors lie in
-/// (`[DESCS_LO, DESCS_LO + DESCS_SPAN)`, empty with none): a descriptor
-/// outside it (a private cache's, in a process that also has a shared
-/// one) is turned away with two loads of words nobody writes.
-static DESCS_LO: AtomicUsize = AtomicUsize::new(0);
-static DESCS_SPAN: AtomicUsize = AtomicUsize::new(0);
+/// Bounds of every area's descriptors ever registered in this process
+/// (`[DESCS_LO, DESCS_HI)`, empty with none): a descriptor outside them (a
+/// private cache's, even in a process that also has a shared one) is
+/// turned away with two loads of words nobody writes. They only widen
+/// (`fetch_min`, `fetch_max`), so each may be read alone: any value a
+/// thread reads once an area is registered bounds that area.
+static DESCS_LO: AtomicUsize = AtomicUsize::new(usize::MAX);
+static DESCS_HI: AtomicUsize = AtomicUsize::new(0);
 /// Serializes registration against itself and against a thread's exit
 /// (which folds its tables into rows that must still be mapped), and
 /// keeps every record made (as an address: records are never freed).
@@ -381,24 +383,12 @@ pub unsafe fn register(
     if i >= AREAS_N.load(Relaxed) {
         AREAS_N.store(i + 1, Relaxed);
     }
-    update_span();
+    // Relaxed: the cache over the area is made after this and reaches
+    // other threads through their own synchronization, after which they
+    // read these values or later (wider) ones.
+    DESCS_LO.fetch_min(descs, Relaxed);
+    DESCS_HI.fetch_max(descs + area.frames * 64, Relaxed);
     true
-}
-
-/// Recomputes [`DESCS_LO`] and [`DESCS_SPAN`] over the registered areas.
-/// Under `REGISTER`. Relaxed: a filter; a descriptor of an area becomes
-/// counted once its cache is made, after its registration.
-fn update_span() {
-    let (mut lo, mut hi) = (usize::MAX, 0);
-    for slot in &AREAS {
-        // SAFETY: published records are never freed.
-        if let Some(r) = unsafe { slot.load(Relaxed).as_ref() } {
-            lo = lo.min(r.descs);
-            hi = hi.max(r.descs + r.area.frames * 64);
-        }
-    }
-    DESCS_LO.store(lo.min(hi), Relaxed);
-    DESCS_SPAN.store(hi.saturating_sub(lo), Relaxed);
 }
 
 /// Stops counting pins of the descriptors at `descs` and gives back this
@@ -418,7 +408,6 @@ pub unsafe fn unregister(descs: usize) {
                 slot.store(std::ptr::null_mut(), Release);
                 // Every thread's cached table of it is stale now.
                 EPOCH.fetch_add(1, Release);
-                update_span();
                 let _ = reg.area.take_process(reg.tag);
             }
         }
@@ -524,7 +513,7 @@ fn fold(reg: &Reg, t: usize) {
 /// drops it), if the frame is in a shared cache. P3.
 #[inline(always)]
 pub(crate) fn count(desc: usize, delta: i32) {
-    if desc.wrapping_sub(DESCS_LO.load(Relaxed)) >= DESCS_SPAN.load(Relaxed) {
+    if desc < DESCS_LO.load(Relaxed) || desc >= DESCS_HI.load(Relaxed) {
         return;
     }
     count_shared(desc, delta);

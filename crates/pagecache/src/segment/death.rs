@@ -24,8 +24,11 @@
 //!   process's: its opens of files (the file table's ledger row,
 //!   `FileTable::forget_process`); then its cache, on a thread of its own,
 //!   drops the pages it held latched (L3-L4) and ends its write-backs
-//!   (W3), from one pass over the descriptors. Then the start time is
-//!   zeroed and the pid word cleared (Release): the slot is free.
+//!   (W3), from one pass over the descriptors, then gives back its pins,
+//!   runs, size-lock holds and counts (5.15, `frame/ledger.rs`). The start
+//!   time is zeroed and the pid word cleared (Release) as soon as its
+//!   thread is started: the slot is free (the pin counts are not kept by
+//!   slot).
 //!
 //! A latch (protocol 5.5) is not a futex word but a bit of a frame's state
 //! word, taken by the same CAS as a pin; it gets the same treatment:
@@ -55,8 +58,8 @@
 //! * W2. Its end clears `WRITEBACK`, then the word.
 //! * W3. The recovery of a dead process ends each write-back it owns as
 //!   failed (`Inner::cancel_writeback`: the page dirty and tagged again,
-//!   the file's undone count moved, its `writeback` count down), then
-//!   clears the word (also where the process died between W1's claim and
+//!   the file's undone count moved; its `writeback` count comes down with
+//!   the rest of what the process counted, 5.15), then clears the word (also where the process died between W1's claim and
 //!   its RMW, or between W2's two steps). A sync waiting for the file's
 //!   write-backs then writes the page itself.
 //!

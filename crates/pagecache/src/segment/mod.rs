@@ -17,6 +17,8 @@
 //!                          file_table.rs`)
 //! TableId::Words           the cache-wide counters (`cache/words.rs`)
 //! TableId::Deferred        the deferred-free queue (`cache/deferred.rs`)
+//! TableId::Pins            who holds the pins: a row per process, a table
+//!                          per thread (`frame/ledger.rs`, 5.15)
 //! TableId::Frames          the frames, 2 MiB-aligned, then ARENA_SLACK
 //! ```
 //!
@@ -41,8 +43,10 @@
 //!   then maps the whole file.
 //! * A2. Both take a slot of the process table (pid and start time, so a
 //!   reused pid is not taken for the dead process; the slot's generation,
-//!   5.14) and register the wait table over the mapping (5.10), and start
-//!   the watcher (`death.rs`). Dropping the segment gives all back.
+//!   5.14) and register the wait table over the mapping (5.10), claim a
+//!   row of the pins area and register it for their threads' counts
+//!   (5.15), and start the watcher (`death.rs`). Dropping the segment
+//!   gives all back.
 //!
 //! A segment is never seen half-made: the name appears only once C1 is
 //! complete (C2), so an attacher needs no wait and no "initialising" state.
@@ -161,8 +165,9 @@ pub struct Segment {
     watcher: Option<death::Watcher>,
     /// What the watcher calls for each dead process it recovers.
     hooks: death::Hooks,
-    /// Our row of the pins area, once registered (5.15).
-    pins_row: Option<usize>,
+    /// Whether this process's pins are counted in the segment (registered
+    /// in `count_pins`, 5.15).
+    counting_pins: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; what is inside is reached
@@ -297,7 +302,7 @@ impl Segment {
             created: false,
             watcher: None,
             hooks: Default::default(),
-            pins_row: None,
+            counting_pins: false,
         };
         let h = seg.header();
         if h.magic != MAGIC {
@@ -405,7 +410,7 @@ impl Segment {
                 created: true,
                 watcher: None,
                 hooks: Default::default(),
-                pins_row: None,
+                counting_pins: false,
             };
             // C1: the header and the tables' first state. The file is
             // zeroed (fresh), which is an empty wait table and an empty
@@ -566,12 +571,14 @@ impl Segment {
         // first (the cache over it is gone by then: no pin or size lock
         // held or taken).
         if !unsafe { crate::frame::ledger::register(area, descs, seg, tag, row) } {
+            // The row back (no table was claimed yet).
+            let _ = area.take_process(tag);
             return Err(io::Error::other(format!(
                 "shared cache {}: too many shared caches attached in this process",
                 self.path.display()
             )));
         }
-        self.pins_row = Some(row);
+        self.counting_pins = true;
         Ok(())
     }
 
@@ -699,7 +706,7 @@ impl Drop for Segment {
         // failed: then a no-op); the segment's users (tables borrowed from
         // it) are gone before it drops.
         unsafe { unregister_region(self.base.as_ptr() as usize) };
-        if self.pins_row.is_some() {
+        if self.counting_pins {
             // SAFETY: registered in `count_pins`; the cache over the
             // segment is gone (no pin held or taken).
             unsafe {
