@@ -340,11 +340,17 @@ impl SizeLock {
     /// Gives back `n` shared holds of shard `shard` (or, for
     /// [`crate::frame::ledger::SIZE_EXCLUSIVE`], the exclusive hold's
     /// phase) that a dead process held (5.15), and wakes who waits for
-    /// them. Its X1 mutex is taken over by the next exclusive holder (a
-    /// `FutexMutex`, 5.14). Context: no sleep; the recovery's thread.
+    /// them. The phase is reset under X1's mutex (a `FutexMutex`, taken
+    /// over from the dead holder, 5.14): a live exclusive holder that took
+    /// X1 over first has set the phase itself, and must not see it reset
+    /// under it. Context: may sleep (X1, with nothing else held); the
+    /// recovery's thread.
     #[cfg(not(loom))]
     pub(crate) fn release_dead(&self, shard: u32, n: i64) {
         if shard == crate::frame::ledger::SIZE_EXCLUSIVE {
+            let _one = self.exclusive.lock();
+            // The repair a takeover asks for is this reset.
+            let _ = crate::sync::futex::took_over();
             // X6, as `SizeExclusive`'s drop.
             self.phase.store(IDLE, Ordering::Release);
             crate::sync::unpark_all(self.shared_key());

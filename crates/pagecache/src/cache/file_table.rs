@@ -286,52 +286,26 @@ impl FileTable {
         unsafe { (*self.cell(e)).assume_init_ref() }
     }
 
-    /// Runs `f` on the size lock at address `addr` if it is the size lock
-    /// of a LIVE or CLOSING entry's slot (the recovery of a dead process's
-    /// holds, 5.15: an address from the segment, checked here). Under the
-    /// table lock (the slot is not freed meanwhile). Context: takes the
-    /// table lock; `f` must not sleep.
-    pub(crate) fn with_size_lock(&self, addr: usize, f: impl FnOnce(&crate::size_lock::SizeLock)) {
+    /// The id of the file whose slot (of a LIVE or CLOSING entry) has at
+    /// `addr` the field `field` names: the recovery of a dead process's
+    /// counts (5.15) finds the slot of an address from the segment, checked
+    /// here. Context: takes the table lock.
+    pub(crate) fn id_at(&self, addr: usize, field: impl Fn(&FileSlot) -> usize) -> Option<u64> {
         let base = self.slots.as_ptr() as usize;
         let i = addr.wrapping_sub(base) / std::mem::size_of::<Slot>();
         if addr < base || i >= MAX_FILES {
-            return;
+            return None;
         }
         let _g = self.lock();
         let e = self.entry(i);
         // Relaxed: under the lock.
         if e.state.load(Ordering::Relaxed) == FREE {
-            return;
+            return None;
         }
         // SAFETY: not FREE (LIVE or CLOSING: an initialised slot), and
         // stays so under the table lock.
         let slot = unsafe { (*self.cell(e)).assume_init_ref() };
-        if std::ptr::addr_of!(slot.size) as usize == addr {
-            f(&slot.size);
-        }
-    }
-
-    /// Runs `f` on the slot of a LIVE or CLOSING entry whose write-back
-    /// count lies at `addr` (the recovery of a dead process's counts, 5.15:
-    /// an address from the segment, checked here). As
-    /// [`FileTable::with_size_lock`].
-    pub(crate) fn with_writeback_count(&self, addr: usize, f: impl FnOnce(&FileSlot)) {
-        let base = self.slots.as_ptr() as usize;
-        let i = addr.wrapping_sub(base) / std::mem::size_of::<Slot>();
-        if addr < base || i >= MAX_FILES {
-            return;
-        }
-        let _g = self.lock();
-        let e = self.entry(i);
-        // Relaxed: under the lock.
-        if e.state.load(Ordering::Relaxed) == FREE {
-            return;
-        }
-        // SAFETY: as in `with_size_lock`.
-        let slot = unsafe { (*self.cell(e)).assume_init_ref() };
-        if std::ptr::addr_of!(slot.writeback) as usize == addr {
-            f(slot);
-        }
+        (field(slot) == addr).then_some(slot.id)
     }
 
     /// Entry `e`'s index.

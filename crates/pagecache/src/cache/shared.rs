@@ -176,16 +176,24 @@ mod imp {
             // them (its write-backs were ended by `recover_dead_pages`).
             // And to the cache-wide counts of fills, reclaims and removals
             // in flight (reclaim waits while they are not zero).
+            // A file's slot is borrowed, not held under the table lock
+            // (giving back an exclusive size-lock hold takes the lock's
+            // mutex); a CLOSING entry's counts are nobody's to wait for.
+            let field = |at: usize, of: fn(&super::super::registry::FileSlot) -> usize| {
+                sh.files.id_at(seg + at, of)
+            };
             for &(at, n) in &taken.words {
                 if n > 0 && !self.words.take_back(seg + at, n as usize) {
-                    sh.files
-                        .with_writeback_count(seg + at, |fs| fs.writeback_dead(n as usize));
+                    if let Some(id) = field(at, |s| &s.writeback as *const _ as usize) {
+                        self.with_slot(id, |fs| fs.writeback_dead(n as usize));
+                    }
                 }
             }
             // Its size-lock holds: writers and `set_len`s wait for them.
             for &(at, shard, n) in &taken.sizes {
-                sh.files
-                    .with_size_lock(seg + at, |lock| lock.release_dead(shard, n));
+                if let Some(id) = field(at, |s| &s.size as *const _ as usize) {
+                    self.with_slot(id, |fs| fs.size.release_dead(shard, n));
+                }
             }
             // Its runs before its pins: a run's end may free frames it
             // kept (deferred frees), and writers of its pages wait for it
