@@ -162,21 +162,16 @@ impl Area {
                 continue;
             }
             for e in &table.entries {
-                let v = e.swap(0, Relaxed);
-                if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
-                    let (at, n) = word_entry(v);
-                    *words.entry(at).or_default() += n;
-                } else if v >> 32 & RUN_KEY == 0 && v >> 32 & SIZE_KEY != 0 {
-                    let at = (v >> 32 & !SIZE_KEY) as usize * 64;
-                    let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
-                    *sizes.entry((at, v as u32 & 0xffff)).or_default() += sign;
-                } else if v >> 32 & RUN_KEY != 0 {
-                    let (node, lo, mask, sign) = run_entry(v);
-                    for k in (0..16).filter(|k| mask >> k & 1 != 0) {
-                        *runs.entry((node, lo + k)).or_default() += sign;
+                match Entry::of(e.swap(0, Relaxed)) {
+                    Entry::Empty => {}
+                    Entry::Frame(f, n) => *sums.entry(f).or_default() += n,
+                    Entry::Run(node, lo, mask, n) => {
+                        for s in run_slots(lo, mask) {
+                            *runs.entry((node, s)).or_default() += n;
+                        }
                     }
-                } else if v != 0 {
-                    *sums.entry((v >> 32) as u32 - 1).or_default() += v as u32 as i32 as i64;
+                    Entry::Size(at, shard, n) => *sizes.entry((at, shard)).or_default() += n,
+                    Entry::Word(at, n) => *words.entry(at).or_default() += n,
                 }
             }
             table.used.store(0, Relaxed);
@@ -193,30 +188,12 @@ impl Area {
             }
             self.row_owner(r).store(0, Release);
         }
-        let mut frames: Vec<(u32, i64)> = sums
-            .into_iter()
-            .filter(|&(f, n)| n != 0 && (f as usize) < self.frames)
-            .collect();
-        frames.sort_unstable();
-        let mut runs: Vec<(u32, u32, i64)> = runs
-            .into_iter()
-            .filter(|&(_, n)| n != 0)
-            .map(|((node, slot), n)| (node, slot, n))
-            .collect();
-        runs.sort_unstable();
-        let mut sizes: Vec<(usize, u32, i64)> = sizes
-            .into_iter()
-            .filter(|&(_, n)| n != 0)
-            .map(|((at, shard), n)| (at, shard, n))
-            .collect();
-        sizes.sort_unstable();
-        let mut words: Vec<(usize, i64)> = words.into_iter().filter(|&(_, n)| n != 0).collect();
-        words.sort_unstable();
+        sums.retain(|&f, _| (f as usize) < self.frames);
         Taken {
-            frames,
-            runs,
-            sizes,
-            words,
+            frames: nonzero(sums, |f, n| (f, n)),
+            runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
+            sizes: nonzero(sizes, |(at, shard), n| (at, shard, n)),
+            words: nonzero(words, |at, n| (at, n)),
         }
     }
 
@@ -225,29 +202,27 @@ impl Area {
     /// entries' sums not zero): for an audit of a quiet cache (tests).
     pub fn all_counts(&self) -> (Vec<i64>, usize) {
         let mut n = vec![0i64; self.frames];
-        let mut others: std::collections::HashMap<u64, i64> = Default::default();
+        let mut others: std::collections::HashMap<(u8, usize, u32), i64> = Default::default();
         for t in 0..TABLES {
             let table = self.table(t);
             if table.owner.load(Acquire) == 0 {
                 continue;
             }
             for e in &table.entries {
-                let v = e.load(Relaxed);
-                if v >> 32 & RUN_KEY != 0 {
-                    let (node, lo, mask, sign) = run_entry(v);
-                    for k in (0..16).filter(|k| mask >> k & 1 != 0) {
-                        *others
-                            .entry((node as u64) << 8 | (lo + k) as u64)
-                            .or_default() += sign;
+                match Entry::of(e.load(Relaxed)) {
+                    Entry::Empty => {}
+                    Entry::Frame(f, c) => {
+                        if let Some(x) = n.get_mut(f as usize) {
+                            *x += c;
+                        }
                     }
-                } else if v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
-                    let (at, n) = word_entry(v);
-                    *others.entry(at as u64 | 1 << 62).or_default() += n;
-                } else if v >> 32 & SIZE_KEY != 0 {
-                    let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
-                    *others.entry(v & !RUN_NEG | 1 << 63).or_default() += sign;
-                } else if v != 0 && ((v >> 32) as usize - 1) < self.frames {
-                    n[(v >> 32) as usize - 1] += v as u32 as i32 as i64;
+                    Entry::Run(node, lo, mask, c) => {
+                        for s in run_slots(lo, mask) {
+                            *others.entry((1, node as usize, s)).or_default() += c;
+                        }
+                    }
+                    Entry::Size(at, shard, c) => *others.entry((2, at, shard)).or_default() += c,
+                    Entry::Word(at, c) => *others.entry((3, at, 0)).or_default() += c,
                 }
             }
         }
@@ -297,11 +272,60 @@ pub const MAX_FRAMES: u64 = SIZE_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
 
-/// A counter entry's counter (its offset in the segment) and count.
-fn word_entry(v: u64) -> (usize, i64) {
-    let at = (v >> 32 & !SIZE_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
-    let n = ((v as u32) << 8) as i32 >> 8;
-    (at, n as i64)
+/// A table entry, decoded.
+enum Entry {
+    Empty,
+    /// Frame, pins.
+    Frame(u32, i64),
+    /// A run's leaf node, its first slot and slot mask from there, +1 or
+    /// -1.
+    Run(u32, u32, u32, i64),
+    /// A size lock's offset in the segment, its shard (or
+    /// [`SIZE_EXCLUSIVE`]), +1 or -1.
+    Size(usize, u32, i64),
+    /// A counter's offset in the segment, what was added to it.
+    Word(usize, i64),
+}
+
+impl Entry {
+    fn of(v: u64) -> Entry {
+        let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
+        if v == 0 {
+            Entry::Empty
+        } else if v >> 32 & RUN_KEY != 0 {
+            let (node, lo, mask, sign) = run_entry(v);
+            Entry::Run(node, lo, mask, sign)
+        } else if v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
+            let at = (v >> 32 & !SIZE_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
+            Entry::Word(at, (((v as u32) << 8) as i32 >> 8) as i64)
+        } else if v >> 32 & SIZE_KEY != 0 {
+            let at = (v >> 32 & !SIZE_KEY) as usize * 64;
+            Entry::Size(at, v as u32 & 0xffff, sign)
+        } else {
+            Entry::Frame((v >> 32) as u32 - 1, v as u32 as i32 as i64)
+        }
+    }
+}
+
+/// The slots a run entry names: `lo + k` for each bit `k` of `mask`.
+fn run_slots(lo: u32, mask: u32) -> impl Iterator<Item = u32> {
+    (0..16)
+        .filter(move |k| mask >> k & 1 != 0)
+        .map(move |k| lo + k)
+}
+
+/// `sums`' entries that are not zero, as `item` makes them, sorted.
+fn nonzero<K, T: Ord>(
+    sums: std::collections::HashMap<K, i64>,
+    item: impl Fn(K, i64) -> T,
+) -> Vec<T> {
+    let mut v: Vec<T> = sums
+        .into_iter()
+        .filter(|&(_, n)| n != 0)
+        .map(|(k, n)| item(k, n))
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// A run entry's node, first slot, slot mask (from that slot) and sign.
@@ -495,14 +519,16 @@ fn fold(reg: &Reg, t: usize) {
         // Keeps the clear before the add (or the write) in the instruction
         // stream (P4: a death between them undercounts, never overcounts).
         compiler_fence(Ordering::SeqCst);
-        if v >> 32 & (RUN_KEY | SIZE_KEY) != 0 {
-            table.entries[kept].store(v, Relaxed);
-            kept += 1;
-            continue;
-        }
-        let (f, c) = ((v >> 32) as usize - 1, v as u32 as i32);
-        if c != 0 && f < row.len() {
-            row[f].fetch_add(c, Relaxed);
+        match Entry::of(v) {
+            Entry::Frame(f, c) => {
+                if let Some(r) = row.get(f as usize) {
+                    r.fetch_add(c as i32, Relaxed);
+                }
+            }
+            _ => {
+                table.entries[kept].store(v, Relaxed);
+                kept += 1;
+            }
         }
     }
     table.used.store(kept as u32, Relaxed);
