@@ -200,7 +200,11 @@ impl Area {
     /// Every process's pins of every frame (summed over all tables and
     /// rows), and how many run slots and size-lock shards are held (their
     /// entries' sums not zero): for an audit of a quiet cache (tests).
+    /// Under the registration lock, which an exiting thread's fold holds:
+    /// an entry moved from its table to its row while the audit reads the
+    /// tables, then the rows, would be missed (or seen twice).
     pub fn all_counts(&self) -> (Vec<i64>, usize) {
+        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
         let mut n = vec![0i64; self.frames];
         let mut others: std::collections::HashMap<(u8, usize, u32), i64> = Default::default();
         for t in 0..TABLES {
@@ -458,6 +462,15 @@ struct Mine(Vec<(usize, usize)>);
 
 impl Drop for Mine {
     fn drop(&mut self) {
+        // A count made later in this thread's exit (another thread-local's
+        // destructor) must not reach a table freed here through the cached
+        // one: it goes to the row (`count_in` finds no `MINE`).
+        let _ = FAST.try_with(|c| {
+            c.set(Fast {
+                epoch: u64::MAX,
+                ..c.get()
+            })
+        });
         let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
         for &(reg, t) in &self.0 {
             // Only if still registered (else its tables were given back
