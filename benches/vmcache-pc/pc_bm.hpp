@@ -19,6 +19,15 @@
 // bm.toPID(node) of a latched node: a per-thread table of the pages this
 // thread holds latched (vmcache computes it from the node's address).
 //
+// PC_SHADOW set in the environment (a measurement, in memory only): the
+// views skip the cache and read vmcache's own state word per page id
+// instead (`shadow[pid]`: locked bit, version, frame), which the exclusive
+// guards lock and bump while they hold the cache's latch; a view's upgrade
+// and a GuardS check it too. It shows what the cache's view path (hint,
+// descriptor) costs against vmcache's. Pages never move in memory; a run
+// that evicted any page fails at exit (its views may have read another
+// page).
+//
 // The file (BLOCK) is truncated and grown page by page; the cache's
 // budget is PHYSGB GiB. Statistics as vmcache's: pages read and written
 // back (the cache's counters), allocCount.
@@ -80,6 +89,11 @@ struct BufferManager {
    bool viewCall = getenv("PC_VIEW_CALL") != nullptr;
    // Each page id's frame hint (PC_NO_HINT: none yet).
    std::atomic<u64>* hints;
+   // PC_SHADOW (see the top): vmcache's state word per page id, over the
+   // cache's latches: bit 63 locked, bits 32-62 version, bits 0-31 frame +
+   // 1 (0: not known yet).
+   bool shadowOn = getenv("PC_SHADOW") != nullptr;
+   std::atomic<u64>* shadow;
    std::atomic<u64> allocCount;
    // Reported per second by vmcache's main: the cache's counters' deltas.
    struct Counter {
@@ -116,7 +130,12 @@ struct BufferManager {
          pcFail(path, r);
       if (int r = pc_file_fast(file, &fast))
          pcFail("pc_file_fast", r);
-      hints = new std::atomic<u64>[virtCount];
+      // In huge pages, as vmcache's own state array (`allocHuge`, zeroed
+      // by the kernel): in 4 KiB pages every visit also missed the TLB.
+      hints = static_cast<std::atomic<u64>*>(allocHuge(virtCount * sizeof(u64)));
+      shadow = static_cast<std::atomic<u64>*>(allocHuge(virtCount * sizeof(u64)));
+      for (u64 i = 0; i < virtCount; i++)
+         shadow[i].store(0, std::memory_order_relaxed);
       for (u64 i = 0; i < virtCount; i++)
          hints[i].store(PC_NO_HINT, std::memory_order_relaxed);
       // Page 0: vmcache's metadata page (zeroes on its disk at the start).
@@ -129,6 +148,14 @@ struct BufferManager {
       std::cerr << "vmcache-pc blk:" << path << " virtgb:" << virtSize / gb << " physgb:" << physSize / gb << std::endl;
    }
    ~BufferManager() {
+      if (shadowOn) {
+         pc_stats st;
+         pc_cache_stats(cache, &st);
+         if (st.evictions) {
+            std::cerr << "vmcache-pc: PC_SHADOW with " << st.evictions << " pages evicted: the views' results are void" << std::endl;
+            std::_Exit(EXIT_FAILURE);
+         }
+      }
       if (getenv("PC_COUNTS")) {
          const char* n[NCALLS] = {"views", "latches", "upgrades", "pins", "new_pages", "restarts"};
          for (int i = 0; i < NCALLS; i++)
@@ -192,7 +219,9 @@ struct GuardO {
    PID pid;
    T* ptr;
    pc_optimistic view;
+   u64 sv = 0;  // PC_SHADOW: the state word seen (0: the cache's view)
    static const u64 moved = ~0ull;
+   static const u64 LOCKED = 1ull << 63;
 
    explicit GuardO(u64 pid) : pid(pid) { init(); }
 
@@ -207,16 +236,42 @@ struct GuardO {
       pid = other.pid;
       ptr = other.ptr;
       view = other.view;
+      sv = other.sv;
    }
 
    void init() {
       calls.n[C_VIEW]++;
+      if (bm.shadowOn) {
+         for (int spins = 0;; spins++) {
+            u64 s = bm.shadow[pid].load(std::memory_order_acquire);
+            if (s & LOCKED) {
+               if (spins > 64)
+                  sched_yield();
+               else
+                  __builtin_ia32_pause();
+               continue;
+            }
+            u64 f = s & 0xffffffffu;
+            if (f != 0) {
+               sv = s;
+               ptr = reinterpret_cast<T*>(const_cast<uint8_t*>(bm.fast.frames + ((f - 1) << bm.fast.page_shift)));
+               return;
+            }
+            break;
+         }
+      }
+      sv = 0;
       int r = bm.viewCall ? pc_page_optimistic_hinted(bm.file, pid, bm.hint(pid), &view)
                           : pc_page_optimistic_fast(&bm.fast, pid, bm.hint(pid), &view);
       if (r)
          pcFail("pc_page_optimistic_fast", r);
       bm.setHint(pid, view.hint);
       ptr = reinterpret_cast<T*>(const_cast<uint8_t*>(view.data));
+      if (bm.shadowOn) {
+         u64 s = bm.shadow[pid].load(std::memory_order_relaxed);
+         if (!(s & LOCKED) && (s & 0xffffffffu) == 0)
+            bm.shadow[pid].compare_exchange_strong(s, s | (view.hint + 1));
+      }
    }
 
    GuardO& operator=(GuardO&& other) {
@@ -225,9 +280,17 @@ struct GuardO {
       pid = other.pid;
       ptr = other.ptr;
       view = other.view;
+      sv = other.sv;
       other.pid = moved;
       other.ptr = nullptr;
       return *this;
+   }
+   bool valid() {
+      if (sv) {
+         std::atomic_thread_fence(std::memory_order_acquire);
+         return bm.shadow[pid].load(std::memory_order_relaxed) == sv;
+      }
+      return pc_optimistic_valid(&view) == 1;
    }
 
    GuardO& operator=(const GuardO&) = delete;
@@ -235,7 +298,7 @@ struct GuardO {
 
    void checkVersionAndRestart() {
       if (pid != moved) {
-         if (pc_optimistic_valid(&view) == 1)
+         if (valid())
             return;
          if (std::uncaught_exceptions() == 0) {
             calls.n[C_RESTART]++;
@@ -274,7 +337,28 @@ struct GuardX {
 
    explicit GuardX(GuardO<T>&& other) {
       calls.n[C_UPGRADE]++;
+      if (other.sv) {
+         u64 f = (other.sv & 0xffffffffu) - 1;
+         if (pc_page_optimistic_fast(&bm.fast, other.pid, f, &other.view))
+            pcFail("pc_page_optimistic_fast", -EINVAL);
+      }
       int r = pc_optimistic_upgrade(&other.view, &pin);
+      if (r == 0 && other.sv) {
+         u64 s = other.sv;
+         if (!bm.shadow[other.pid].compare_exchange_strong(s, s | GuardO<T>::LOCKED)) {
+            pc_latch_release_clean(&pin);
+            calls.n[C_RESTART]++;
+            throw OLCRestartException();
+         }
+         pid = other.pid;
+         other.pid = GuardO<T>::moved;
+         other.ptr = nullptr;
+         ptr = reinterpret_cast<T*>(pin.data);
+         bm.setHint(pid, pin.hint);
+         heldAdd(ptr, pid);
+         ptr->dirty = true;
+         return;
+      }
       if (r == -EAGAIN) {
          calls.n[C_RESTART]++;
          throw OLCRestartException();
@@ -288,6 +372,19 @@ struct GuardX {
    }
 
    void took() {
+      if (bm.shadowOn) {
+         u64 s = bm.shadow[pid].load(std::memory_order_relaxed);
+         for (;;) {
+            if (s & GuardO<T>::LOCKED) {
+               __builtin_ia32_pause();
+               s = bm.shadow[pid].load(std::memory_order_relaxed);
+               continue;
+            }
+            u64 n = (s & ~0xffffffffull) | GuardO<T>::LOCKED | (pin.hint + 1);
+            if (bm.shadow[pid].compare_exchange_weak(s, n))
+               break;
+         }
+      }
       ptr = reinterpret_cast<T*>(pin.data);
       bm.setHint(pid, pin.hint);
       heldAdd(ptr, pid);
@@ -296,6 +393,10 @@ struct GuardX {
 
    void unfix() {
       heldRemove(ptr);
+      if (bm.shadowOn) {
+         u64 s = bm.shadow[pid].load(std::memory_order_relaxed);
+         bm.shadow[pid].store(((s & ~GuardO<T>::LOCKED) + (1ull << 32)) & ~GuardO<T>::LOCKED, std::memory_order_release);
+      }
       int r = pc_pin_release(&pin);
       if (r)
          pcFail("pc_pin_release", r);
@@ -381,7 +482,7 @@ struct GuardS {
          throw OLCRestartException();
       if (r)
          pcFail("pc_page_try_pin", r);
-      if (pc_optimistic_valid(&other.view) != 1) {
+      if (!other.valid()) {
          pc_pin_release(&pin);
          throw OLCRestartException();
       }
