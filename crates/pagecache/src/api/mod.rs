@@ -22,7 +22,10 @@ pub use optimistic::Optimistic;
 mod asynch;
 mod guards;
 mod optimistic;
+// `PageCache::shared` and what goes with it.
 pub(crate) mod ready;
+#[cfg(not(loom))]
+mod shared;
 use crate::sync::Ordering;
 use std::io;
 use std::path::Path;
@@ -251,59 +254,6 @@ impl PageCache {
         })
     }
 
-    /// The cache shared by processes under `name` (in `/dev/shm`, readable
-    /// and writable by this user only): created as `config` says if no
-    /// process has made it yet, else attached to, in which case `config`'s
-    /// page size, capacity and policy must be its creator's (a mismatch is
-    /// an error naming both). Every process that opens the same file (same
-    /// device and inode, by any path) through it shares one copy of the
-    /// file's pages, one budget and one replacement order; each reads and
-    /// writes through the descriptors it opened itself. See
-    /// [`PageCache::shared_with`] for the directory and a group, and
-    /// `docs/design.md`, "A cache shared by processes", for what is shared
-    /// and what is not yet (only [`PolicyKind::Clock`] is shared so far).
-    #[cfg(not(loom))]
-    pub fn shared(name: &str, config: Config) -> io::Result<PageCache> {
-        Self::shared_with(name, config, &SharedOptions::default())
-    }
-
-    /// [`PageCache::shared`] in `opts.dir`, shared with `opts.group`.
-    #[cfg(not(loom))]
-    pub fn shared_with(name: &str, config: Config, opts: &SharedOptions) -> io::Result<PageCache> {
-        config.frames()?;
-        let engine = Engine::new(config.io_engine, config.io_threads)?;
-        let dir = opts
-            .dir
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from(crate::segment::DEFAULT_DIR));
-        let inner = Inner::shared(
-            &config,
-            Arc::new(PosixBackend),
-            engine,
-            &dir,
-            name,
-            opts.group,
-        )?;
-        Ok(PageCache {
-            inner: Handle::new(inner),
-            direct_io: config.direct_io,
-        })
-    }
-
-    /// The file of a shared cache's segment (`None` for a private cache).
-    #[cfg(not(loom))]
-    pub fn shared_path(&self) -> Option<&Path> {
-        self.inner.shared_path()
-    }
-
-    /// Removes the shared cache `name` from `dir` (`None`: `/dev/shm`) if
-    /// no live process is attached to it; an error naming the processes
-    /// otherwise.
-    #[cfg(not(loom))]
-    pub fn remove_shared(name: &str, dir: Option<&Path>) -> io::Result<()> {
-        crate::segment::Segment::remove(dir.unwrap_or(Path::new(crate::segment::DEFAULT_DIR)), name)
-    }
-
     /// Opens an existing file for reading and writing.
     pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
         self.open_with(path, OpenOptions::new().read(true).write(true))
@@ -417,6 +367,15 @@ impl PageCache {
     /// process holds or counts a pin (call it while none does).
     pub fn validate(&self) {
         self.inner.validate();
+    }
+
+    /// For a test that found the cache stuck: the frames held beyond the
+    /// cache's own reference, latched or under write-back, with their
+    /// holders (and, shared, what each process counts of them). Not
+    /// stable: its text is for people.
+    #[doc(hidden)]
+    pub fn describe_held(&self) -> String {
+        self.inner.describe_held()
     }
 }
 

@@ -385,19 +385,26 @@ impl Inner {
     fn evict_from(&self, slot: &FileSlot, f: FrameNo, index: u64) -> bool {
         let d = self.desc(f);
         let mut g = slot.tree.lock();
-        // A. freeze from exactly {cache + our pin}, clean and idle.
+        // A. freeze from exactly {cache + our pin}, clean and idle. (In a
+        // shared cache, recorded first: a death from the freeze to C
+        // leaves the frame frozen in its index, where the recovery finds
+        // it, 5.15 P5.)
+        d.intend_evict(true);
         let Ok(frozen) = d.freeze(2) else {
+            d.intend_evict(false);
             return false;
         };
         // Protocol 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
         crate::sync::fence(Ordering::SeqCst);
         if g.run_pinned(&self.nodes, index).is_some() {
             d.unfreeze(frozen);
+            d.intend_evict(false);
             return false;
         }
         // C. clear the slot (identity was stable under our pin, so it is
         // ours unless something is badly wrong).
         let removed = g.remove(&self.nodes, index, f);
+        d.intend_evict(false);
         drop(g);
         debug_assert!(
             removed,

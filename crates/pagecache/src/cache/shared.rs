@@ -143,19 +143,29 @@ mod imp {
                 let counters = self.counters.clone();
                 sh.seg.set_stats_hook(Box::new(move || counters.sums()));
                 let me = Arc::downgrade(self);
-                sh.seg.set_death_hook(Box::new(move |tag| {
+                sh.seg.set_death_hook(Box::new(move |tag, done| {
                     // On a thread of its own: the watcher must never hold
                     // the cache (its last reference would drop the segment
                     // on the watcher's own thread). If none can start,
                     // waiters still take the latches over (L2-L3).
+                    // The slot is freed once all is given back (a
+                    // recoverer that dies first leaves it to be recovered
+                    // again, D5); if no thread can start, it is handed back
+                    // at once.
                     let me = me.clone();
                     let _ = std::thread::Builder::new()
                         .name("pagecache-recover".into())
-                        .spawn(move || {
-                            if let Some(inner) = me.upgrade() {
+                        .spawn(move || match me.upgrade() {
+                            Some(inner) => {
                                 inner.recover_dead_pages(tag);
                                 inner.recover_dead_pins(tag);
+                                // (The segment mapped: `inner` holds it.)
+                                done.free();
                             }
+                            // The cache is going: its segment may be
+                            // unmapped already. The slot stays claimed by
+                            // this process; its detach hands it back.
+                            None => done.abandon(),
                         });
                 }));
             }
@@ -195,6 +205,34 @@ mod imp {
                     self.with_slot(id, |fs| fs.size.release_dead(shard, n));
                 }
             }
+            // Frames its evictions had frozen and not yet taken out of
+            // their index (P5): readers of those pages would wait for
+            // ever. Under the tree lock (taken over if it died holding
+            // it), a frame with no reference still in its index is such
+            // a one (a live eviction does A-C under the same lock):
+            // taken out and freed, as C-D would have.
+            for &f in &taken.evicting {
+                let d = self.desc(f);
+                let (owner, index) = d.identity();
+                self.with_slot(owner, |fs| {
+                    let mut g = fs.tree.lock();
+                    if d.snapshot().refs() != 0 || fs.tree.lookup(&self.nodes, index) != Some(f) {
+                        return;
+                    }
+                    // 5.7 E2-E3: a run that pinned the slot meanwhile may be
+                    // reading the frame; then it stays, clean and cached
+                    // (the dead evictor's pin was uncounted by its freeze).
+                    crate::sync::fence(crate::sync::Ordering::SeqCst);
+                    if g.run_pinned(&self.nodes, index).is_some() {
+                        d.unfreeze(crate::frame::state::State::cached(1));
+                        return;
+                    }
+                    if g.remove(&self.nodes, index, f) {
+                        drop(g);
+                        self.free_frame(f);
+                    }
+                });
+            }
             // Its runs before its pins: a run's end may free frames it
             // kept (deferred frees), and writers of its pages wait for it
             // (5.7 W3).
@@ -225,15 +263,52 @@ mod imp {
         pub(crate) fn validate_pins(&self) {
             let Some(sh) = &self.shared else { return };
             let (counts, runs) = sh.seg.pins().all_counts();
-            assert_eq!(runs, 0, "run pins counted while no run is held");
+            assert_eq!(
+                runs,
+                0,
+                "runs, size-lock holds or counters counted while none is held: {:?}",
+                sh.seg.pins().other_counts()
+            );
             for (f, &n) in counts.iter().enumerate() {
                 let s = self.desc(f as crate::frame::FrameNo).snapshot();
                 assert!(
                     n == 0 && s.refs() <= 1,
-                    "frame {f}: {n} pins counted, {} references ({s:?})",
-                    s.refs()
+                    "frame {f}: {n} pins counted ({:?}), {} references ({s:?}, page {:?})",
+                    sh.seg.pins().holders(f as u32),
+                    s.refs(),
+                    self.desc(f as crate::frame::FrameNo).identity()
                 );
             }
+        }
+
+        /// For a test that found the cache stuck: each frame that holds
+        /// more than the cache's own reference, or is latched or under
+        /// write-back, with its page, holders and counts; then the runs,
+        /// size-lock holds and counters counted.
+        pub(crate) fn describe_held(&self) -> String {
+            use std::fmt::Write;
+            let mut out = String::new();
+            for f in 0..self.frames.len() as crate::frame::FrameNo {
+                let d = self.desc(f);
+                let s = d.snapshot();
+                if s.refs() > 1 || s.is_latched() || s.is_under_writeback() {
+                    let (owner, index) = d.identity();
+                    let _ = write!(
+                        out,
+                        "frame {f}: file {owner} page {index} {s:?} latch holder {} write-back owner {}",
+                        s.latch_holder(),
+                        d.writeback_owner()
+                    );
+                    if let Some(sh) = &self.shared {
+                        let _ = write!(out, " counted {:?}", sh.seg.pins().holders(f));
+                    }
+                    out.push('\n');
+                }
+            }
+            if let Some(sh) = &self.shared {
+                let _ = writeln!(out, "other counts {:?}", sh.seg.pins().other_counts());
+            }
+            out
         }
 
         /// A shared cache's segment file.
@@ -255,6 +330,11 @@ impl super::Inner {
     #[inline]
     pub(crate) fn file_table(&self) -> Option<&super::file_table::FileTable> {
         None
+    }
+
+    /// Nothing to report under loom.
+    pub(crate) fn describe_held(&self) -> String {
+        String::new()
     }
 }
 

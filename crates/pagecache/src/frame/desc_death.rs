@@ -29,6 +29,17 @@ impl FrameDesc {
         let _ = delta;
     }
 
+    /// In a cache shared by processes, records that the calling thread's
+    /// eviction is about to freeze this frame (`on`), or has taken it out
+    /// of its index or given up (5.15 P5); nothing otherwise.
+    #[inline(always)]
+    pub fn intend_evict(&self, on: bool) {
+        #[cfg(not(loom))]
+        crate::frame::ledger::intend_evict(self.key(), on);
+        #[cfg(loom)]
+        let _ = on;
+    }
+
     /// Drops a pin of a dead process (5.15 P4): as `release_base`, but
     /// `None` (and nothing done) if the frame holds no reference at all,
     /// which a sound count never meets. Context: any, no sleep.
@@ -37,7 +48,7 @@ impl FrameDesc {
         let old = self
             .state
             .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                (State(s).refs() > 0).then_some(s - 1)
+                (State(s).refs() > 0).then(|| s - 1)
             })
             .ok()?;
         Some(self.after_drop_ref(State(old)))

@@ -10,8 +10,9 @@
 //! pin and every release of one is also counted per process:
 //!
 //! * P1. Each thread that pins a frame of a shared cache has a *table* of
-//!   its own in the segment (4 KiB: the owner's tag, then a list of 511
-//!   entries of frame and count), claimed from the segment's pool by a
+//!   its own in the segment (4 KiB: the owner's tag, its intent word
+//!   (P5), then a list of 510 entries of frame and count), claimed from
+//!   the segment's pool by a
 //!   CAS of its owner word and kept for the thread's life (in this
 //!   process's thread-local storage). Only that thread writes it: plain
 //!   stores, no read-modify-write, on a line no other thread writes. A pin
@@ -35,8 +36,18 @@
 //!   for each frame, the sum of its tables and row, clearing each entry
 //!   before it drops what the entry counted; then it frees the tables and
 //!   the row. What a death inside P3's window leaves is one pin for ever
-//!   (the frame cached, never evicted): never a release too many, which
-//!   would free a page another process still reads.
+//!   (the frame cached, never evicted, and a writer of its page waiting
+//!   for the pin to drain): never a release too many, which would free a
+//!   page another process still reads.
+//! * P5. An eviction freezes its victim (5.2 A: the count to zero) and
+//!   takes it out of its index (C) under the tree lock; a death between
+//!   would leave a frame with no reference in the index, its readers
+//!   waiting for ever. So the evicting thread records the frame in its
+//!   table's `intent` word before the freeze and clears it after C (or
+//!   when it gives up); the recovery finds a dead process's intent and,
+//!   under the same tree lock (taken over), takes out and frees a frame it
+//!   finds there with no reference (a run's pin on the slot meanwhile: it
+//!   stays, cached and clean).
 //!
 //! A run (5.7) pins index leaf slots, not frames: its pin of slots
 //! `lo..lo + n` of leaf node `id` is an entry of its own in the table (the
@@ -74,7 +85,7 @@ use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
 use std::sync::atomic::{compiler_fence, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 
 /// Entries of a table.
-pub const ENTRIES: usize = 511;
+pub const ENTRIES: usize = 510;
 /// Tables in a segment's pool: threads of all its processes that pin at
 /// once (a thread that finds none counts in its process's row).
 pub const TABLES: usize = 1024;
@@ -91,11 +102,20 @@ pub struct Table {
     /// Entries in use, `entries[..used]` (the rest are 0): read and
     /// written by the owning thread only.
     used: AtomicU32,
+    /// P5: what the owning thread is in the middle of that a count cannot
+    /// say, for the recovery if it dies there: `(frame + 1) << 32 |
+    /// INTENT_EVICT` while its eviction has the frame frozen and still in
+    /// its index; 0 otherwise.
+    intent: AtomicU64,
     /// `(frame + 1) << 32 | count as u32` (an `i32`, mostly 1 or -1; a
     /// frame may have several), 0 empty.
     entries: [AtomicU64; ENTRIES],
 }
 const _: () = assert!(std::mem::size_of::<Table>() == TABLE_BYTES);
+
+/// An intent (P5): the thread froze the frame to evict it (5.2 A) and has
+/// not yet taken it out of its index.
+const INTENT_EVICT: u64 = 1;
 
 /// The pins area of a segment: the rows' owners, the tables, the rows.
 /// `bytes(frames)` of it, laid out by the segment (`TableId::Pins`).
@@ -155,6 +175,7 @@ impl Area {
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
         let mut sizes: std::collections::HashMap<(usize, u32), i64> = Default::default();
         let mut words: std::collections::HashMap<usize, i64> = Default::default();
+        let mut evicting = Vec::new();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -174,6 +195,10 @@ impl Area {
                     Entry::Word(at, n) => *words.entry(at).or_default() += n,
                 }
             }
+            let intent = table.intent.swap(0, Relaxed);
+            if intent & 0xffff_ffff == INTENT_EVICT {
+                evicting.push((intent >> 32) as u32 - 1);
+            }
             table.used.store(0, Relaxed);
             // Release: the cleared entries before the next claimant's
             // Acquire.
@@ -189,55 +214,14 @@ impl Area {
             self.row_owner(r).store(0, Release);
         }
         sums.retain(|&f, _| (f as usize) < self.frames);
+        evicting.retain(|&f| (f as usize) < self.frames);
         Taken {
+            evicting,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
             sizes: nonzero(sizes, |(at, shard), n| (at, shard, n)),
             words: nonzero(words, |at, n| (at, n)),
         }
-    }
-
-    /// Every process's pins of every frame (summed over all tables and
-    /// rows), and how many run slots and size-lock shards are held (their
-    /// entries' sums not zero): for an audit of a quiet cache (tests).
-    /// Under the registration lock, which an exiting thread's fold holds:
-    /// an entry moved from its table to its row while the audit reads the
-    /// tables, then the rows, would be missed (or seen twice).
-    pub fn all_counts(&self) -> (Vec<i64>, usize) {
-        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
-        let mut n = vec![0i64; self.frames];
-        let mut others: std::collections::HashMap<(u8, usize, u32), i64> = Default::default();
-        for t in 0..TABLES {
-            let table = self.table(t);
-            if table.owner.load(Acquire) == 0 {
-                continue;
-            }
-            for e in &table.entries {
-                match Entry::of(e.load(Relaxed)) {
-                    Entry::Empty => {}
-                    Entry::Frame(f, c) => {
-                        if let Some(x) = n.get_mut(f as usize) {
-                            *x += c;
-                        }
-                    }
-                    Entry::Run(node, lo, mask, c) => {
-                        for s in run_slots(lo, mask) {
-                            *others.entry((1, node as usize, s)).or_default() += c;
-                        }
-                    }
-                    Entry::Size(at, shard, c) => *others.entry((2, at, shard)).or_default() += c,
-                    Entry::Word(at, c) => *others.entry((3, at, 0)).or_default() += c,
-                }
-            }
-        }
-        for r in 0..ROWS {
-            if self.row_owner(r).load(Acquire) != 0 {
-                for (f, c) in self.row(r).iter().enumerate() {
-                    n[f] += c.load(Relaxed) as i64;
-                }
-            }
-        }
-        (n, others.values().filter(|&&c| c != 0).count())
     }
 }
 
@@ -254,6 +238,9 @@ pub struct Taken {
     /// Counts added to counters ([`count_word`]): the counter's offset in
     /// the segment and what the process added, sorted.
     pub words: Vec<(usize, i64)>,
+    /// Frames its evictions had frozen and not yet taken out of their
+    /// index (P5).
+    pub evicting: Vec<u32>,
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
@@ -591,6 +578,39 @@ fn count_shared(desc: usize, delta: i32) {
     compiler_fence(Ordering::SeqCst);
 }
 
+/// P5: records (`evict`) or clears that this thread's eviction has the
+/// frame whose descriptor is at `desc` frozen and in its index, if the
+/// frame is in a shared cache (a thread with no table records nothing: a
+/// death there leaves the frame frozen in its index).
+#[inline]
+pub(crate) fn intend_evict(desc: usize, evict: bool) {
+    if desc < DESCS_LO.load(Relaxed) || desc >= DESCS_HI.load(Relaxed) {
+        return;
+    }
+    let Some(reg) = find(desc) else { return };
+    let frame = (desc - reg.descs) / 64;
+    let v = if evict {
+        (frame as u64 + 1) << 32 | INTENT_EVICT
+    } else {
+        0
+    };
+    // Keeps the record before the freeze and the clear after the removal
+    // from the index, in the instruction stream.
+    compiler_fence(Ordering::SeqCst);
+    if !cached_table(reg).is_some_and(|t| {
+        t.intent.store(v, Relaxed);
+        true
+    }) {
+        count_in(reg, |_, t| {
+            if let Some(t) = t {
+                t.intent.store(v, Relaxed);
+            }
+            true
+        });
+    }
+    compiler_fence(Ordering::SeqCst);
+}
+
 /// Counts a run's pin of slots `lo..lo + n` of index node `node` (`pin`:
 /// after R1's RMWs) or its unpin (before R4's), in the cache whose
 /// descriptors start at `descs`, if that is a shared cache.
@@ -753,6 +773,11 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
     table.used.store(n as u32 + 1, Relaxed);
     true
 }
+
+// What an audit reads of the counts (tests, and a test's report of a
+// stuck cache).
+#[path = "ledger_audit.rs"]
+mod audit;
 
 // The counts of size-lock holds and of counters (`count_size`,
 // `count_word`).

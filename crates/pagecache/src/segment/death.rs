@@ -7,8 +7,15 @@
 //!   write into the segment's locks they hold (`FutexMutex`, R1) and into
 //!   the state word of the pages they latch (L1).
 //! * D2. A process is dead when its pid no longer runs the process that
-//!   started at its start time (gone, reused, or a zombie). A slot whose
-//!   start time is still 0 is being claimed: only its pid is checked.
+//!   started at its start time (gone, reused, or a zombie whose threads
+//!   have all ended: its main thread alone may be a zombie while another
+//!   thread is still inside a read into a frame). A slot whose start time
+//!   is still 0 is being claimed: only its pid is checked. Every read or
+//!   write a process has in flight is a thread's system call in a shared
+//!   cache (its I/O engine is the thread pool: an io_uring request of a
+//!   dead process may still move bytes after all its threads ended, as
+//!   the kernel tears its ring down in the background), so a dead process
+//!   moves no more bytes into or out of a frame.
 //! * D3. A waiter on a segment lock that sleeps `HOLDER_CHECK` (200 ms)
 //!   with the same holder asks [`gone`] about the holder's tag: true when
 //!   the slot's generation moved on, the slot is free or being recovered,
@@ -25,10 +32,11 @@
 //!   `FileTable::forget_process`); then its cache, on a thread of its own,
 //!   drops the pages it held latched (L3-L4) and ends its write-backs
 //!   (W3), from one pass over the descriptors, then gives back its pins,
-//!   runs, size-lock holds and counts (5.15, `frame/ledger.rs`). The start
-//!   time is zeroed and the pid word cleared (Release) as soon as its
-//!   thread is started: the slot is free (the pin counts are not kept by
-//!   slot).
+//!   runs, size-lock holds and counts (5.15, `frame/ledger.rs`). That
+//!   thread zeroes the start time and clears the pid word (Release) once
+//!   all is given back ([`Recovered::free`]): until then the slot stays
+//!   claimed, so that if the recoverer dies too, the slot is recovered
+//!   again (else what the dead process counted would stay for ever).
 //!
 //! A latch (protocol 5.5) is not a futex word but a bit of a frame's state
 //! word, taken by the same CAS as a pin; it gets the same treatment:
@@ -91,14 +99,71 @@ const GEN_BITS: u32 = 15;
 const _: () = assert!(GEN_BITS + SLOT_BITS == crate::frame::state::HOLDER_BITS);
 
 /// What a watcher calls once it has claimed a dead process's slot, with
-/// that process's tag (a cache's recovery of the pages it held latched and
-/// the write-backs it had started, `Inner::recover_dead_pages`).
-pub type DeathHook = Box<dyn Fn(u32) + Send + Sync>;
+/// that process's tag (a cache's recovery of the pages it held latched,
+/// the write-backs it had started and what it counted,
+/// `Inner::recover_dead_pages`, `Inner::recover_dead_pins`), and the slot
+/// to free once that is done ([`Recovered::free`]).
+pub type DeathHook = Box<dyn Fn(u32, Recovered) + Send + Sync>;
+
+/// A dead process's slot being recovered (D5): freed by [`Recovered::free`]
+/// once everything the process held is given back. Until then it stays
+/// claimed by the recoverer (`RECOVERING` and its pid), so that if the
+/// recoverer dies too, the next watcher recovers the slot again. Dropped
+/// without `free` (the cache is going away) the slot is handed back to be
+/// recovered by another process.
+#[derive(Debug)]
+pub struct Recovered {
+    base: usize,
+    slot: usize,
+    done: bool,
+    claims: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Recovered {
+    /// Frees the slot: the dead process's recovery is complete.
+    pub fn free(mut self) {
+        self.done = true;
+        // SAFETY: the segment's mapping outlives the recovery: the hook's
+        // caller (the cache) holds it until its recovery thread ends.
+        let h = unsafe { header(self.base) };
+        super::stats::retire(h, self.slot);
+        let p = &h.procs[self.slot];
+        // Relaxed: ordered before the pid's Release store.
+        p.start.store(0, Ordering::Relaxed);
+        // Release: the recovery before the next claim's Acquire.
+        p.pid.store(0, Ordering::Release);
+        self.claims.fetch_and(!(1 << self.slot), Ordering::Relaxed);
+    }
+
+    /// Leaves the slot claimed, for the segment's detach to hand back
+    /// (the cache is going; its segment may be unmapped already).
+    pub fn abandon(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Recovered {
+    fn drop(&mut self) {
+        if !self.done {
+            // SAFETY: as in `free`.
+            let h = unsafe { header(self.base) };
+            // Release: the recovery so far before the next claim; a pid of
+            // 0 under `RECOVERING` runs no more (D2): claimed again.
+            h.procs[self.slot].pid.store(RECOVERING, Ordering::Release);
+            self.claims.fetch_and(!(1 << self.slot), Ordering::Relaxed);
+        }
+    }
+}
 
 /// A segment's hooks, shared with its watcher thread: for dead processes,
 /// and for this process's counters (`stats.rs`).
 #[derive(Clone, Default)]
-pub(super) struct Hooks(pub(super) Arc<Mutex<(Option<DeathHook>, Option<StatsHook>)>>);
+pub(super) struct Hooks(
+    pub(super) Arc<Mutex<(Option<DeathHook>, Option<StatsHook>)>>,
+    /// The slots this segment's watcher claimed for recovery and whose
+    /// recovery has not finished (bit per slot): handed back on detach.
+    pub(super) Arc<std::sync::atomic::AtomicU64>,
+);
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,10 +187,14 @@ pub(super) fn tag(slot: usize, gen: u32) -> u32 {
     gen << SLOT_BITS | slot as u32
 }
 
-/// Whether process `pid` runs (exists and is no zombie).
+/// Whether process `pid` runs (exists, and is no zombie whose threads have
+/// all ended).
 fn runs(pid: u32) -> bool {
-    stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+    stat(pid).is_some_and(|(state, _)| super::runs(pid, state))
 }
+
+// A bit per slot in a watcher's claims (`Hooks`).
+const _: () = assert!(MAX_PROCS <= 64);
 
 /// The header of the segment mapped at `base`.
 ///
@@ -198,17 +267,23 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
             )
         };
         files.forget_process(slot);
-        // The pages it held latched (L3-L4), by this process's cache.
+        // The pages it held latched (L3-L4), its write-backs and what it
+        // counted, by this process's cache, which frees the slot when done.
         // Relaxed: the slot's generation is ours to read now (claimed).
         let dead = tag(slot, p.gen.load(Ordering::Relaxed));
-        if let Some(h) = hooks.0.lock().unwrap_or_else(|e| e.into_inner()).0.as_ref() {
-            h(dead);
+        hooks.1.fetch_or(1 << slot, Ordering::Relaxed);
+        let done = Recovered {
+            base,
+            slot,
+            done: false,
+            claims: hooks.1.clone(),
+        };
+        match hooks.0.lock().unwrap_or_else(|e| e.into_inner()).0.as_ref() {
+            Some(h) => h(dead, done),
+            // No cache over the segment here (a tool, or an attach before
+            // its cache is made): its opens given back, the slot free.
+            None => done.free(),
         }
-        super::stats::retire(h, slot);
-        // Relaxed: ordered before the pid's Release store.
-        p.start.store(0, Ordering::Relaxed);
-        // Release: the recovery before the next claim's Acquire.
-        p.pid.store(0, Ordering::Release);
         n += 1;
     }
     n

@@ -71,7 +71,7 @@ mod tools;
 use layout::policy_name;
 pub use layout::{layout, Extent, Geometry, TableId, MAX_TABLES, TABLES};
 
-pub use death::{DeathHook, WATCH_EVERY};
+pub use death::{DeathHook, Recovered, WATCH_EVERY};
 pub use stats::StatsHook;
 
 const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
@@ -80,7 +80,7 @@ const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -225,10 +225,30 @@ fn start_time(pid: u32) -> u64 {
     stat(pid).map_or(0, |s| s.1)
 }
 
-/// Whether the process `pid` that started at `start` still runs (a zombie,
-/// killed and not yet reaped, does not: it holds nothing and runs nothing).
+/// Whether the process `pid` that started at `start` still runs. A zombie
+/// does not once every thread of it has ended (it holds nothing and runs
+/// nothing); its main thread alone may be a zombie while others are still
+/// ending, and one of them may still be inside a read into a frame.
 fn alive(pid: u32, start: u64) -> bool {
-    pid != 0 && stat(pid).is_some_and(|(state, t)| t == start && state != 'Z' && state != 'X')
+    pid != 0 && stat(pid).is_some_and(|(state, t)| t == start && runs(pid, state))
+}
+
+/// Whether process `pid`, in state `state` (`/proc/PID/stat`), still runs:
+/// not dead, and not a zombie whose other threads have all ended (its
+/// `Threads:` count in `/proc/PID/status` is then 1, the zombie itself).
+fn runs(pid: u32, state: char) -> bool {
+    match state {
+        'X' => false,
+        'Z' => std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+            })
+            .is_some_and(|n| n > 1),
+        _ => true,
+    }
 }
 
 impl Segment {
@@ -712,6 +732,17 @@ impl Drop for Segment {
             unsafe {
                 crate::frame::ledger::unregister(self.table(TableId::Descs).as_ptr() as usize)
             };
+        }
+        // Dead processes' slots this segment's watcher claimed and whose
+        // recovery did not finish (the cache went first): handed back, to
+        // be recovered by another (a pid of 0 under RECOVERING runs no
+        // more, D2).
+        let claims = self.hooks.1.swap(0, Ordering::Relaxed);
+        for (slot, p) in self.header().procs.iter().enumerate() {
+            if claims >> slot & 1 != 0 {
+                // Release: pairs with the next claimant's Acquire.
+                p.pid.store(death::RECOVERING, Ordering::Release);
+            }
         }
         if let Some(slot) = self.slot {
             // Opens a tool left (a cache closes its files before its

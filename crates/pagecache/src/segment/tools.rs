@@ -24,6 +24,17 @@ impl Segment {
             .collect()
     }
 
+    /// Slots of dead processes whose recovery is under way (5.14 D5: each
+    /// freed once everything its process held is given back).
+    pub fn recovering(&self) -> usize {
+        self.header()
+            .procs
+            .iter()
+            // Acquire: pairs with the recovery's Release store freeing it.
+            .filter(|p| p.pid.load(Ordering::Acquire) & death::RECOVERING != 0)
+            .count()
+    }
+
     /// The segment's file table.
     pub(super) fn file_table(&self) -> FileTable {
         // SAFETY: the files' table, sized and aligned by `layout`, zeroed

@@ -1,0 +1,125 @@
+//! What an audit reads of a segment's pin counts (protocol 5.15,
+//! `ledger.rs`): every process's sums, for `PageCache::validate` of a
+//! quiet cache, and who counts what, for a test's report of a stuck one.
+//! Each reads under the registration lock, which an exiting thread's fold
+//! holds (an entry moved from its table to its row while the audit reads
+//! the tables, then the rows, would be missed or seen twice).
+
+use super::*;
+
+/// The run, size-lock and counter entries whose sums are not zero: kind,
+/// where (node, or offset in the segment), which (slot, shard or 0), and
+/// each owner's tag with its sum.
+pub type OtherCounts = Vec<(&'static str, usize, u32, Vec<(u32, i64)>)>;
+
+/// A run slot (1), size-lock shard (2) or counter (3) an entry counts,
+/// as (kind, where, which), with its count: one per slot of a run entry.
+fn others_of(e: Entry, mut each: impl FnMut((u8, usize, u32), i64)) {
+    match e {
+        Entry::Run(node, lo, mask, c) => {
+            for s in run_slots(lo, mask) {
+                each((1, node as usize, s), c);
+            }
+        }
+        Entry::Size(at, shard, c) => each((2, at, shard), c),
+        Entry::Word(at, c) => each((3, at, 0), c),
+        Entry::Empty | Entry::Frame(..) => {}
+    }
+}
+
+impl Area {
+    /// Calls `each` with every entry of every owned table and its owner's
+    /// tag. The caller holds the registration lock.
+    fn each_entry(&self, mut each: impl FnMut(u32, Entry)) {
+        for t in 0..TABLES {
+            let table = self.table(t);
+            // Acquire: the owner's claim, before its entries.
+            let o = table.owner.load(Acquire);
+            if o != 0 {
+                for e in &table.entries {
+                    each(o, Entry::of(e.load(Relaxed)));
+                }
+            }
+        }
+    }
+
+    /// Who counts pins of frame `f`: (owner's tag, in its row rather than
+    /// a table, the count), the nonzero ones. For a test's report of a
+    /// stuck cache.
+    pub fn holders(&self, f: u32) -> Vec<(u32, bool, i64)> {
+        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        self.each_entry(|o, e| {
+            if let Entry::Frame(g, c) = e {
+                if g == f {
+                    out.push((o, false, c));
+                }
+            }
+        });
+        for r in 0..ROWS {
+            let o = self.row_owner(r).load(Acquire);
+            let c = self.row(r).get(f as usize).map_or(0, |c| c.load(Relaxed));
+            if o != 0 && c != 0 {
+                out.push((o, true, c as i64));
+            }
+        }
+        out
+    }
+
+    /// The run, size-lock and counter entries whose sums are not zero, by
+    /// kind, where (node or offset in the segment), which (slot, shard or
+    /// 0), and the owners' tags with their sums. For a test's report.
+    pub fn other_counts(&self) -> OtherCounts {
+        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sums: std::collections::BTreeMap<(u8, usize, u32), Vec<(u32, i64)>> =
+            Default::default();
+        self.each_entry(|o, e| {
+            others_of(e, |k, c| {
+                let v = sums.entry(k).or_default();
+                match v.iter_mut().find(|(w, _)| *w == o) {
+                    Some((_, n)) => *n += c,
+                    None => v.push((o, c)),
+                }
+            })
+        });
+        sums.into_iter()
+            .filter(|(_, v)| v.iter().map(|&(_, c)| c).sum::<i64>() != 0)
+            .map(|((k, at, which), v)| {
+                (
+                    ["", "run", "size lock", "counter"][k as usize],
+                    at,
+                    which,
+                    v,
+                )
+            })
+            .collect()
+    }
+
+    /// Every process's pins of every frame (summed over all tables and
+    /// rows), and how many run slots and size-lock shards are held (their
+    /// entries' sums not zero): for an audit of a quiet cache (tests).
+    /// Under the registration lock, which an exiting thread's fold holds:
+    /// an entry moved from its table to its row while the audit reads the
+    /// tables, then the rows, would be missed (or seen twice).
+    pub fn all_counts(&self) -> (Vec<i64>, usize) {
+        let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = vec![0i64; self.frames];
+        let mut others: std::collections::HashMap<(u8, usize, u32), i64> = Default::default();
+        self.each_entry(|_, e| match e {
+            Entry::Frame(f, c) => {
+                if let Some(x) = n.get_mut(f as usize) {
+                    *x += c;
+                }
+            }
+            e => others_of(e, |k, c| *others.entry(k).or_default() += c),
+        });
+        for r in 0..ROWS {
+            if self.row_owner(r).load(Acquire) != 0 {
+                for (f, c) in self.row(r).iter().enumerate() {
+                    n[f] += c.load(Relaxed) as i64;
+                }
+            }
+        }
+        (n, others.values().filter(|&&c| c != 0).count())
+    }
+}
