@@ -133,9 +133,8 @@ struct BufferManager {
       // In huge pages, as vmcache's own state array (`allocHuge`, zeroed
       // by the kernel): in 4 KiB pages every visit also missed the TLB.
       hints = static_cast<std::atomic<u64>*>(allocHuge(virtCount * sizeof(u64)));
-      shadow = static_cast<std::atomic<u64>*>(allocHuge(virtCount * sizeof(u64)));
-      for (u64 i = 0; i < virtCount; i++)
-         shadow[i].store(0, std::memory_order_relaxed);
+      // (Zero, as the kernel maps it: no frame known yet.)
+      shadow = shadowOn ? static_cast<std::atomic<u64>*>(allocHuge(virtCount * sizeof(u64))) : nullptr;
       for (u64 i = 0; i < virtCount; i++)
          hints[i].store(PC_NO_HINT, std::memory_order_relaxed);
       // Page 0: vmcache's metadata page (zeroes on its disk at the start).
@@ -338,26 +337,21 @@ struct GuardX {
    explicit GuardX(GuardO<T>&& other) {
       calls.n[C_UPGRADE]++;
       if (other.sv) {
+         // PC_SHADOW: the cache's view of the frame the state word names.
          u64 f = (other.sv & 0xffffffffu) - 1;
-         if (pc_page_optimistic_fast(&bm.fast, other.pid, f, &other.view))
-            pcFail("pc_page_optimistic_fast", -EINVAL);
+         if (int r = pc_page_optimistic_fast(&bm.fast, other.pid, f, &other.view))
+            pcFail("pc_page_optimistic_fast", r);
       }
       int r = pc_optimistic_upgrade(&other.view, &pin);
       if (r == 0 && other.sv) {
+         // The latch is ours; the state word locked only if nothing
+         // changed it since the view (else the view was stale).
          u64 s = other.sv;
          if (!bm.shadow[other.pid].compare_exchange_strong(s, s | GuardO<T>::LOCKED)) {
             pc_latch_release_clean(&pin);
             calls.n[C_RESTART]++;
             throw OLCRestartException();
          }
-         pid = other.pid;
-         other.pid = GuardO<T>::moved;
-         other.ptr = nullptr;
-         ptr = reinterpret_cast<T*>(pin.data);
-         bm.setHint(pid, pin.hint);
-         heldAdd(ptr, pid);
-         ptr->dirty = true;
-         return;
       }
       if (r == -EAGAIN) {
          calls.n[C_RESTART]++;
@@ -368,11 +362,12 @@ struct GuardX {
       pid = other.pid;
       other.pid = moved;
       other.ptr = nullptr;
-      took();
+      took(other.sv != 0);
    }
 
-   void took() {
-      if (bm.shadowOn) {
+   // `shadowLocked`: the upgrade locked the state word already.
+   void took(bool shadowLocked = false) {
+      if (bm.shadowOn && !shadowLocked) {
          u64 s = bm.shadow[pid].load(std::memory_order_relaxed);
          for (;;) {
             if (s & GuardO<T>::LOCKED) {

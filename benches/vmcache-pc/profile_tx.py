@@ -35,7 +35,8 @@ GROUPS = {
 with open(block, "wb"):
     pass
 os.truncate(block, 10 << 30)
-data = tempfile.mktemp(suffix=".perf")
+fd, data = tempfile.mkstemp(suffix=".perf")
+os.close(fd)
 env = dict(os.environ, BLOCK=block, PHYSGB="4", VIRTGB="10", THREADS=threads,
            DATASIZE="2", RUNFOR="8", **extra)
 t0 = time.monotonic()

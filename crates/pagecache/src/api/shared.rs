@@ -24,13 +24,11 @@ impl PageCache {
     /// Its reads and writes go through the thread pool, never io_uring
     /// (`IoEngine::Uring` is an error): what a process that dies had in
     /// flight must end with its threads.
-    #[cfg(not(loom))]
     pub fn shared(name: &str, config: Config) -> io::Result<PageCache> {
         Self::shared_with(name, config, &SharedOptions::default())
     }
 
     /// [`PageCache::shared`] in `opts.dir`, shared with `opts.group`.
-    #[cfg(not(loom))]
     pub fn shared_with(name: &str, config: Config, opts: &SharedOptions) -> io::Result<PageCache> {
         config.frames()?;
         // Every read or write in flight is a thread's system call here
@@ -71,7 +69,6 @@ impl PageCache {
     }
 
     /// The file of a shared cache's segment (`None` for a private cache).
-    #[cfg(not(loom))]
     pub fn shared_path(&self) -> Option<&Path> {
         self.inner.shared_path()
     }
@@ -79,7 +76,6 @@ impl PageCache {
     /// Removes the shared cache `name` from `dir` (`None`: `/dev/shm`) if
     /// no live process is attached to it; an error naming the processes
     /// otherwise.
-    #[cfg(not(loom))]
     pub fn remove_shared(name: &str, dir: Option<&Path>) -> io::Result<()> {
         crate::segment::Segment::remove(dir.unwrap_or(Path::new(crate::segment::DEFAULT_DIR)), name)
     }

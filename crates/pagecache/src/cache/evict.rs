@@ -394,26 +394,64 @@ impl Inner {
             d.intend_evict(false);
             return false;
         };
-        // Protocol 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
-        crate::sync::fence(Ordering::SeqCst);
-        if g.run_pinned(&self.nodes, index).is_some() {
-            d.unfreeze(frozen);
-            d.intend_evict(false);
-            return false;
-        }
-        // C. clear the slot (identity was stable under our pin, so it is
-        // ours unless something is badly wrong).
-        let removed = g.remove(&self.nodes, index, f);
+        let out = self.frozen_out(&mut g, f, index, frozen);
         d.intend_evict(false);
         drop(g);
-        debug_assert!(
-            removed,
-            "frozen page {index} of file {} not in its index",
-            slot.id
-        );
-        d.reset();
-        self.count(Counter::Evictions);
+        if out {
+            d.reset();
+            self.count(Counter::Evictions);
+        }
+        out
+    }
+
+    /// Protocol 5.2 B-C for frame `f`, frozen from `frozen` and holding
+    /// page `index` of the file whose tree `g` holds locked: unfrozen back
+    /// to `frozen` if a run pinned the slot (5.7 E2-E3: it may be reading
+    /// the frame), else taken out of the index. Whether it was not
+    /// unfrozen (the caller then owns the frame).
+    fn frozen_out(
+        &self,
+        g: &mut crate::index::TreeLocked<'_>,
+        f: FrameNo,
+        index: u64,
+        frozen: crate::frame::state::State,
+    ) -> bool {
+        // 5.7 E2-E3 (`cache/run.rs`): a run may be reading it.
+        crate::sync::fence(Ordering::SeqCst);
+        if g.run_pinned(&self.nodes, index).is_some() {
+            self.desc(f).unfreeze(frozen);
+            return false;
+        }
+        // C. clear the slot (identity was stable under the freeze, so it
+        // is ours unless something is badly wrong).
+        let removed = g.remove(&self.nodes, index, f);
+        debug_assert!(removed, "frozen page {index} (frame {f}) not in its index");
         true
+    }
+
+    /// 5.15 P5: frame `f`, which a dead process's eviction had frozen and
+    /// not yet taken out of its index: under the tree lock (taken over if
+    /// it died holding it), a frame with no reference still in its index
+    /// is such a one (a live eviction does A-C under the same lock), taken
+    /// out and freed as C-D would have; or, if a run pinned the slot
+    /// meanwhile, it stays, clean and cached (the dead evictor's pin was
+    /// uncounted by its freeze). Context: takes the tree lock; the
+    /// recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn finish_dead_eviction(&self, f: FrameNo) {
+        let d = self.desc(f);
+        let (owner, index) = d.identity();
+        self.with_slot(owner, |fs| {
+            let mut g = fs.tree.lock();
+            if d.snapshot().refs() != 0 || fs.tree.lookup(&self.nodes, index) != Some(f) {
+                return;
+            }
+            let cached = crate::frame::state::State::cached(1);
+            if self.frozen_out(&mut g, f, index, cached) {
+                drop(g);
+                self.free_frame(f);
+            }
+        });
     }
 
     /// A shared cache: the victim `f` (pinned by the caller) is a page of

@@ -138,12 +138,7 @@ impl FileSlot {
     /// below zero. Context: the recovery's thread.
     #[cfg(not(loom))]
     pub(crate) fn writeback_dead(&self, n: usize) {
-        // Release: as `writeback_done`.
-        let _ = self
-            .writeback
-            .fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-                Some(w.saturating_sub(n))
-            });
+        super::words::take_back_from(&self.writeback, n);
     }
 }
 

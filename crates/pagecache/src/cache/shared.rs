@@ -146,12 +146,11 @@ mod imp {
                 sh.seg.set_death_hook(Box::new(move |tag, done| {
                     // On a thread of its own: the watcher must never hold
                     // the cache (its last reference would drop the segment
-                    // on the watcher's own thread). If none can start,
-                    // waiters still take the latches over (L2-L3).
-                    // The slot is freed once all is given back (a
-                    // recoverer that dies first leaves it to be recovered
-                    // again, D5); if no thread can start, it is handed back
-                    // at once.
+                    // on the watcher's own thread). The slot is freed once
+                    // all is given back (a recoverer that dies first leaves
+                    // it to be recovered again, D5). If no thread can
+                    // start, it is handed back at once (`done` dropped),
+                    // and waiters still take the latches over (L2-L3).
                     let me = me.clone();
                     let _ = std::thread::Builder::new()
                         .name("pagecache-recover".into())
@@ -206,32 +205,9 @@ mod imp {
                 }
             }
             // Frames its evictions had frozen and not yet taken out of
-            // their index (P5): readers of those pages would wait for
-            // ever. Under the tree lock (taken over if it died holding
-            // it), a frame with no reference still in its index is such
-            // a one (a live eviction does A-C under the same lock):
-            // taken out and freed, as C-D would have.
+            // their index (P5): readers of those pages would wait for ever.
             for &f in &taken.evicting {
-                let d = self.desc(f);
-                let (owner, index) = d.identity();
-                self.with_slot(owner, |fs| {
-                    let mut g = fs.tree.lock();
-                    if d.snapshot().refs() != 0 || fs.tree.lookup(&self.nodes, index) != Some(f) {
-                        return;
-                    }
-                    // 5.7 E2-E3: a run that pinned the slot meanwhile may be
-                    // reading the frame; then it stays, clean and cached
-                    // (the dead evictor's pin was uncounted by its freeze).
-                    crate::sync::fence(crate::sync::Ordering::SeqCst);
-                    if g.run_pinned(&self.nodes, index).is_some() {
-                        d.unfreeze(crate::frame::state::State::cached(1));
-                        return;
-                    }
-                    if g.remove(&self.nodes, index, f) {
-                        drop(g);
-                        self.free_frame(f);
-                    }
-                });
+                self.finish_dead_eviction(f);
             }
             // Its runs before its pins: a run's end may free frames it
             // kept (deferred frees), and writers of its pages wait for it
@@ -262,21 +238,20 @@ mod imp {
         /// holds a reference beyond the cache's own (5.15).
         pub(crate) fn validate_pins(&self) {
             let Some(sh) = &self.shared else { return };
-            let (counts, runs) = sh.seg.pins().all_counts();
-            assert_eq!(
-                runs,
-                0,
-                "runs, size-lock holds or counters counted while none is held: {:?}",
-                sh.seg.pins().other_counts()
+            let others = sh.seg.pins().other_counts();
+            assert!(
+                others.is_empty(),
+                "runs, size-lock holds or counters counted while none is held: {others:?}"
             );
-            for (f, &n) in counts.iter().enumerate() {
-                let s = self.desc(f as crate::frame::FrameNo).snapshot();
+            for (f, &n) in sh.seg.pins().frame_counts().iter().enumerate() {
+                let d = self.desc(f as crate::frame::FrameNo);
+                let s = d.snapshot();
                 assert!(
                     n == 0 && s.refs() <= 1,
                     "frame {f}: {n} pins counted ({:?}), {} references ({s:?}, page {:?})",
                     sh.seg.pins().holders(f as u32),
                     s.refs(),
-                    self.desc(f as crate::frame::FrameNo).identity()
+                    d.identity()
                 );
             }
         }

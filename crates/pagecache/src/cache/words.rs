@@ -75,23 +75,21 @@ impl Words {
     /// Context: the recovery's thread.
     #[cfg(not(loom))]
     pub(crate) fn take_back(&self, addr: usize, n: usize) -> bool {
-        let take = |w: &std::sync::atomic::AtomicUsize| {
-            // Release: as the counters' own decrements.
-            let _ = w.fetch_update(
-                std::sync::atomic::Ordering::Release,
-                std::sync::atomic::Ordering::Relaxed,
-                |v| Some(v.saturating_sub(n)),
-            );
-        };
-        if addr == &*self.filling as *const _ as usize {
-            take(&self.filling);
-        } else if addr == &*self.reclaiming as *const _ as usize {
-            take(&self.reclaiming);
-        } else if addr == &*self.freeing as *const _ as usize {
-            take(&self.freeing);
-        } else {
-            return false;
-        }
-        true
+        let w = [&*self.filling, &*self.reclaiming, &*self.freeing]
+            .into_iter()
+            .find(|w| std::ptr::from_ref(*w) as usize == addr);
+        w.inspect(|w| take_back_from(w, n)).is_some()
     }
+}
+
+/// Takes `n` a dead process had added back from counter `w` (5.15), never
+/// below zero. Context: the recovery's thread.
+#[cfg(not(loom))]
+pub(crate) fn take_back_from(w: &std::sync::atomic::AtomicUsize, n: usize) {
+    // Release: as the counters' own decrements.
+    let _ = w.fetch_update(
+        std::sync::atomic::Ordering::Release,
+        std::sync::atomic::Ordering::Relaxed,
+        |v| Some(v.saturating_sub(n)),
+    );
 }

@@ -12,12 +12,12 @@
 //! * P1. Each thread that pins a frame of a shared cache has a *table* of
 //!   its own in the segment (4 KiB: the owner's tag, its intent word
 //!   (P5), then a list of 510 entries of frame and count), claimed from
-//!   the segment's pool by a
-//!   CAS of its owner word and kept for the thread's life (in this
-//!   process's thread-local storage). Only that thread writes it: plain
-//!   stores, no read-modify-write, on a line no other thread writes. A pin
-//!   appends an entry; its release by the same thread, found among the
-//!   last eight, removes it, so the list's end stays on one or two lines.
+//!   the segment's pool by a CAS of its owner word and kept for the
+//!   thread's life (in this process's thread-local storage). Only that
+//!   thread writes it (the intent word too): plain stores, no
+//!   read-modify-write, on a line no other thread writes. A pin appends an
+//!   entry; its release by the same thread, found among the last eight,
+//!   removes it, so the list's end stays on one or two lines.
 //! * P2. Each process has a *row* in the segment (a signed count per frame,
 //!   claimed at attach like a table). A thread folds its table's frame
 //!   counts into the row (atomic adds) when the table is full and when
@@ -280,7 +280,6 @@ enum Entry {
 
 impl Entry {
     fn of(v: u64) -> Entry {
-        let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
         if v == 0 {
             Entry::Empty
         } else if v >> 32 & RUN_KEY != 0 {
@@ -291,6 +290,7 @@ impl Entry {
             Entry::Word(at, (((v as u32) << 8) as i32 >> 8) as i64)
         } else if v >> 32 & SIZE_KEY != 0 {
             let at = (v >> 32 & !SIZE_KEY) as usize * 64;
+            let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
             Entry::Size(at, v as u32 & 0xffff, sign)
         } else {
             Entry::Frame((v >> 32) as u32 - 1, v as u32 as i32 as i64)
@@ -539,10 +539,15 @@ fn fold(reg: &Reg, t: usize) {
 /// drops it), if the frame is in a shared cache. P3.
 #[inline(always)]
 pub(crate) fn count(desc: usize, delta: i32) {
-    if desc < DESCS_LO.load(Relaxed) || desc >= DESCS_HI.load(Relaxed) {
-        return;
+    if in_shared(desc) {
+        count_shared(desc, delta);
     }
-    count_shared(desc, delta);
+}
+
+/// Whether `desc` lies within the shared caches' descriptors' bounds.
+#[inline(always)]
+fn in_shared(desc: usize) -> bool {
+    desc >= DESCS_LO.load(Relaxed) && desc < DESCS_HI.load(Relaxed)
 }
 
 #[inline(never)]
@@ -584,7 +589,7 @@ fn count_shared(desc: usize, delta: i32) {
 /// death there leaves the frame frozen in its index).
 #[inline]
 pub(crate) fn intend_evict(desc: usize, evict: bool) {
-    if desc < DESCS_LO.load(Relaxed) || desc >= DESCS_HI.load(Relaxed) {
+    if !in_shared(desc) {
         return;
     }
     let Some(reg) = find(desc) else { return };
@@ -597,18 +602,25 @@ pub(crate) fn intend_evict(desc: usize, evict: bool) {
     // Keeps the record before the freeze and the clear after the removal
     // from the index, in the instruction stream.
     compiler_fence(Ordering::SeqCst);
-    if !cached_table(reg).is_some_and(|t| {
-        t.intent.store(v, Relaxed);
+    with_table(reg, |t| {
+        // Relaxed: read by this thread, or by the recovery once its
+        // process is dead (all its stores done, as the entries).
+        if let Some(t) = t {
+            t.intent.store(v, Relaxed);
+        }
         true
-    }) {
-        count_in(reg, |_, t| {
-            if let Some(t) = t {
-                t.intent.store(v, Relaxed);
-            }
-            true
-        });
-    }
+    });
     compiler_fence(Ordering::SeqCst);
+}
+
+/// `op` on this thread's table of `reg`'s area: the cached one, else the
+/// one `count_in` finds or claims (folded and given again if `op` found it
+/// full); `op(None)` if no table can be had.
+#[inline]
+fn with_table(reg: &'static Reg, op: impl Fn(Option<&Table>) -> bool) {
+    if !cached_table(reg).is_some_and(|t| op(Some(t))) {
+        count_in(reg, |_, t| op(t));
+    }
 }
 
 /// Counts a run's pin of slots `lo..lo + n` of index node `node` (`pin`:
@@ -621,13 +633,11 @@ pub(crate) fn count_run(descs: usize, node: u32, lo: usize, n: usize, pin: bool)
     compiler_fence(Ordering::SeqCst);
     let mask = ((1u64 << n) - 1) as u32;
     let Some(reg) = find(descs) else { return };
-    if !cached_table(reg).is_some_and(|t| add_run(t, node, lo as u32, mask, pin)) {
-        count_in(reg, |_, t| match t {
-            Some(t) => add_run(t, node, lo as u32, mask, pin),
-            // No table: not counted (a dead process's run would stay).
-            None => true,
-        });
-    }
+    with_table(reg, |t| match t {
+        Some(t) => add_run(t, node, lo as u32, mask, pin),
+        // No table: not counted (a dead process's run would stay).
+        None => true,
+    });
     compiler_fence(Ordering::SeqCst);
 }
 

@@ -95,23 +95,18 @@ impl Area {
             .collect()
     }
 
-    /// Every process's pins of every frame (summed over all tables and
-    /// rows), and how many run slots and size-lock shards are held (their
-    /// entries' sums not zero): for an audit of a quiet cache (tests).
-    /// Under the registration lock, which an exiting thread's fold holds:
-    /// an entry moved from its table to its row while the audit reads the
-    /// tables, then the rows, would be missed (or seen twice).
-    pub fn all_counts(&self) -> (Vec<i64>, usize) {
+    /// Every process's pins of every frame, summed over all tables and
+    /// rows: for an audit of a quiet cache (tests, with
+    /// [`Area::other_counts`] for the rest).
+    pub fn frame_counts(&self) -> Vec<i64> {
         let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
         let mut n = vec![0i64; self.frames];
-        let mut others: std::collections::HashMap<(u8, usize, u32), i64> = Default::default();
-        self.each_entry(|_, e| match e {
-            Entry::Frame(f, c) => {
+        self.each_entry(|_, e| {
+            if let Entry::Frame(f, c) = e {
                 if let Some(x) = n.get_mut(f as usize) {
                     *x += c;
                 }
             }
-            e => others_of(e, |k, c| *others.entry(k).or_default() += c),
         });
         for r in 0..ROWS {
             if self.row_owner(r).load(Acquire) != 0 {
@@ -120,6 +115,6 @@ impl Area {
                 }
             }
         }
-        (n, others.values().filter(|&&c| c != 0).count())
+        n
     }
 }

@@ -52,8 +52,7 @@ impl Drop for Fake {
 }
 
 fn counts(a: &Area) -> Vec<(usize, i64)> {
-    a.all_counts()
-        .0
+    a.frame_counts()
         .into_iter()
         .enumerate()
         .filter(|&(_, n)| n != 0)
@@ -133,14 +132,14 @@ fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
         .join()
         .unwrap();
     count(fake.desc(2), 1);
-    assert_eq!(fake.area.all_counts().1, 3);
+    assert_eq!(fake.area.other_counts().len(), 3);
     let t = fake.area.take_process(7);
     assert_eq!(t.frames, [(2, 1)]);
     assert_eq!(t.runs, [(3, 4, 1), (3, 5, 1), (3, 6, 1)]);
     // Ended by its own thread: nothing left.
     count_run(d, 5, 0, 16, true);
     count_run(d, 5, 0, 16, false);
-    assert_eq!(fake.area.all_counts().1, 0);
+    assert_eq!(fake.area.other_counts().len(), 0);
 }
 
 #[test]

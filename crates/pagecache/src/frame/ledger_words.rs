@@ -26,12 +26,7 @@ fn count_size_shared(lock: usize, shard: u32, hold: bool) {
     }
     compiler_fence(Ordering::SeqCst);
     let key = (SIZE_KEY | at as u64) << 32 | shard as u64;
-    if !cached_table(reg).is_some_and(|t| add_hold(t, key, hold)) {
-        count_in(reg, |_, t| match t {
-            Some(t) => add_hold(t, key, hold),
-            None => true,
-        });
-    }
+    with_table(reg, |t| t.is_none_or(|t| add_hold(t, key, hold)));
     compiler_fence(Ordering::SeqCst);
 }
 
@@ -53,12 +48,7 @@ pub(crate) fn count_word(word: usize, delta: i64) {
     compiler_fence(Ordering::SeqCst);
     let key = (SIZE_KEY | (off / 64) as u64) << 32 | WORD | ((off % 64 / 8) as u64) << 24;
     let delta = delta.clamp(-(1 << 22), 1 << 22) as i32;
-    if !cached_table(reg).is_some_and(|t| add_word(t, key, delta)) {
-        count_in(reg, |_, t| match t {
-            Some(t) => add_word(t, key, delta),
-            None => true,
-        });
-    }
+    with_table(reg, |t| t.is_none_or(|t| add_word(t, key, delta)));
     compiler_fence(Ordering::SeqCst);
 }
 

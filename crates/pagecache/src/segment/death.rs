@@ -36,7 +36,8 @@
 //!   thread zeroes the start time and clears the pid word (Release) once
 //!   all is given back ([`Recovered::free`]): until then the slot stays
 //!   claimed, so that if the recoverer dies too, the slot is recovered
-//!   again (else what the dead process counted would stay for ever).
+//!   again (else what the dead process counted would stay for ever). A
+//!   watcher with no cache over the segment (a tool) frees it at once.
 //!
 //! A latch (protocol 5.5) is not a futex word but a bit of a frame's state
 //! word, taken by the same CAS as a pin; it gets the same treatment:
@@ -67,9 +68,10 @@
 //! * W3. The recovery of a dead process ends each write-back it owns as
 //!   failed (`Inner::cancel_writeback`: the page dirty and tagged again,
 //!   the file's undone count moved; its `writeback` count comes down with
-//!   the rest of what the process counted, 5.15), then clears the word (also where the process died between W1's claim and
-//!   its RMW, or between W2's two steps). A sync waiting for the file's
-//!   write-backs then writes the page itself.
+//!   the rest of what the process counted, 5.15), then clears the word
+//!   (also where the process died between W1's claim and its RMW, or
+//!   between W2's two steps). A sync waiting for the file's write-backs
+//!   then writes the page itself.
 //!
 //! Why the order holds: a lock tagged by the dead process names its slot
 //! and generation; the generation changes only when the slot is claimed
@@ -132,6 +134,8 @@ impl Recovered {
         p.start.store(0, Ordering::Relaxed);
         // Release: the recovery before the next claim's Acquire.
         p.pid.store(0, Ordering::Release);
+        // Relaxed: the claims are this process's, read by its segment's
+        // drop, which comes after the cache (and so this recovery) ends.
         self.claims.fetch_and(!(1 << self.slot), Ordering::Relaxed);
     }
 
@@ -146,13 +150,19 @@ impl Drop for Recovered {
     fn drop(&mut self) {
         if !self.done {
             // SAFETY: as in `free`.
-            let h = unsafe { header(self.base) };
-            // Release: the recovery so far before the next claim; a pid of
-            // 0 under `RECOVERING` runs no more (D2): claimed again.
-            h.procs[self.slot].pid.store(RECOVERING, Ordering::Release);
+            hand_back(unsafe { header(self.base) }, self.slot);
+            // Relaxed: as in `free`.
             self.claims.fetch_and(!(1 << self.slot), Ordering::Relaxed);
         }
     }
+}
+
+/// Hands the claimed slot `slot` back, its recovery unfinished, to be
+/// claimed and recovered again by any watcher: a pid of 0 under
+/// `RECOVERING` runs no more (D2).
+pub(super) fn hand_back(h: &Header, slot: usize) {
+    // Release: the recovery so far before the next claim's Acquire.
+    h.procs[slot].pid.store(RECOVERING, Ordering::Release);
 }
 
 /// A segment's hooks, shared with its watcher thread: for dead processes,
@@ -190,7 +200,7 @@ pub(super) fn tag(slot: usize, gen: u32) -> u32 {
 /// Whether process `pid` runs (exists, and is no zombie whose threads have
 /// all ended).
 fn runs(pid: u32) -> bool {
-    stat(pid).is_some_and(|(state, _)| super::runs(pid, state))
+    stat(pid).is_some_and(|(state, _)| super::group_runs(pid, state))
 }
 
 // A bit per slot in a watcher's claims (`Hooks`).
@@ -271,6 +281,7 @@ unsafe fn recover_dead(base: usize, hooks: &Hooks) -> usize {
         // counted, by this process's cache, which frees the slot when done.
         // Relaxed: the slot's generation is ours to read now (claimed).
         let dead = tag(slot, p.gen.load(Ordering::Relaxed));
+        // Relaxed: as `Recovered::free`'s clear.
         hooks.1.fetch_or(1 << slot, Ordering::Relaxed);
         let done = Recovered {
             base,

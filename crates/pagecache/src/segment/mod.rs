@@ -230,13 +230,13 @@ fn start_time(pid: u32) -> u64 {
 /// nothing); its main thread alone may be a zombie while others are still
 /// ending, and one of them may still be inside a read into a frame.
 fn alive(pid: u32, start: u64) -> bool {
-    pid != 0 && stat(pid).is_some_and(|(state, t)| t == start && runs(pid, state))
+    pid != 0 && stat(pid).is_some_and(|(state, t)| t == start && group_runs(pid, state))
 }
 
 /// Whether process `pid`, in state `state` (`/proc/PID/stat`), still runs:
 /// not dead, and not a zombie whose other threads have all ended (its
 /// `Threads:` count in `/proc/PID/status` is then 1, the zombie itself).
-fn runs(pid: u32, state: char) -> bool {
+fn group_runs(pid: u32, state: char) -> bool {
     match state {
         'X' => false,
         'Z' => std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -737,12 +737,11 @@ impl Drop for Segment {
         // recovery did not finish (the cache went first): handed back, to
         // be recovered by another (a pid of 0 under RECOVERING runs no
         // more, D2).
+        // Relaxed: the watcher is joined and the cache gone (no recovery
+        // of ours runs any more).
         let claims = self.hooks.1.swap(0, Ordering::Relaxed);
-        for (slot, p) in self.header().procs.iter().enumerate() {
-            if claims >> slot & 1 != 0 {
-                // Release: pairs with the next claimant's Acquire.
-                p.pid.store(death::RECOVERING, Ordering::Release);
-            }
+        for slot in (0..MAX_PROCS).filter(|s| claims >> s & 1 != 0) {
+            death::hand_back(self.header(), slot);
         }
         if let Some(slot) = self.slot {
             // Opens a tool left (a cache closes its files before its
