@@ -557,6 +557,33 @@ fn a_process_killed_holding_the_file_table_lock_stalls_no_one() {
     Segment::remove(&d, "k").unwrap();
 }
 
+/// A process that detaches while another holds the file table's lock
+/// waits for it and is woken by its release, across processes: its
+/// detach gives back its opens under that lock, and waits for it on the
+/// shared futex (a detach that unregistered its region first slept on a
+/// private futex that the other process's unlock never woke: a reader of
+/// the lab's `processes` scenario hung there for minutes).
+#[test]
+fn a_detach_waits_for_another_process_holding_the_file_table_lock() {
+    let td = TempDir::new("segment-detach");
+    let d = td.0.clone();
+    let seg = Segment::open(&d, "w", G, None).unwrap();
+    let child = spawn("detach", &d);
+    wait_until("the child to attach", || seg.processes().len() == 2);
+    seg.debug_with_files_locked(|| {
+        // The child sees the lock held, then detaches and waits for it.
+        wait_until("the child to start its detach", || {
+            seg.processes().len() == 1 || std::fs::metadata(d.join("detaching")).is_ok()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let st = reap(child);
+    assert!(st.success(), "the child failed: {st}");
+    assert_eq!(seg.processes().len(), 1, "the child's slot given back");
+    drop(seg);
+    Segment::remove(&d, "w").unwrap();
+}
+
 fn still_zombie(c: &Child) -> bool {
     let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
     s.rsplit_once(')')
@@ -632,6 +659,15 @@ fn child() {
             seg.open_file((5, 1), 0, 1 << 40).unwrap();
             seg.open_file((5, 9), 0, 1 << 40).unwrap();
             seg.debug_with_files_locked(|| std::thread::sleep(Duration::from_secs(60)));
+        }
+        "detach" => {
+            let seg = Segment::open(&d, "w", G, None).unwrap();
+            wait_until("the parent to hold the lock", || {
+                seg.files()
+                    .is_err_and(|e| e.kind() == ErrorKind::WouldBlock)
+            });
+            std::fs::write(d.join("detaching"), b"").unwrap();
+            drop(seg);
         }
         "hold" => {
             let _s = Segment::open(&d, "r", G, None).unwrap();

@@ -722,10 +722,6 @@ impl Drop for Segment {
     fn drop(&mut self) {
         // The watcher first: it uses the mapping.
         drop(self.watcher.take());
-        // SAFETY: registered in `enter`, or never (inspected, or `enter`
-        // failed: then a no-op); the segment's users (tables borrowed from
-        // it) are gone before it drops.
-        unsafe { unregister_region(self.base.as_ptr() as usize) };
         if self.counting_pins {
             // SAFETY: registered in `count_pins`; the cache over the
             // segment is gone (no pin held or taken).
@@ -746,11 +742,23 @@ impl Drop for Segment {
         if let Some(slot) = self.slot {
             // Opens a tool left (a cache closes its files before its
             // segment drops): given back, as for a dead process (5.14 D5).
+            // Before the region is unregistered: the file table's lock is
+            // then still taken with this process's tag and waited for on
+            // the shared futex (unregistered, a wait would sleep on a
+            // private futex that another process's unlock never wakes).
             self.file_table().forget_process(slot);
             // Its counters, published one last time, stay in the totals.
             // SAFETY: our mapping, still mapped.
             unsafe { stats::publish(self.base.as_ptr() as usize, slot, &self.hooks) };
             stats::retire(self.header(), slot);
+        }
+        // SAFETY: registered in `enter`, or never (inspected, or `enter`
+        // failed: then a no-op); the segment's users (tables borrowed from
+        // it) are gone before it drops, and no lock of the region is held.
+        unsafe { unregister_region(self.base.as_ptr() as usize) };
+        if let Some(slot) = self.slot {
+            // The slot last: its mailbox is no longer served (unregistered
+            // above) when another process may claim it.
             let p = &self.header().procs[slot];
             // Relaxed: ordered before the pid's Release store (a claimant's
             // start time is 0 until it stores its own: 5.14 D2).
