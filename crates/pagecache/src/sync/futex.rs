@@ -593,13 +593,18 @@ pub(crate) fn took_over() -> bool {
 ///   allowed). `c` clear: CAS `w -> w | 1`. Either CAS failing: L3 again.
 ///   (With tag 1, as Drepper's: swap in `1 << 1 | 1`; taken if it was 0.)
 /// * L4. `FUTEX_WAIT(word, w | 1)`, then L3 (in a region whose member can
-///   tell a dead holder, for at most `HOLDER_CHECK`, then 5.14 R2).
+///   tell a dead holder, for at most `HOLDER_CHECK`, then 5.14 R2; with
+///   tag 1, for at most `HOLDER_CHECK` too, see below).
 /// * U1. Swap in 0 (Release); if the old value had `c`, `FUTEX_WAKE` one.
 ///
 /// No lost wake-up: a sleeper sleeps only while the word has `c` (the
 /// kernel checks under its lock), and a word with `c` means the unlock
 /// that clears it wakes one sleeper; the woken one sets `c` again at L3,
-/// so the sleepers left are woken by its own unlock.
+/// so the sleepers left are woken by its own unlock. That holds when the
+/// waker and the sleeper agree on whether the word is shared: a process
+/// that uses the word after its region was unregistered (a bug: its
+/// detach must not take a region lock then) would sleep on a private
+/// futex no other process wakes, so tag 1's sleeps are bounded as well.
 ///
 /// A holder whose process died (protocol 5.14, `docs/design.md`):
 ///
@@ -663,8 +668,13 @@ impl FutexMutex {
             // a region: that hold can then no longer be taken over, which
             // only non-members, tests, cause).
             // Acquire: pairs with U1's Release (the holder's writes).
+            // Each sleep bounded: a waker and a sleeper that disagree on
+            // whether the word is shared (a process whose region is no
+            // longer registered sleeps on a private futex, and another
+            // process's unlock wakes the shared one) cost a check
+            // interval, never a hang.
             while self.word.swap(NO_TAG << 1 | 1, Ordering::Acquire) != 0 {
-                wait_word(&self.word, NO_TAG << 1 | 1, None);
+                wait_word(&self.word, NO_TAG << 1 | 1, Some(HOLDER_CHECK));
             }
             return;
         }
