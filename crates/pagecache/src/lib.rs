@@ -142,7 +142,9 @@ pub mod internals {
     /// descriptors) work between the processes.
     pub mod wait {
         #[cfg(not(loom))]
-        pub use crate::sync::futex::{register_region, unregister_region, FutexMutex, Member};
+        pub use crate::sync::futex::{
+            register_region, unregister_region, untagged_long_sleeps, FutexMutex, Member,
+        };
         pub use crate::sync::futex::{WaitTable, BUCKETS};
         /// A future's place in the wait queues (`FrameDesc::poll_unlatched_as`).
         pub use crate::sync::waitq::Registration as FutureWait;

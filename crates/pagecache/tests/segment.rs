@@ -668,6 +668,13 @@ fn child() {
             });
             std::fs::write(d.join("detaching"), b"").unwrap();
             drop(seg);
+            // Woken by the parent's unlock, not by the bound on a sleep
+            // that nobody would wake (the lock's tag-1 path).
+            assert_eq!(
+                pagecache::internals::wait::untagged_long_sleeps(),
+                0,
+                "the detach slept on a futex the other process's unlock does not wake"
+            );
         }
         "hold" => {
             let _s = Segment::open(&d, "r", G, None).unwrap();

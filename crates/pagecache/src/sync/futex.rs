@@ -674,7 +674,11 @@ impl FutexMutex {
             // process's unlock wakes the shared one) cost a check
             // interval, never a hang.
             while self.word.swap(NO_TAG << 1 | 1, Ordering::Acquire) != 0 {
+                let t = std::time::Instant::now();
                 wait_word(&self.word, NO_TAG << 1 | 1, Some(HOLDER_CHECK));
+                if t.elapsed() >= HOLDER_CHECK {
+                    UNTAGGED_LONG_SLEEPS.fetch_add(1, Ordering::Relaxed);
+                }
             }
             return;
         }
@@ -723,6 +727,21 @@ impl FutexMutex {
             wait_word(&self.word, w, member.map(|_| HOLDER_CHECK));
         }
     }
+}
+
+/// Sleeps of [`FutexMutex`]'s tag-1 path that lasted a whole
+/// [`HOLDER_CHECK`]: a holder that long, or a wake-up lost between a
+/// private and a shared futex that the bound turned into a delay (tests).
+#[cfg(not(loom))]
+static UNTAGGED_LONG_SLEEPS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// How many of this process's tag-1 lock sleeps lasted a whole holder
+/// check interval, 200 ms (tests: a detach must not sleep on a private
+/// futex).
+#[cfg(not(loom))]
+pub fn untagged_long_sleeps() -> usize {
+    UNTAGGED_LONG_SLEEPS.load(Ordering::Relaxed)
 }
 
 /// Rounds of [`FutexMutex`]'s spin (L2): 3 of pauses, 7 of yields.
