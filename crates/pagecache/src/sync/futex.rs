@@ -666,13 +666,12 @@ impl FutexMutex {
             // of it): a swap both sets `c` and, from 0, takes the lock, as
             // in Drepper's mutex (it may overwrite a member's tag with 1 in
             // a region: that hold can then no longer be taken over, which
-            // only non-members, tests, cause).
+            // only non-members, tests, cause). Each sleep is bounded: a
+            // waker and a sleeper that disagree on whether the word is
+            // shared (a process whose region is no longer registered sleeps
+            // on a private futex; another process's unlock wakes the shared
+            // one) cost a check interval, never a hang, and are counted.
             // Acquire: pairs with U1's Release (the holder's writes).
-            // Each sleep bounded: a waker and a sleeper that disagree on
-            // whether the word is shared (a process whose region is no
-            // longer registered sleeps on a private futex, and another
-            // process's unlock wakes the shared one) cost a check
-            // interval, never a hang.
             while self.word.swap(NO_TAG << 1 | 1, Ordering::Acquire) != 0 {
                 let t = std::time::Instant::now();
                 wait_word(&self.word, NO_TAG << 1 | 1, Some(HOLDER_CHECK));
