@@ -45,12 +45,15 @@ fn a_dropped_cache_leaves_no_threads_and_no_descriptors() {
                 drop(f);
                 drop(g);
             }
-            // Our threads are joined before the drop returns. The kernel's
-            // io_uring workers of the threads that submitted (`iou-wrk-*`)
-            // exit on their own once the ring is closed (within ~50 ms here):
-            // wait for those only.
+            // Our threads are joined before the drop returns, but a joined
+            // thread is still listed until the kernel reaps it (the join
+            // returns at its exit's tid clear, before its task is
+            // released). The kernel's io_uring workers of the threads that
+            // submitted (`iou-wrk-*`) exit on their own once the ring is
+            // closed (within ~50 ms here). So the count is waited for (a
+            // thread that was not joined stays and fails the test).
             let t0 = std::time::Instant::now();
-            while names().iter().any(|n| n.starts_with("iou-wrk")) && t0.elapsed().as_secs() < 5 {
+            while count("/proc/self/task") != tasks && t0.elapsed().as_secs() < 5 {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             assert_eq!(
