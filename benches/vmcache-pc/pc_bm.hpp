@@ -28,6 +28,11 @@
 // that evicted any page fails at exit (its views may have read another
 // page).
 //
+// PC_POPULATE set in the environment (a measurement): the cache's frame
+// arena is faulted in when the cache is created (`pc_config.populate`,
+// before vmcache's timer starts), so that neither the load nor the run
+// touches new memory.
+//
 // The file (BLOCK) is truncated and grown page by page; the cache's
 // budget is PHYSGB GiB. Statistics as vmcache's: pages read and written
 // back (the cache's counters), allocCount.
@@ -124,6 +129,8 @@ struct BufferManager {
       if (int r = pc_config_default(&c))
          pcFail("pc_config_default", r);
       c.capacity = physSize;
+      // PC_POPULATE: see the top of the file.
+      c.populate = getenv("PC_POPULATE") != nullptr;
       if (int r = pc_cache_new(&c, &cache))
          pcFail("pc_cache_new", r);
       if (int r = pc_file_open(cache, path, PC_READ | PC_WRITE | PC_CREATE | PC_TRUNCATE, &file))

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   pagecache list
-  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--vmcache-pc PATH] [--busy N] [--case in|out]
+  pagecache bench <scenario>... | all [--threads 1,2,8,32] [--quick] [--runs N] [--out DIR] [--vmcache PATH] [--vmcache-pc PATH] [--busy N] [--case in|out|write]
   pagecache compare A.json B.json
   pagecache device FILE DEPTH SECONDS   (the device's random 4 KiB O_DIRECT read rate through io_uring)
   pagecache shared [NAME] [--remove] [--dir DIR]   (caches shared by processes: list them, show one, remove one nobody uses)";
@@ -269,8 +269,13 @@ fn bench(args: &[String]) -> ExitCode {
                 _ => return fail("--busy needs a number of processes (0 to 256)", 2),
             },
             "--case" => match value() {
-                Some(c) if c == "in" || c == "out" => o.case = Some(c),
-                _ => return fail("--case needs `in` or `out` (TPC-C in or out of memory)", 2),
+                Some(c) if c == "in" || c == "out" || c == "write" => o.case = Some(c),
+                _ => {
+                    return fail(
+                        "--case needs `in` or `out` (TPC-C in or out of memory) or `write` (out-of-memory's sequential writer alone)",
+                        2,
+                    )
+                }
             },
             "--out" => match value() {
                 Some(d) => out = Some(PathBuf::from(d)),

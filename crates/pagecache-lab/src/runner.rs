@@ -29,8 +29,9 @@ pub struct Opts {
     /// that say so (`--busy N`: the `async` scenario, each configuration
     /// and its device reference under the same load).
     pub busy: usize,
-    /// Cases of the scenarios that have several data sizes (`--case in` or
-    /// `--case out`: TPC-C in or out of memory); `None`: all.
+    /// Cases of the scenarios that have several (`--case in` or `--case
+    /// out`: TPC-C in or out of memory; `--case write`: `out-of-memory`'s
+    /// sequential writer alone); `None`: all.
     pub case: Option<String>,
 }
 

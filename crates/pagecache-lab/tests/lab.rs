@@ -410,6 +410,55 @@ fn page_lock_serves_every_request_under_each_design() {
 }
 
 #[test]
+fn out_of_memory_write_case_runs_the_writers_in_turn_beside_the_device_and_the_kernel() {
+    let o = Opts {
+        case: Some("write".into()),
+        ..tiny()
+    };
+    let tables = (scenarios::find("out-of-memory").unwrap().run)(&o).unwrap();
+    assert_eq!(tables.len(), 1);
+    let t = &tables[0];
+    assert!(
+        t.title.starts_with("sequential write of a new"),
+        "{}",
+        t.title
+    );
+    let designs: Vec<&str> = (0..t.rows.len())
+        .map(|r| t.cell(r, "design").unwrap())
+        .collect();
+    assert_eq!(
+        designs,
+        [
+            "kernel O_DIRECT write + fdatasync (device)",
+            "pagecache",
+            "pagecache, arena populated at creation (untimed)",
+            "kernel write() + fdatasync"
+        ]
+    );
+    for (r, design) in designs.iter().enumerate() {
+        let rate: f64 = t
+            .cell(r, "rate")
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rate > 0.0, "row {r}: {:?}", t.rows[r]);
+        // Only the caches say how long their creation took.
+        assert_eq!(
+            t.cell(r, "cache created in") == Some("-"),
+            !design.starts_with("pagecache"),
+            "row {r}: {:?}",
+            t.rows[r]
+        );
+    }
+    assert_eq!(t.cell(0, "vs device"), Some("1.00x"));
+    assert_eq!(t.cell(3, "vs kernel"), Some("1.00x"));
+    assert_eq!(t.series.len(), 4);
+}
+
+#[test]
 fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
     let o = tiny();
     let tables = (scenarios::find("out-of-memory").unwrap().run)(&o).unwrap();

@@ -15,6 +15,7 @@ pub mod page_lock;
 pub mod processes;
 pub mod same_file;
 pub mod same_page;
+mod seq_write;
 pub mod tpcc;
 
 /// A scenario: its name on the command line, what it reproduces, and the

@@ -433,7 +433,7 @@ fn cache_with(sz: &Size, stream_reads: StreamReads) -> io::Result<PageCache> {
 /// `pos` and returns its length (0: end of file, the pass ends early);
 /// `finish` (a sync) runs before the clock stops. Returns bytes per second
 /// over the bytes moved, and each step's latency.
-fn sequential(
+pub(crate) fn sequential(
     total: u64,
     mut step: impl FnMut(u64) -> io::Result<usize>,
     finish: impl FnOnce() -> io::Result<()>,
@@ -635,6 +635,11 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         Cgroup::create(limit)
     };
     let root = drop_cache(&data);
+    if o.case.as_deref() == Some("write") {
+        let t = super::seq_write::run(o, &sz, &data, &out, &cgroup)?;
+        drop(cgroup);
+        return Ok(vec![t]);
+    }
     let mut t = Table::new(
         format!(
             "out-of-memory: file {} MiB, {} x the budget of {} MiB; {}; {}",
