@@ -111,6 +111,7 @@ pub(crate) fn refuse_if_pinned(
 
 impl Held {
     /// The page's bytes (writable only through a latch).
+    #[inline(always)]
     fn bytes(&mut self) -> (*mut u8, usize) {
         let ro = |b: &[u8]| (b.as_ptr() as *mut u8, b.len());
         match self {

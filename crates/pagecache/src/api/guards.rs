@@ -38,12 +38,14 @@ pub struct PageRef<'a> {
 
 impl PageRef<'_> {
     /// The page's index in its file.
+    #[inline]
     pub fn index(&self) -> u64 {
         self.index
     }
 
     /// The frame the page is in, for [`File::optimistic_hinted`] later
     /// (as [`PageMut::frame_hint`]).
+    #[inline]
     pub fn frame_hint(&self) -> u32 {
         self.pin.frame()
     }
@@ -193,17 +195,20 @@ pub struct PageMut<'a> {
 
 impl PageMut<'_> {
     /// The page's index in its file.
+    #[inline]
     pub fn index(&self) -> u64 {
         self.index
     }
 
     /// Marks the page dirty on release even if it is never dereferenced
     /// mutably (a caller that writes through [`PageMut::as_mut_ptr`]).
+    #[inline]
     pub fn mark_dirty(&mut self) {
         self.touched = true;
     }
 
     /// Whether the page will be marked dirty on release.
+    #[inline]
     pub fn is_dirtied(&self) -> bool {
         self.touched
     }
@@ -212,6 +217,7 @@ impl PageMut<'_> {
     /// (as [`Optimistic::frame_hint`](crate::Optimistic::frame_hint)): an
     /// index structure that records where a node it just made or changed
     /// lives can find it again without the index walk.
+    #[inline]
     pub fn frame_hint(&self) -> u32 {
         self.latch.frame()
     }
@@ -219,6 +225,7 @@ impl PageMut<'_> {
     /// The page's bytes, writable by this holder alone while it lives,
     /// without marking the page dirty: a caller that writes through it must
     /// call [`PageMut::mark_dirty`] (the C ABI's latches).
+    #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.latch.as_mut_ptr()
     }
@@ -226,12 +233,14 @@ impl PageMut<'_> {
 
 impl Deref for PageMut<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         &self.latch
     }
 }
 
 impl DerefMut for PageMut<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         self.touched = true;
         &mut self.latch

@@ -450,18 +450,24 @@ impl File {
         )
     }
 
+    #[inline]
     fn check_writable(&self, what: &str) -> io::Result<()> {
         if self.writable {
             Ok(())
         } else {
-            Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{}: {what} through a read-only handle",
-                    self.shared.path.display()
-                ),
-            ))
+            Err(self.read_only(what))
         }
+    }
+
+    #[cold]
+    fn read_only(&self, what: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: {what} through a read-only handle",
+                self.shared.path.display()
+            ),
+        )
     }
 
     #[inline]
@@ -499,6 +505,7 @@ impl File {
     }
 
     /// Length in bytes (including writes not yet written back).
+    #[inline]
     pub fn len(&self) -> u64 {
         // Acquire: pairs with writers' AcqRel `fetch_max` and `set_len`'s
         // Release store (bytes below the length are visible).

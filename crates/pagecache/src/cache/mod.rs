@@ -207,6 +207,7 @@ impl Handle {
 
 impl std::ops::Deref for Handle {
     type Target = Inner;
+    #[inline]
     fn deref(&self) -> &Inner {
         &self.inner
     }
@@ -508,17 +509,20 @@ impl<'a> FrameLatch<'a> {
     }
 
     /// The latched frame.
+    #[inline]
     pub(crate) fn frame(&self) -> FrameNo {
         self.frame
     }
 
     /// The holder changed nothing: release without `DIRTY`.
+    #[inline]
     pub(crate) fn keep_clean(&mut self) {
         self.clean = true;
     }
 
     /// The frame's bytes for a caller that tracks its own writes (a
     /// `PageMut` handed to C). Valid while the latch is held.
+    #[inline]
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.cache.frames.ptr(self.frame)
     }
@@ -557,6 +561,7 @@ impl<'a> FrameLatch<'a> {
 
 impl std::ops::Deref for FrameLatch<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: latched and drained: nobody else reads through a pin.
         unsafe { self.cache.frames.bytes(self.frame) }
@@ -564,6 +569,7 @@ impl std::ops::Deref for FrameLatch<'_> {
 }
 
 impl std::ops::DerefMut for FrameLatch<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // A writer of the bytes, to loom's models (`crate::sync::Witness`).
         self.cache.desc(self.frame).witness().touch();
