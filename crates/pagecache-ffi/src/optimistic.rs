@@ -388,7 +388,7 @@ unsafe fn upgrade_as(
             } else {
                 o.upgrade()
             };
-            r.map(Held::Latch).map_err(|e| {
+            r.map(Held::latch).map_err(|e| {
                 if e.kind() == io::ErrorKind::Interrupted {
                     changed(f)
                 } else {

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn pc_page_latch(
 ) -> c_int {
     guard("pc_page_latch", || {
         hold(file_, index, pin, "pc_page_latch", "file", |f| {
-            Ok(Held::Latch(f.file.page_mut(index)?))
+            Ok(Held::latch(f.file.page_mut(index)?))
         })
     })
 }
@@ -96,7 +96,7 @@ pub unsafe extern "C" fn pc_page_try_latch(
             "pc_page_try_latch",
             "file",
             |f| match f.file.try_latch(index)? {
-                Some(m) => Ok(Held::Latch(m)),
+                Some(m) => Ok(Held::latch(m)),
                 None => Err(would_wait(
                     "pc_page_try_latch",
                     f,
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn pc_page_try_latch(
 pub unsafe extern "C" fn pc_page_new(file_: *const pc_file, index: u64, pin: *mut pc_pin) -> c_int {
     guard("pc_page_new", || {
         hold(file_, index, pin, "pc_page_new", "file", |f| {
-            Ok(Held::Latch(f.file.page_new(index)?))
+            Ok(Held::latch(f.file.page_new(index)?))
         })
     })
 }

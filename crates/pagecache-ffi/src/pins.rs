@@ -4,7 +4,7 @@
 
 use crate::error::{arg, guard, invalid, out};
 use crate::pin_count::PinCount;
-use pagecache::{AnonMut, AnonRef, PageMut, PageRef};
+use pagecache::{AnonMut, AnonRef, PageMut, PageRef, RawLatch};
 use std::ffi::c_int;
 use std::io;
 
@@ -43,9 +43,48 @@ pub const PC_PIN_PRIVATE_WORDS: usize = 10;
 /// What a `pc_pin`'s private words hold, in place.
 pub(crate) enum Held {
     Pin(PageRef<'static>),
-    Latch(PageMut<'static>),
+    /// A file page's latch, already taken apart (`Held::latch`).
+    Latch(LatchParts),
     AnonPin(AnonRef<'static>),
     AnonLatch(AnonMut<'static>),
+}
+
+/// A file page's latch as its parts (`PageMut::into_raw`) and what the
+/// `pc_pin` shows of it: taken apart as soon as the core returns the
+/// guard, so that only these words move between the layers.
+pub(crate) struct LatchParts {
+    data: *mut u8,
+    len: usize,
+    hint: u64,
+    file: *const pagecache::File,
+    index: u64,
+    raw: RawLatch,
+}
+
+impl Held {
+    /// A file page's latch, taken apart.
+    #[inline(always)]
+    pub(crate) fn latch(mut m: PageMut<'static>) -> Held {
+        Held::Latch(LatchParts {
+            data: m.as_mut_ptr(),
+            len: m.len(),
+            hint: m.frame_hint().into(),
+            file: m.file(),
+            index: m.index(),
+            raw: m.into_raw(),
+        })
+    }
+}
+
+impl Drop for LatchParts {
+    /// Never stored (`store_latch` forgets what it stores): the latch is
+    /// given back, as dropping its guard would.
+    fn drop(&mut self) {
+        // SAFETY: the parts of a latch of page `index` of `file`, which is
+        // alive (its handle counted this pin); given back once (this is
+        // their only owner).
+        drop(unsafe { PageMut::from_raw(&*self.file, self.index, self.raw) });
+    }
 }
 
 pub(crate) struct Stored {
@@ -55,16 +94,33 @@ pub(crate) struct Stored {
     pub(crate) pins: *const PinCount,
 }
 
+/// A file page's latch in a `pc_pin`: its parts, not its guard (a few
+/// words written and read back). The index is kept here too: the
+/// struct's public `index` is the caller's to overwrite.
+struct StoredLatch {
+    file: *const pagecache::File,
+    index: u64,
+    raw: RawLatch,
+    /// The count of the `pc_file` it was taken through.
+    pins: *const PinCount,
+}
+
 /// `pc_pin::held_` values: a pin or a latch is stored (anything else, 0
 /// included, is not a held page).
 const HELD_PIN: u64 = 0x7063_5049_4e5f_5245; // "pcPIN_RE"
 
+/// A file page's latch (a `StoredLatch`).
 const HELD_LATCH: u64 = 0x7063_4c41_5443_4821; // "pcLATCH!"
 
-// The stored pin fits the private words and their alignment.
+/// An anonymous page's latch (a `Stored`).
+const HELD_ANON_LATCH: u64 = 0x7063_414c_4154_4348; // "pcALATCH"
+
+// The stored pin and latch fit the private words and their alignment.
 const _: () = assert!(
     std::mem::size_of::<Stored>() <= PC_PIN_PRIVATE_WORDS * 8
         && std::mem::align_of::<Stored>() <= 8
+        && std::mem::size_of::<StoredLatch>() <= PC_PIN_PRIVATE_WORDS * 8
+        && std::mem::align_of::<StoredLatch>() <= 8
 );
 
 /// A handle pins are taken through (`pc_file`, `pc_anon`): its count.
@@ -117,7 +173,7 @@ impl Held {
         match self {
             Held::Pin(r) => ro(r),
             Held::AnonPin(r) => ro(r),
-            Held::Latch(m) => (m.as_mut_ptr(), m.len()),
+            Held::Latch(l) => (l.data, l.len),
             Held::AnonLatch(m) => (m.as_mut_ptr(), m.len()),
         }
     }
@@ -125,15 +181,20 @@ impl Held {
 
 /// Writes a held page into `*p` (the caller counted it in `pins`).
 #[inline(always)]
-pub(crate) fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCount) {
+pub(crate) fn store_pin(p: *mut pc_pin, held: Held, index: u64, pins: &PinCount) {
+    let mut held = match held {
+        Held::Latch(parts) => return store_latch(p, parts, pins),
+        h => h,
+    };
     let (data, len) = held.bytes();
     let tag = match held {
         Held::Pin(_) | Held::AnonPin(_) => HELD_PIN,
-        Held::Latch(_) | Held::AnonLatch(_) => HELD_LATCH,
+        Held::Latch(_) => HELD_LATCH,
+        Held::AnonLatch(_) => HELD_ANON_LATCH,
     };
     let hint = match &held {
         Held::Pin(r) => r.frame_hint().into(),
-        Held::Latch(m) => m.frame_hint().into(),
+        Held::Latch(l) => l.hint,
         Held::AnonPin(_) | Held::AnonLatch(_) => crate::PC_NO_HINT,
     };
     // Field by field into the caller's struct: no copy of it on the way
@@ -153,6 +214,39 @@ pub(crate) fn store_pin(p: *mut pc_pin, mut held: Held, index: u64, pins: &PinCo
         (&raw mut (*p).private_)
             .cast::<Stored>()
             .write(Stored { held, pins });
+    }
+}
+
+/// `store_pin` of a file page's latch: its parts (`PageMut::into_raw`).
+#[inline(always)]
+fn store_latch(p: *mut pc_pin, parts: LatchParts, pins: &PinCount) {
+    let parts = std::mem::ManuallyDrop::new(parts);
+    let LatchParts {
+        data,
+        len,
+        hint,
+        file,
+        index,
+        raw,
+    } = *parts;
+    // SAFETY: as in `store_pin`; `pc_pin_release` gives the parts back to
+    // `PageMut::from_raw` exactly once (it clears `held_`), and they are
+    // not dropped here (`ManuallyDrop`).
+    unsafe {
+        let p = &raw mut *p;
+        (&raw mut (*p).data).write(data);
+        (&raw mut (*p).len).write(len);
+        (&raw mut (*p).index).write(index);
+        (&raw mut (*p).hint).write(hint);
+        (&raw mut (*p).held_).write(HELD_LATCH);
+        (&raw mut (*p).private_)
+            .cast::<StoredLatch>()
+            .write(StoredLatch {
+                file,
+                index,
+                raw,
+                pins,
+            });
     }
 }
 
@@ -192,7 +286,24 @@ pub(crate) fn release_held(pin: *mut pc_pin, what: &str, dirty: bool) -> io::Res
     let p = out(pin, what, "pin")?;
     // SAFETY: non-null, a pc_pin (the contract).
     let pin = unsafe { &mut *p };
-    if pin.held_ != HELD_PIN && pin.held_ != HELD_LATCH {
+    if pin.held_ == HELD_LATCH {
+        // SAFETY: `held_` says `store_latch` stored a `StoredLatch` there,
+        // and it is cleared below, so this is its only read.
+        let s = unsafe { pin.private_.as_ptr().cast::<StoredLatch>().read() };
+        pin.held_ = 0;
+        pin.data = std::ptr::null_mut();
+        pin.len = 0;
+        let mut raw = s.raw;
+        raw.touched |= dirty;
+        // SAFETY: the parts of a latch of page `s.index` of that file,
+        // given back once; the file is alive (its handle's close refuses
+        // while this pin counts).
+        drop(unsafe { PageMut::from_raw(&*s.file, s.index, raw) });
+        // SAFETY: as below.
+        unsafe { &*s.pins }.sub();
+        return Ok(());
+    }
+    if pin.held_ != HELD_PIN && pin.held_ != HELD_ANON_LATCH {
         return Err(invalid(format!(
             "{what}: no page held (page {} released already, or never pinned)",
             pin.index
@@ -200,14 +311,11 @@ pub(crate) fn release_held(pin: *mut pc_pin, what: &str, dirty: bool) -> io::Res
     }
     // SAFETY: `held_` says `hold` stored a `Stored` there, and it is
     // cleared below, so this is its only read.
-    let mut stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
+    let stored = unsafe { pin.private_.as_ptr().cast::<Stored>().read() };
     pin.held_ = 0;
     pin.data = std::ptr::null_mut();
     pin.len = 0;
     let pins = stored.pins;
-    if let (Held::Latch(m), true) = (&mut stored.held, dirty) {
-        m.mark_dirty();
-    }
     drop(stored.held);
     // SAFETY: the handle is alive: its close or free refuses while
     // this pin counts.

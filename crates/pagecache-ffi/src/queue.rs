@@ -88,7 +88,7 @@ impl Request {
         let mut cx = Context::from_waker(self.waker.waker());
         match &mut self.fut {
             Fut::Pin(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Held::Pin)),
-            Fut::Latch(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Held::Latch)),
+            Fut::Latch(f) => Pin::new(f).poll(&mut cx).map(|r| r.map(Held::latch)),
         }
     }
 

@@ -231,6 +231,60 @@ impl PageMut<'_> {
     }
 }
 
+/// A latched page's parts outside its guard ([`PageMut::into_raw`]), for
+/// a caller that keeps a latch in a struct of its own and gives it back
+/// with [`PageMut::from_raw`] (the C ABI's `pc_pin`: a few words stored
+/// and read back instead of the guard).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct RawLatch {
+    frame: FrameNo,
+    /// Marked dirty when released.
+    pub touched: bool,
+    eof: u64,
+}
+
+impl<'a> PageMut<'a> {
+    /// The latch as its parts: still held (the page stays latched and in
+    /// its write section) until [`PageMut::from_raw`] with the same file
+    /// and index gives the guard back and that guard is dropped. Dropping
+    /// the parts instead leaves the page latched for ever.
+    #[doc(hidden)]
+    #[inline]
+    pub fn into_raw(self) -> RawLatch {
+        let m = std::mem::ManuallyDrop::new(self);
+        RawLatch {
+            frame: m.latch.frame(),
+            touched: m.touched,
+            eof: m.eof,
+        }
+    }
+
+    /// The file the page is of (for [`PageMut::from_raw`]).
+    #[doc(hidden)]
+    #[inline]
+    pub fn file(&self) -> &'a File {
+        self.file
+    }
+
+    /// The guard of a latch [`PageMut::into_raw`] took apart.
+    ///
+    /// # Safety
+    /// `raw` came from `into_raw` of a latch of page `index` whose
+    /// [`PageMut::file`] was `file`, and this is the only `from_raw` of it.
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn from_raw(file: &'a File, index: u64, raw: RawLatch) -> PageMut<'a> {
+        PageMut {
+            latch: FrameLatch::adopt(&file.cache, raw.frame, Some((&file.shared, index))),
+            file,
+            index,
+            eof: raw.eof,
+            touched: raw.touched,
+        }
+    }
+}
+
 impl Deref for PageMut<'_> {
     type Target = [u8];
     #[inline]

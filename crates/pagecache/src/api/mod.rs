@@ -14,7 +14,7 @@ pub use crate::io::{
 pub use crate::reclaim::PolicyKind;
 pub use crate::stats::Stats;
 pub use asynch::{block_on, PageFuture, PageMutFuture, SyncFuture};
-pub use guards::{PageMut, PageRef, PageRun};
+pub use guards::{PageMut, PageRef, PageRun, RawLatch};
 #[cfg(not(loom))]
 pub use optimistic::FastView;
 pub use optimistic::Optimistic;

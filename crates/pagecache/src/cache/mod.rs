@@ -508,6 +508,23 @@ impl<'a> FrameLatch<'a> {
         }
     }
 
+    /// A latch the caller holds on `frame` in its write section (a
+    /// `FrameLatch` of the same arguments was forgotten, `PageMut::into_raw`):
+    /// the guard again, nothing changed in the frame.
+    #[inline]
+    pub(crate) fn adopt(
+        cache: &'a Inner,
+        frame: FrameNo,
+        dirty: Option<(&'a FileShared, u64)>,
+    ) -> Self {
+        FrameLatch {
+            cache,
+            frame,
+            dirty,
+            clean: false,
+        }
+    }
+
     /// The latched frame.
     #[inline]
     pub(crate) fn frame(&self) -> FrameNo {
