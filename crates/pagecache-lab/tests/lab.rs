@@ -907,4 +907,30 @@ fn processes_share_one_copy_through_a_shared_cache() {
         let rate: f64 = sp.cell(r, "M reads/s").unwrap().parse().unwrap();
         assert!(rate > 0.0, "{sp:?}");
     }
+    // page_fault1's shape with processes: the cache's anonymous regions
+    // (shared by the processes, or one cache each) and the kernel's.
+    assert_eq!(tables.len(), 4);
+    let pf = &tables[3];
+    assert_eq!(
+        pf.columns,
+        ["design", "processes", "M faults/s", "vs 1 process"]
+    );
+    let designs: Vec<&str> = (0..pf.rows.len())
+        .map(|r| pf.cell(r, "design").unwrap())
+        .collect();
+    assert_eq!(
+        designs,
+        [
+            "pagecache shared by the processes",
+            "pagecache shared by the processes",
+            "pagecache, one per process",
+            "pagecache, one per process",
+            "kernel anonymous mmap",
+            "kernel anonymous mmap"
+        ]
+    );
+    for r in 0..pf.rows.len() {
+        let rate: f64 = pf.cell(r, "M faults/s").unwrap().parse().unwrap();
+        assert!(rate > 0.0, "{pf:?}");
+    }
 }

@@ -17,11 +17,16 @@
 //! during the run (the file's block device's sector count), and the rate
 //! against one process of the same design.
 //!
-//! Two more tables are seeds with processes instead of threads, each
+//! Three more tables are seeds with processes instead of threads, each
 //! process counting in one wall-clock window: `same-page` (will-it-scale's
-//! `pread2`: 64 bytes of the file's first page again and again) and
+//! `pread2`: 64 bytes of the file's first page again and again),
 //! `own-part` (seed 000: the 4 KiB pages of its own part of the cached
-//! file in turn, the part read once before the window).
+//! file in turn, the part read once before the window) and `page-fault1`
+//! (seed 004, will-it-scale's `page_fault1`: a region of anonymous memory
+//! mapped, every page of it written once, the region freed, again and
+//! again: the cache's anonymous regions, `PageCache::anon`, of the cache
+//! the processes share or of one cache each, against the kernel's
+//! `mmap`, touch, `munmap`; one region warmed before the window).
 //!
 //! The processes are this binary again (`pagecache __reader`), told when
 //! to start and when to report through their standard input.
@@ -34,6 +39,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 const PS: usize = 4096;
+
+/// `page-fault1`'s designs: the kernel's is anonymous memory, not a file.
+const FAULT_DESIGNS: &[(&str, &str)] = &[
+    ("shared", "pagecache shared by the processes"),
+    ("private", "pagecache, one per process"),
+    ("mmap", "kernel anonymous mmap"),
+];
 
 /// The designs, by the name the readers take.
 const DESIGNS: &[(&str, &str)] = &[
@@ -145,6 +157,9 @@ fn one_run(
             ])
             .args(window.map(|(w, _)| match w {
                 "own-part" => format!("own-part:{}", len / PS as u64 / n as u64),
+                // Regions of a 64th of the file: 8 processes' fit in the
+                // shared cache (twice the file) many times over.
+                "page-fault1" => format!("page-fault1:{}", (len / 64 / PS as u64).max(1)),
                 w => w.to_string(),
             }))
             .stdin(Stdio::piped())
@@ -337,7 +352,22 @@ pub fn run(o: &Opts) -> io::Result<Vec<Table>> {
         ),
         "M pages/s",
     )?;
-    Ok(vec![t, sp, op])
+    // `page-fault1` (seed 004) with processes: each maps a region of
+    // anonymous memory, writes every page once and frees it, again and
+    // again.
+    let pf = window_table_of(
+        o,
+        &bin,
+        files,
+        ("page-fault1", ms),
+        FAULT_DESIGNS,
+        format!(
+            "page-fault1 with processes: N processes map {} KiB of anonymous memory, write every page, free it, for {ms} ms",
+            len / 64 / 1024
+        ),
+        "M faults/s",
+    )?;
+    Ok(vec![t, sp, op, pf])
 }
 
 /// A table of `workload` run for `ms` milliseconds by every design and
@@ -346,12 +376,25 @@ fn window_table(
     o: &Opts,
     bin: &Path,
     files: (&Path, &Path, &str),
+    workload: (&str, u64),
+    title: String,
+    unit: &str,
+) -> io::Result<Table> {
+    window_table_of(o, bin, files, workload, DESIGNS, title, unit)
+}
+
+/// `window_table` over the given designs.
+fn window_table_of(
+    o: &Opts,
+    bin: &Path,
+    files: (&Path, &Path, &str),
     (workload, ms): (&str, u64),
+    designs: &[(&str, &str)],
     title: String,
     unit: &str,
 ) -> io::Result<Table> {
     let mut t = Table::new(title, &["design", "processes", unit, "vs 1 process"]);
-    for &(design, label) in DESIGNS {
+    for &(design, label) in designs {
         let mut base = None;
         for &n in o.threads.iter().filter(|&&n| n <= 8) {
             let mut rates = Vec::new();
@@ -377,6 +420,53 @@ fn window_table(
 /// How a reader reads `buf.len()` bytes at an offset.
 type ReadAt = Box<dyn FnMut(u64, &mut [u8]) -> io::Result<()>>;
 
+/// One `page-fault1` round: a region mapped, each page written, freed;
+/// returns the pages faulted.
+type FaultOnce = Box<dyn FnMut() -> io::Result<u64>>;
+
+/// `page-fault1`'s round for a region of `pages` pages: of `cache`'s
+/// anonymous memory, else (the kernel) an anonymous `mmap`. Runs it once
+/// (the warm-up: the cache's frames faulted in) and returns it.
+fn fault_loop(cache: Option<&pagecache::PageCache>, pages: u64) -> io::Result<FaultOnce> {
+    let mut once: FaultOnce = match cache {
+        Some(c) => {
+            let c = c.clone();
+            Box::new(move || {
+                let r = c.anon(pages * PS as u64)?;
+                for i in 0..r.pages() {
+                    r.page_mut(i)?[0] = 1;
+                }
+                Ok(r.pages())
+            })
+        }
+        None => Box::new(move || {
+            let len = pages as usize * PS;
+            // SAFETY: a fresh private anonymous mapping, written inside its
+            // bounds and unmapped before the round ends.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return Err(io::Error::last_os_error());
+                }
+                for off in (0..len).step_by(PS) {
+                    std::ptr::write_volatile((p as *mut u8).add(off), 1);
+                }
+                libc::munmap(p, len);
+            }
+            Ok(pages)
+        }),
+    };
+    once()?;
+    Ok(once)
+}
+
 /// This process's PSS in KiB (`/proc/self/smaps_rollup`) less its share
 /// of mapped files' pages (`Pss_File`: the kernel's cache of files, which
 /// the scenario counts once for all, as its growth).
@@ -386,7 +476,7 @@ fn pss_kib() -> u64 {
 }
 
 /// `pagecache __reader DESIGN FILE SEGDIR NAME CAPACITY START
-/// [same-page | own-part:PAGES]`: one reader of the scenario. Prints
+/// [same-page | own-part:PAGES | page-fault1:PAGES]`: one reader of the scenario. Prints
 /// `ready`, then, with no workload, waits for `go`, reads every page from
 /// page START on (wrapping) twice, checks each page's first byte and
 /// prints `done COLD WARM` (each pass's seconds); with one, waits for `go
@@ -399,7 +489,7 @@ pub fn reader(args: &[String]) -> io::Result<()> {
     };
     let [design, file, segdir, name, capacity, start] = args else {
         return Err(io::Error::other(
-            "__reader DESIGN FILE SEGDIR NAME CAPACITY START [same-page | own-part:PAGES]",
+            "__reader DESIGN FILE SEGDIR NAME CAPACITY START [same-page | own-part:PAGES | page-fault1:PAGES]",
         ));
     };
     let parse = |s: &str| -> io::Result<u64> {
@@ -419,6 +509,8 @@ pub fn reader(args: &[String]) -> io::Result<()> {
     let mut read_at: ReadAt;
     // Kept alive until the end (their memory is what PSS measures).
     let mut _keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    // `page-fault1`'s anonymous regions come from it.
+    let mut anon_of: Option<pagecache::PageCache> = None;
     match design.as_str() {
         "shared" | "private" => {
             let cache = if design == "shared" {
@@ -434,6 +526,7 @@ pub fn reader(args: &[String]) -> io::Result<()> {
                 pagecache::PageCache::new(config)?
             };
             let f = cache.open_with(path, pagecache::OpenOptions::new().read(true))?;
+            anon_of = Some(cache.clone());
             _keep.push(Box::new(cache));
             read_at = Box::new(move |off, b| f.read_at(b, off).map(|_| ()));
         }
@@ -488,6 +581,10 @@ pub fn reader(args: &[String]) -> io::Result<()> {
             read_at(i * PS as u64, &mut buf)?;
         }
     }
+    let fault = match workload.and_then(|w| w.strip_prefix("page-fault1:")) {
+        Some(n) => Some(fault_loop(anon_of.as_ref(), parse(n)?.max(1))?),
+        None => None,
+    };
     println!("ready");
     io::stdout().flush()?;
     if let Some(w) = workload {
@@ -498,7 +595,7 @@ pub fn reader(args: &[String]) -> io::Result<()> {
         // same window, however the CPUs are shared); the count read.
         let part = match w.strip_prefix("own-part:") {
             Some(n) => Some(parse(n)?.max(1)),
-            None if w == "same-page" => None,
+            None if w == "same-page" || fault.is_some() => None,
             None => return Err(io::Error::other(format!("unknown workload {w}"))),
         };
         let mut go = String::new();
@@ -523,8 +620,15 @@ pub fn reader(args: &[String]) -> io::Result<()> {
             std::hint::spin_loop();
         }
         let mut ops = 0u64;
-        match part {
-            None => {
+        match (part, fault) {
+            (_, Some(mut one)) => {
+                // `page-fault1`: whole regions, each mapped, written and
+                // freed.
+                while now() < to {
+                    ops += one()?;
+                }
+            }
+            (None, None) => {
                 let mut b = [0u8; 64];
                 while now() < to {
                     for _ in 0..64 {
@@ -536,7 +640,7 @@ pub fn reader(args: &[String]) -> io::Result<()> {
                     return Err(io::Error::other("same-page: a wrong byte"));
                 }
             }
-            Some(part) => {
+            (Some(part), None) => {
                 let mut k = 0;
                 while now() < to {
                     for _ in 0..16 {
