@@ -47,7 +47,10 @@ fn a_latch_taken_apart_and_given_back_is_still_held_and_keeps_its_end_and_its_wr
     f.sync().unwrap();
     // Untouched: given back and dropped, the page stays clean.
     let raw = f.page_mut(0).unwrap().into_raw();
-    assert!(f.try_latch(0).unwrap().is_none(), "the parts hold the latch");
+    assert!(
+        f.try_latch(0).unwrap().is_none(),
+        "the parts hold the latch"
+    );
     // SAFETY: the parts of that latch of page 0 of `f`, given back once.
     drop(unsafe { pagecache::PageMut::from_raw(&f, 0, raw) });
     assert_eq!(f.dirty_pages(), 0);
