@@ -1,7 +1,17 @@
 //! The lab's scenarios in tiny configurations, and its command line.
-use pagecache_lab::runner::Opts;
+use pagecache_lab::runner::{Opts, Table};
 use pagecache_lab::scenarios;
 use std::process::Command;
+
+/// The number a cell starts with (`"12.5 MB/s"`: 12.5).
+fn number(t: &Table, r: usize, col: &str) -> f64 {
+    let cell = t.cell(r, col).unwrap();
+    cell.split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("row {r}, {col}: {cell:?}: {e}"))
+}
 
 fn tiny() -> Opts {
     Opts {
@@ -436,14 +446,7 @@ fn out_of_memory_write_case_runs_the_writers_in_turn_beside_the_device_and_the_k
         ]
     );
     for (r, design) in designs.iter().enumerate() {
-        let rate: f64 = t
-            .cell(r, "rate")
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rate = number(t, r, "rate");
         assert!(rate > 0.0, "row {r}: {:?}", t.rows[r]);
         // Only the caches say how long their creation took.
         assert_eq!(
@@ -483,14 +486,7 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
     assert!(t.title.contains("8 x the budget"), "{}", t.title);
     for r in 0..t.rows.len() {
         let design = t.cell(r, "design").unwrap();
-        let rate: f64 = t
-            .cell(r, "rate")
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rate = number(t, r, "rate");
         assert!(rate > 0.0, "row {r}: {:?}", t.rows[r]);
         if design.contains("O_DIRECT") {
             assert_eq!(t.cell(r, "vs device"), Some("1.00x"));
@@ -498,14 +494,7 @@ fn out_of_memory_has_every_workload_and_design_and_fio_columns() {
         // Direct I/O: pagecache leaves (next to) nothing in the kernel's
         // cache; the written file's last partial block aside.
         if design.starts_with("pagecache") {
-            let mib: f64 = t
-                .cell(r, "kernel cache")
-                .unwrap()
-                .split(' ')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let mib = number(t, r, "kernel cache");
             assert!(mib < 1.0, "row {r}: {:?}", t.rows[r]);
         }
     }
@@ -607,14 +596,7 @@ fn async_has_every_design_the_device_beside_and_cpu_per_read() {
     let b = &tables[1];
     assert_eq!(b.rows.len(), 4);
     for r in 0..b.rows.len() {
-        let rate: f64 = b
-            .cell(r, "lookups/s")
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rate = number(b, r, "lookups/s");
         assert!(rate > 0.0, "row {r}: {:?}", b.rows[r]);
     }
     assert_eq!(b.cell(0, "vs blocking, 1 thread"), Some("1.00x"));
@@ -904,7 +886,7 @@ fn processes_share_one_copy_through_a_shared_cache() {
     );
     assert_eq!(sp.rows.len(), 8);
     for r in 0..8 {
-        let rate: f64 = sp.cell(r, "M reads/s").unwrap().parse().unwrap();
+        let rate = number(sp, r, "M reads/s");
         assert!(rate > 0.0, "{sp:?}");
     }
     // page_fault1's shape with processes: the cache's anonymous regions
@@ -930,7 +912,7 @@ fn processes_share_one_copy_through_a_shared_cache() {
         ]
     );
     for r in 0..pf.rows.len() {
-        let rate: f64 = pf.cell(r, "M faults/s").unwrap().parse().unwrap();
+        let rate = number(pf, r, "M faults/s");
         assert!(rate > 0.0, "{pf:?}");
     }
 }

@@ -38,50 +38,56 @@ pub fn ours(pool: PoolKind, total: usize, reps: usize, threads: usize) -> io::Re
 /// and free it, `reps` times. `Sample::ops` counts faults.
 pub fn touch(cache: &PageCache, per: usize, reps: usize, threads: usize) -> io::Result<Sample> {
     measure(threads, |_| {
-        let mut faults = 0;
-        for _ in 0..reps {
-            let r = cache.anon(per as u64)?;
-            for i in 0..r.pages() {
-                r.page_mut(i)?[0] = 1;
-                faults += 1;
-            }
-        }
-        Ok(faults)
+        (0..reps).try_fold(0, |n, _| Ok(n + cache_round(cache, per)?))
     })
+}
+
+/// One round of `touch`: a region of `per` bytes taken from `cache`,
+/// each page written once, the region freed. Returns the pages faulted.
+pub fn cache_round(cache: &PageCache, per: usize) -> io::Result<u64> {
+    let r = cache.anon(per as u64)?;
+    for i in 0..r.pages() {
+        r.page_mut(i)?[0] = 1;
+    }
+    Ok(r.pages())
 }
 
 /// The same with the kernel's anonymous memory (`mmap`, write, `munmap`).
 pub fn kernel(total: usize, reps: usize, threads: usize) -> io::Result<Sample> {
     let per = (total / threads).max(PS);
     measure(threads, |_| {
-        let mut faults = 0;
-        for _ in 0..reps {
-            // SAFETY: a fresh private anonymous mapping, written inside its
-            // bounds and unmapped before the loop goes on.
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    per,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                if p == libc::MAP_FAILED {
-                    return Err(io::Error::last_os_error());
-                }
-                let c = p as *mut u8;
-                let mut off = 0;
-                while off < per {
-                    std::ptr::write_volatile(c.add(off), 1);
-                    off += PS;
-                    faults += 1;
-                }
-                libc::munmap(p, per);
-            }
-        }
-        Ok(faults)
+        (0..reps).try_fold(0, |n, _| Ok(n + kernel_round(per)?))
     })
+}
+
+/// One round of `kernel`: a private anonymous mapping of `per` bytes,
+/// each page written once, unmapped. Returns the pages faulted.
+pub fn kernel_round(per: usize) -> io::Result<u64> {
+    let mut faults = 0;
+    // SAFETY: a fresh private anonymous mapping, written inside its bounds
+    // and unmapped before the function returns.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            per,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let c = p as *mut u8;
+        let mut off = 0;
+        while off < per {
+            std::ptr::write_volatile(c.add(off), 1);
+            off += PS;
+            faults += 1;
+        }
+        libc::munmap(p, per);
+    }
+    Ok(faults)
 }
 
 /// Runs the scenario.

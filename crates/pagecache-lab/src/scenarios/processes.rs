@@ -428,40 +428,14 @@ type FaultOnce = Box<dyn FnMut() -> io::Result<u64>>;
 /// anonymous memory, else (the kernel) an anonymous `mmap`. Runs it once
 /// (the warm-up: the cache's frames faulted in) and returns it.
 fn fault_loop(cache: Option<&pagecache::PageCache>, pages: u64) -> io::Result<FaultOnce> {
+    use super::anon_fault::{cache_round, kernel_round};
+    let len = pages as usize * PS;
     let mut once: FaultOnce = match cache {
         Some(c) => {
             let c = c.clone();
-            Box::new(move || {
-                let r = c.anon(pages * PS as u64)?;
-                for i in 0..r.pages() {
-                    r.page_mut(i)?[0] = 1;
-                }
-                Ok(r.pages())
-            })
+            Box::new(move || cache_round(&c, len))
         }
-        None => Box::new(move || {
-            let len = pages as usize * PS;
-            // SAFETY: a fresh private anonymous mapping, written inside its
-            // bounds and unmapped before the round ends.
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                if p == libc::MAP_FAILED {
-                    return Err(io::Error::last_os_error());
-                }
-                for off in (0..len).step_by(PS) {
-                    std::ptr::write_volatile((p as *mut u8).add(off), 1);
-                }
-                libc::munmap(p, len);
-            }
-            Ok(pages)
-        }),
+        None => Box::new(move || kernel_round(len)),
     };
     once()?;
     Ok(once)

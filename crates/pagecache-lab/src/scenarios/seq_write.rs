@@ -137,11 +137,12 @@ pub(crate) fn run(
             "vs kernel",
         ],
     );
-    let mut rates = vec![Vec::new(); Writer::ALL.len()];
-    let mut last = vec![(Duration::ZERO, Duration::ZERO, Duration::ZERO); Writer::ALL.len()];
+    let n = Writer::ALL.len();
+    let mut rates = vec![Vec::new(); n];
+    let mut last = vec![(Duration::ZERO, Duration::ZERO, Duration::ZERO); n];
     for r in 0..rounds {
         for (i, &w) in Writer::ALL.iter().enumerate() {
-            crate::runner::progress("out-of-memory (write)", r * 4 + i, rounds * 4);
+            crate::runner::progress("out-of-memory (write)", r * n + i, rounds * n);
             drop_cache(data);
             let confined = cgroup.as_ref().ok().filter(|_| w == Writer::Kernel);
             if let Some(c) = confined {
@@ -156,9 +157,11 @@ pub(crate) fn run(
             last[i] = (p50, p99, created);
         }
     }
-    crate::runner::progress("out-of-memory (write)", rounds * 4, rounds * 4);
+    crate::runner::progress("out-of-memory (write)", rounds * n, rounds * n);
     let _ = std::fs::remove_file(out);
     let med: Vec<f64> = rates.iter().map(|r| median(&mut r.clone())).collect();
+    let of = |w: Writer| med[Writer::ALL.iter().position(|&x| x == w).unwrap_or(0)];
+    let (device, kernel) = (of(Writer::Device), of(Writer::Kernel));
     for (i, &w) in Writer::ALL.iter().enumerate() {
         let (p50, p99, created) = last[i];
         t.row(vec![
@@ -171,8 +174,8 @@ pub(crate) fn run(
             } else {
                 format!("{:.0} ms", created.as_secs_f64() * 1e3)
             },
-            format!("{:.2}x", med[i] / med[0]),
-            format!("{:.2}x", med[i] / med[3]),
+            format!("{:.2}x", med[i] / device),
+            format!("{:.2}x", med[i] / kernel),
         ]);
         t.series.push(Series::new(
             w.name(),

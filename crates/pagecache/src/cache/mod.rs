@@ -500,12 +500,7 @@ impl<'a> FrameLatch<'a> {
         dirty: Option<(&'a FileShared, u64)>,
     ) -> Self {
         cache.desc(frame).begin_change();
-        FrameLatch {
-            cache,
-            frame,
-            dirty,
-            clean: false,
-        }
+        Self::adopt(cache, frame, dirty)
     }
 
     /// A latch the caller holds on `frame` in its write section (a
