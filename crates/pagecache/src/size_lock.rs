@@ -413,6 +413,10 @@ impl SizeLock {
         let mut waited = false;
         // X1.
         let one = self.exclusive.lock();
+        // A holder that died left X1 to us: what it left half-done is the
+        // file's cut under way (5.6 T0), which the caller looks at.
+        #[cfg(not(loom))]
+        let _ = crate::sync::futex::took_over();
         let from = from().min(ALL_PAGES);
         // X2. Relaxed: the fence orders it before X3's loads.
         self.phase.store(WAITING | from, Ordering::Relaxed);

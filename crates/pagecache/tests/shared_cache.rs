@@ -129,6 +129,15 @@ fn child() {
             })));
             f.sync().unwrap();
         }
+        "die-cutting" => {
+            let c = shared(&dir, 64);
+            let f = c.open(&file).unwrap();
+            // The parent pins page 2, the cut's new last page: this call
+            // cuts the file on disk, then waits for that page (its cut
+            // recorded, 5.6 T0) until the parent kills us.
+            f.set_len(2 * PS as u64 + 100).unwrap();
+            unreachable!("the parent kills this process first");
+        }
         "die-pinned" => {
             let c = shared(&dir, 64);
             let f = c.open(&file).unwrap();
@@ -287,6 +296,54 @@ fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
     assert!(e.to_string().contains("page 3"), "{e}");
     f.sync().unwrap();
     k.child.wait().unwrap();
+}
+
+/// A process killed inside `set_len` (protocol 5.6 T0), here while it
+/// waits for its new last page, which this process pins: the file is cut
+/// on disk, the cache's length and pages are not yet. The recovery of the
+/// dead process (its watcher round, 250 ms) finishes the cut: the length,
+/// the pages past it gone, the new last page's tail zeros once the file
+/// grows again. Without it the cache keeps the old length over a shorter
+/// file (the wait below times out), and reads past the cut see zeros
+/// nobody wrote.
+#[test]
+fn a_cut_left_by_a_process_that_died_in_set_len_is_finished() {
+    let td = TempDir::new("shared-cut-death");
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = shared(&td.0, 64);
+    let f = c.open(&path).unwrap();
+    check(&f, 1, 3);
+    let pin = f.page(2).unwrap();
+    let mut child = spawn("die-cutting", &td.0, &path);
+    let cut = 2 * PS as u64 + 100;
+    common::wait_until("the child's ftruncate", || {
+        std::fs::metadata(&path).unwrap().len() == cut
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(pin);
+    within("the cut the dead process left, finished", || {
+        common::wait_until("the cache's length", || f.len() == cut)
+    });
+    check(&f, 1, 0);
+    check(&f, 1, 1);
+    let mut buf = vec![0u8; PS];
+    assert_eq!(f.read_at(&mut buf, 2 * PS as u64).unwrap(), 100);
+    assert!(buf[..100] == page(1, 2)[..100]);
+    assert_eq!(
+        f.read_at(&mut buf, 3 * PS as u64).unwrap(),
+        0,
+        "page 3 is gone"
+    );
+    f.set_len(4 * PS as u64).unwrap();
+    f.read_at(&mut buf, 2 * PS as u64).unwrap();
+    assert!(buf[..100] == page(1, 2)[..100] && buf[100..].iter().all(|&b| b == 0));
+    f.read_at(&mut buf, 3 * PS as u64).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "page 3 grown back as zeros");
+    f.sync().unwrap();
+    c.validate();
 }
 
 /// A process killed while it holds pins and a run (protocol 5.15): the

@@ -439,6 +439,12 @@ impl File {
         &self.cache
     }
 
+    /// The cache and the file's shared part (the crate's unit tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn parts(&self) -> (&Inner, &FileShared) {
+        (&self.cache, &self.shared)
+    }
+
     /// See [`crate::internals::background_pass`].
     pub(crate) fn background_pass(&self) -> io::Result<()> {
         self.inner().write_dirty_file(

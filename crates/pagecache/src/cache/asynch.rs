@@ -438,7 +438,13 @@ impl GetPage {
                 None
             }
             Err(PinMiss::Stale) if f as usize >= c.frames.len() => self.miss(c, fs, cx),
-            Err(PinMiss::Stale) => None,
+            Err(PinMiss::Stale) => {
+                if self.retries >= SPIN_RETRIES {
+                    // A page whose remover died half-way (5.6 step 4).
+                    c.finish_removal(fs, index, f);
+                }
+                None
+            }
             Err(PinMiss::Fail(PinFail::Free)) => {
                 if self.retries >= SPIN_RETRIES {
                     // The remover holds the tree lock until the slot is

@@ -646,6 +646,29 @@ impl FileTable {
     }
 }
 
+impl FileTable {
+    /// The ids of the files open now whose slot `pred` picks (the
+    /// recovery of a dead process: the cuts it left, 5.6 T0). Context: may
+    /// sleep (the table lock, taken over from a dead holder).
+    #[cfg(not(loom))]
+    pub(crate) fn ids_where(&self, pred: impl Fn(&FileSlot) -> bool) -> Vec<u64> {
+        let _g = self.lock();
+        let out = (0..MAX_FILES)
+            .filter_map(|i| {
+                let e = self.entry(i);
+                // Relaxed: (L).
+                (e.state.load(Ordering::Relaxed) == LIVE).then(|| {
+                    // SAFETY: LIVE under the lock.
+                    unsafe { self.slot(e) }
+                })
+            })
+            .filter(|s| pred(s))
+            .map(|s| s.id)
+            .collect();
+        out
+    }
+}
+
 impl std::fmt::Debug for Head {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FileTable::Head")

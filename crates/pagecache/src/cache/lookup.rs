@@ -129,7 +129,12 @@ impl Inner {
                 Err(PinMiss::Stale) if f as usize >= self.frames.len() => {
                     return Ok(None); // garbage from a recycled node: locked path decides
                 }
-                Err(PinMiss::Stale) => {}
+                Err(PinMiss::Stale) => {
+                    if retries >= SPIN_RETRIES {
+                        // A page whose remover died half-way (5.6 step 4).
+                        self.finish_removal(fs, index, f);
+                    }
+                }
                 Err(PinMiss::Fail(PinFail::Free)) => {
                     if retries >= SPIN_RETRIES {
                         // Wait for the remover (it holds the tree lock until

@@ -11,7 +11,7 @@ use crate::io::BackendFile;
 use crate::placed::Placed;
 use crate::size_lock::SizeLock;
 use crate::stats::Counter;
-use crate::sync::{AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, Witness};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, LockClass, Mutex, Ordering, Witness};
 use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::io;
@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 /// Proof that the caller holds a file's size lock shared (write-back's
 /// precondition: `set_len` cannot run under it).
-pub(crate) use crate::size_lock::SizeShared;
+pub(crate) use crate::size_lock::{SizeExclusive, SizeShared};
 
 /// What every user of one file shares, wherever they are: the part of a
 /// file's state with no address and no heap in it (an index, atomics and
@@ -73,6 +73,17 @@ pub(crate) struct FileSlot {
     /// that died holding its latch, plus one (0: none): the next `sync`, in
     /// any process, reports it and clears it (5.14 L4).
     pub(crate) lost: AtomicU64,
+    /// (X1) the cut a `set_len` is making (protocol 5.6 T0): its new
+    /// length plus one, with [`CUT_DONE`](super::truncate::CUT_DONE) once
+    /// its `ftruncate` returned; 0 while no cut is under way. Written and
+    /// read under the size lock's exclusive mutex only, so one found set
+    /// there was left by a holder that died (or is waiting for the new
+    /// last page to be idle): the taker finishes it first.
+    pub(crate) cut: AtomicU64,
+    /// (X1) the tag of the process whose `set_len` recorded `cut` (5.14
+    /// R1; 0 in a private cache): its recovery finishes the cut if it died
+    /// while waiting for the new last page, the size lock let go.
+    pub(crate) cut_by: AtomicU32,
     /// (A) where the flusher's next pass over this file starts (the page
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
@@ -108,6 +119,8 @@ impl FileSlot {
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             wb_undone: AtomicU64::new(0),
             lost: AtomicU64::new(0),
+            cut: AtomicU64::new(0),
+            cut_by: AtomicU32::new(0),
             wb_cursor: Default::default(),
             had_runs: crate::sync::AtomicBool::new(false),
         }

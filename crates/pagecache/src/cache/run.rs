@@ -327,7 +327,12 @@ impl Inner {
     /// is in its tree while latched and not removed, and a leaf a run pins
     /// stays linked (F2), so it ends at the run's leaf. Context: any, no
     /// sleep.
-    pub(crate) fn run_over(&self, fs: &FileShared, index: u64, f: FrameNo) -> RunHold<'_> {
+    pub(crate) fn run_over(
+        &self,
+        fs: &super::registry::FileSlot,
+        index: u64,
+        f: FrameNo,
+    ) -> RunHold<'_> {
         fence(Ordering::SeqCst);
         // No run ever pinned this file's slots: no walk. Relaxed: after the
         // fence; a run stores it before its R1 fence, so if that fence

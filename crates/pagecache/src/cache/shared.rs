@@ -231,6 +231,18 @@ mod imp {
                     }
                 }
             }
+            // Last, once all it held is back (this waits for the shared
+            // holders of the size lock that reach the cut): the cuts it
+            // left under way (5.6 T0).
+            // Relaxed: a first look; `finish_dead_cut` reads them under
+            // the size lock's mutex.
+            let cuts = sh.files.ids_where(|s| {
+                s.cut.load(std::sync::atomic::Ordering::Relaxed) != 0
+                    && s.cut_by.load(std::sync::atomic::Ordering::Relaxed) == tag
+            });
+            for id in cuts {
+                self.finish_dead_cut(id, tag);
+            }
         }
 
         /// For `validate` (tests, no pin held in any process): every

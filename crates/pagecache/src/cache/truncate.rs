@@ -4,9 +4,13 @@
 //!  truncater                                 readers / pin holders / writers
 //!  0. size lock exclusive from the new       pins, writes and syncs of other
 //!     last page on (writers and write-back   pages are never kept waiting:
-//!     that reach it wait from here on)
-//!  1. ftruncate; on failure stop: nothing    the truncater never waits for a
-//!     has changed, a later call can succeed  page with the size lock held
+//!     that reach it wait from here on)       the truncater never waits for a
+//! T0. record the cut in the file's slot      page with the size lock held
+//!     (`cut`, `cut_by`: its length, its
+//!     process), under X1's mutex
+//!  1. ftruncate; on failure stop: nothing
+//!     has changed, a later call can succeed;
+//!     on success mark the record done
 //!  2. tree lock. If the new last page's
 //!     tail must be zeroed, take its latch
 //!     *without waiting* (pinned, latched,
@@ -26,8 +30,24 @@
 //!     a run holds when the run ends (5.7     it, its frame kept for it
 //!     T1-T3, `run.rs`)
 //!  5. zero the tail of the new last page
-//!     under the latch taken in 2; unlatch
+//!     under the latch taken in 2; unlatch;
+//!     clear the record (T0)
 //! ```
+//!
+//! A truncater that dies (a cache shared by processes, 5.14): the record
+//! outlives it, and whoever holds X1's mutex next finishes the cut before
+//! its own work: the next `set_len` of the file, or the dead process's
+//! recovery (which finds its records by `cut_by` once all it held is
+//! given back), each as the call would have ended (`ftruncate` again
+//! through its own descriptor; without one, a cut whose `ftruncate` is
+//! not known done is let go, nothing in the cache having changed yet).
+//! A live truncater waiting for its new last page (step 2, no lock held)
+//! leaves its record too; a `set_len` that finishes it meanwhile makes the
+//! cut the waiter would have made, and the waiter then makes it again.
+//! A death inside step 4 leaves a page marked REMOVED in the index with
+//! the tree lock free, which a live remover never does (it holds the tree
+//! lock from T1 until the slot is cleared): its readers, after a few
+//! finds, take it out themselves (`finish_removal`).
 //!
 //! Between 1 and 3 a reader may see zeros read from disk in the range
 //! being cut (its pages are removed in 4). No write-back of the new last
@@ -49,13 +69,34 @@
 //! failure changes nothing. Bytes past the end of the old last page are
 //! zero already (every path that writes a page keeps them so).
 
+use super::registry::{FileSlot, SizeExclusive};
 use super::run::RunHold;
 use super::{FileShared, FrameLatch, Inner, PinMiss, LEAF_PAGES};
 use crate::error::context;
 use crate::frame::state::Released;
 use crate::frame::FrameNo;
+use crate::io::BackendFile;
 use crate::sync::Ordering;
 use std::io;
+
+/// Set in [`FileSlot::cut`] once the cut's `ftruncate` returned.
+pub(crate) const CUT_DONE: u64 = 1 << 63;
+
+/// The cut recorded in `fs` (T0): its new length, and whether its
+/// `ftruncate` is done. Context: under the size lock's exclusive mutex.
+pub(crate) fn pending_cut(fs: &FileSlot) -> Option<(u64, bool)> {
+    // Relaxed: read and written under X1's mutex only.
+    let c = fs.cut.load(Ordering::Relaxed);
+    (c != 0).then(|| ((c & !CUT_DONE) - 1, c & CUT_DONE != 0))
+}
+
+/// How [`Inner::cut`] ended.
+pub(crate) enum Cut {
+    /// Cut: the length stored, the pages past it removed, the tail zeroed.
+    Done,
+    /// The new last page (this index) is held by others.
+    Busy(u64),
+}
 
 /// The new last page's latch, or why there is none.
 enum Tail<'a> {
@@ -72,7 +113,7 @@ impl Inner {
     /// Removes every page at index >= `first` (orphaning pinned ones).
     /// Context: no sleep; takes the tree lock; callers hold the size lock
     /// exclusively or the file has no handle left.
-    pub(crate) fn remove_pages_from(&self, fs: &FileShared, first: u64) {
+    pub(crate) fn remove_pages_from(&self, fs: &FileSlot, first: u64) {
         // Counted from before the first page is marked until its frame is
         // in the pool (or queued for a run): a reclaimer that finds every
         // frame busy meanwhile waits for these instead of failing.
@@ -118,6 +159,39 @@ impl Inner {
         // that reads this decrement (its next alloc finds them).
         super::words::counted(&*self.words.freeing, -1);
         self.words.freeing.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Finishes the removal of page `index` (frame `f`) if it is still in
+    /// its index marked REMOVED with the tree lock free: a live remover
+    /// holds the tree lock from its mark (T1) until the slot is cleared
+    /// (step 4, `drop_torn`), so such a page was left by a remover whose
+    /// process died there, and its readers would find it again and again
+    /// (they call this after a few such finds). T2-T3 as
+    /// `remove_pages_from`. Context: no sleep; takes the tree lock.
+    #[cold]
+    pub(crate) fn finish_removal(&self, fs: &FileSlot, index: u64, f: FrameNo) {
+        let d = self.desc(f);
+        if !d.snapshot().is_removed() {
+            return;
+        }
+        let mut g = fs.tree.lock();
+        if fs.tree.lookup(&self.nodes, index) != Some(f)
+            || d.identity() != (fs.id, index)
+            || !d.snapshot().is_removed()
+        {
+            return; // its remover was alive, and is done
+        }
+        crate::sync::fence(Ordering::SeqCst);
+        let run = g.mark_run_stale(&self.nodes, index);
+        let removed = g.remove(&self.nodes, index, f);
+        drop(g);
+        match run {
+            Some(leaf) if removed => {
+                self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
+            }
+            _ if removed && d.release_base() == Released::Last => self.free_frame(f),
+            _ => {}
+        }
     }
 
     /// A page whose latch holder's process died, its latch taken over by
@@ -265,13 +339,29 @@ impl Inner {
         loop {
             // Exclusive from the first page the change touches: the shorter
             // length's page (the new last page's tail, the pages removed,
-            // or the page a writer past the old end would extend).
+            // or the page a writer past the old end would extend), or a
+            // cut left under way (T0) if that is lower.
             // Acquire: pairs with writers' `fetch_max`; the length only
             // grows until we hold the lock (`set_len`s are one at a time),
             // so a page computed from an older length is no later.
-            let size = fs
-                .size
-                .write(|| fs.len.load(Ordering::Acquire).min(new_len) / ps);
+            let size = fs.size.write(|| {
+                let len = fs.len.load(Ordering::Acquire).min(new_len);
+                pending_cut(fs).map_or(len, |(to, _)| to.min(len)) / ps
+            });
+            // T0: a cut left under way by a `set_len` whose process died
+            // (or that waits for its new last page): finished first, as
+            // that call would have.
+            if let Some((to, _)) = pending_cut(fs) {
+                fs.disk.touch();
+                match self.cut(fs, &size, to, Some(&*w))? {
+                    Cut::Done => {}
+                    Cut::Busy(last) => {
+                        drop(size);
+                        self.wait_idle(fs, last)?;
+                        continue;
+                    }
+                }
+            }
             // Acquire: exclusive size lock; pairs with writers' `fetch_max`.
             let old = fs.len.load(Ordering::Acquire);
             if new_len >= old {
@@ -284,60 +374,162 @@ impl Inner {
                 fs.len.store(new_len, Ordering::Release);
                 return Ok(());
             }
-            // 1. ftruncate first: if it fails, nothing has changed. Until
-            // the length is stored, readers may see zeros read from disk
-            // in the range being cut (pages there are removed in 4);
-            // writers and write-back wait for the size lock.
             fs.disk.touch();
-            w.set_len(new_len).map_err(|e| {
-                context(e, format!("{}: truncating to {new_len}", fs.path.display()))
-            })?;
-            // Nothing past the cut is on disk now (no write-back runs: they
-            // hold the size lock shared). Release: as `len`'s store below.
-            fs.disk_end.fetch_min(new_len, Ordering::AcqRel);
-            let last = new_len / ps;
-            {
-                // 2-3 under the tree lock: a miss that inserts the new last
-                // page after it sees the new length (and zero-fills past
-                // it); one that inserted before is found here.
-                let g = fs.tree.lock();
-                let tail = if new_len % ps != 0 {
-                    self.try_latch_now(fs, last)
-                } else {
-                    Tail::Absent
-                };
-                if let Tail::Busy = tail {
-                    drop(g);
+            match self.cut(fs, &size, new_len, Some(&*w)) {
+                Ok(Cut::Done) => return Ok(()),
+                Ok(Cut::Busy(last)) => {
                     drop(size);
                     self.wait_idle(fs, last)?;
-                    continue; // `ftruncate` again: writes may have landed
                 }
-                // 3. The length: no write-back after this point writes past
-                // the new end (write-backs read the length under their pin).
-                // Release: pairs with the Acquire loads of write-back and
-                // `fill`.
-                fs.len.store(new_len, Ordering::Release);
-                drop(g);
-                // 4.
-                self.remove_pages_from(fs, new_len.div_ceil(ps));
-                // 5.
-                if let Tail::Latched(latch) = tail {
-                    let off = (new_len % ps) as usize;
-                    // SAFETY: latched, drained, version odd: exclusive; the
-                    // range ends at the end of the frame.
-                    unsafe { latch.zero(off, self.page_size - off) };
+                Err(e) => {
+                    return Err(context(
+                        e,
+                        format!("{}: truncating to {new_len}", fs.path.display()),
+                    ))
                 }
             }
-            drop(size);
-            return Ok(());
         }
+    }
+
+    /// Steps T0-5 of a cut to `to` bytes (shorter than the length), under
+    /// the size lock held exclusively from `to`'s page (`_size`). `w`: the
+    /// file's descriptor, to `ftruncate` (step 1); without one (the
+    /// recovery of a dead process that does not have the file open) only
+    /// a cut whose `ftruncate` is known done is finished, and one that may
+    /// not have reached it is let go: the cache had changed nothing yet.
+    /// `Busy(last)`: the new last page is held by others; the caller drops
+    /// the size lock, waits for that page alone and calls again (the cut
+    /// stays recorded meanwhile, T0). Context: may sleep (I/O); takes the
+    /// tree lock.
+    pub(crate) fn cut(
+        &self,
+        fs: &FileSlot,
+        _size: &SizeExclusive<'_>,
+        to: u64,
+        w: Option<&dyn BackendFile>,
+    ) -> io::Result<Cut> {
+        let ps = self.page_size as u64;
+        // T0. Relaxed: read and written under X1's mutex only (a dead
+        // process's recovery reads them under it too).
+        let done = fs.cut.load(Ordering::Relaxed) == (to + 1) | CUT_DONE;
+        #[cfg(not(loom))]
+        fs.cut_by.store(
+            crate::sync::futex::member_at(&fs.cut as *const _ as usize).map_or(0, |(_, m)| m.tag),
+            Ordering::Relaxed,
+        );
+        fs.cut.store(
+            (to + 1) | if done { CUT_DONE } else { 0 },
+            Ordering::Relaxed,
+        );
+        // 1. ftruncate first: if it fails, nothing has changed. Until
+        // the length is stored, readers may see zeros read from disk
+        // in the range being cut (pages there are removed in 4);
+        // writers and write-back wait for the size lock.
+        match w {
+            Some(w) => {
+                if let Err(e) = w.set_len(to) {
+                    // Relaxed: as above. A cut of its own left as it was,
+                    // a dead one's too (a later taker tries it again).
+                    if !done {
+                        fs.cut.store(0, Ordering::Relaxed);
+                    }
+                    return Err(e);
+                }
+                fs.cut.store((to + 1) | CUT_DONE, Ordering::Relaxed);
+            }
+            None if !done => {
+                fs.cut.store(0, Ordering::Relaxed);
+                return Ok(Cut::Done);
+            }
+            None => {}
+        }
+        // Nothing past the cut is on disk now (no write-back runs: they
+        // hold the size lock shared). Release: as `len`'s store below.
+        fs.disk_end.fetch_min(to, Ordering::AcqRel);
+        let last = to / ps;
+        // 2-3 under the tree lock: a miss that inserts the new last
+        // page after it sees the new length (and zero-fills past
+        // it); one that inserted before is found here.
+        let g = fs.tree.lock();
+        let tail = if to % ps != 0 {
+            self.try_latch_now(fs, last)
+        } else {
+            Tail::Absent
+        };
+        if let Tail::Busy = tail {
+            return Ok(Cut::Busy(last)); // `ftruncate` again: writes may have landed
+        }
+        // 3. The length: no write-back after this point writes past
+        // the new end (write-backs read the length under their pin).
+        // Release: pairs with the Acquire loads of write-back and
+        // `fill`.
+        fs.len.store(to, Ordering::Release);
+        drop(g);
+        // 4.
+        self.remove_pages_from(fs, to.div_ceil(ps));
+        // 5.
+        if let Tail::Latched(latch) = tail {
+            let off = (to % ps) as usize;
+            // SAFETY: latched, drained, version odd: exclusive; the
+            // range ends at the end of the frame.
+            unsafe { latch.zero(off, self.page_size - off) };
+        }
+        // T0's end. Relaxed: as above.
+        fs.cut.store(0, Ordering::Relaxed);
+        Ok(Cut::Done)
+    }
+
+    /// A cut that a `set_len` of the process tagged `tag` (dead, all it
+    /// held given back) left under way on file `id` (5.6 T0: killed
+    /// inside the cut, or while it waited for the new last page):
+    /// finished as that call would have, with the file's `ftruncate`
+    /// again if this process has it open for writing, else only if that
+    /// is known done (otherwise the cache had changed nothing yet, and it
+    /// is let go). Context: may sleep (the size lock held exclusively,
+    /// then, with nothing held, the new last page idle); the recovery's
+    /// thread.
+    #[cfg(not(loom))]
+    pub(crate) fn finish_dead_cut(&self, id: u64, tag: u32) {
+        let open = self.file_by_id(id);
+        let fd = open.as_ref().and_then(|fs| fs.write_fd.get().cloned());
+        let ps = self.page_size as u64;
+        // Relaxed: read and written under X1's mutex (here a first look).
+        let its = |fs: &FileSlot| {
+            fs.cut.load(Ordering::Relaxed) != 0 && fs.cut_by.load(Ordering::Relaxed) == tag
+        };
+        self.with_slot(id, |fs| loop {
+            if !its(fs) {
+                return;
+            }
+            let size = fs.size.write(|| {
+                let len = fs.len.load(Ordering::Acquire);
+                pending_cut(fs).map_or(len, |(to, _)| to.min(len)) / ps
+            });
+            let Some((to, _)) = pending_cut(fs).filter(|_| its(fs)) else {
+                return;
+            };
+            match self.cut(fs, &size, to, fd.as_deref()) {
+                Ok(Cut::Busy(last)) => {
+                    drop(size);
+                    match &open {
+                        Some(fs) => {
+                            let _ = self.wait_idle(fs, last);
+                        }
+                        None => std::thread::sleep(std::time::Duration::from_millis(1)),
+                    }
+                }
+                // A failed `ftruncate` leaves it recorded for the next
+                // `set_len` of the file, which reports its own.
+                Ok(Cut::Done) | Err(_) => return,
+            }
+        });
     }
 
     /// Step 2 without waiting: page `index` pinned, latched and drained now,
     /// or absent, or busy. Context: no sleep; called under the size lock
     /// held exclusively and the tree lock (pins, latch attempts and a
     /// release that frees take only leaf locks).
-    fn try_latch_now(&self, fs: &FileShared, index: u64) -> Tail<'_> {
+    fn try_latch_now(&self, fs: &FileSlot, index: u64) -> Tail<'_> {
         let Some(f) = fs.tree.lookup(&self.nodes, index) else {
             return Tail::Absent;
         };
@@ -407,5 +599,45 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{Config, PageCache};
+
+    /// A page left marked REMOVED in its index (a remover whose process
+    /// died between T1 and T2, made here by hand) is taken out by its next
+    /// reader, which then reads the file, instead of finding it for ever.
+    #[test]
+    fn a_removed_page_left_in_its_index_is_taken_out_by_its_reader() {
+        let dir = std::env::temp_dir().join(format!("pc-finish-removal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
+        let c = PageCache::new(Config {
+            capacity: 16 * 4096,
+            ..Config::default()
+        })
+        .unwrap();
+        let f = c.open(&path).unwrap();
+        assert_eq!(f.page(1).unwrap()[0], 7);
+        let (inner, fs) = f.parts();
+        let fr = fs.tree.lookup(&inner.nodes, 1).unwrap();
+        {
+            let _g = fs.tree.lock();
+            inner.desc(fr).mark_removed();
+        }
+        let p = f.page(1).unwrap();
+        assert!(p.iter().all(|&b| b == 7));
+        // (Its frame may hold the page again, freed and taken anew.)
+        let now = fs.tree.lookup(&inner.nodes, 1).unwrap();
+        assert!(
+            !inner.desc(now).snapshot().is_removed(),
+            "the removed frame is out"
+        );
+        drop(p);
+        c.validate();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
