@@ -109,6 +109,10 @@ fn shared(args: &[String]) -> ExitCode {
             Err(e) => format!("\n  files: {e}"),
         };
         let (used, dirty) = seg.frames_in_use();
+        let files = match seg.age_flusher() {
+            Some(pid) => format!("{files}\n  age flusher: process {pid}"),
+            None => format!("{files}\n  age flusher: none yet"),
+        };
         let st = seg.stats();
         let files = format!(
             "{files}\n  statistics (every process, attached or gone, as of its last 250 ms): hits {} misses {} reads {} writes {} writebacks {} evictions {}",

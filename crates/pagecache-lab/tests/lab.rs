@@ -741,6 +741,7 @@ fn shared_lists_shows_and_removes_caches_shared_by_processes() {
         s.contains("pagecache.one") && s.contains("created by"),
         "{s}"
     );
+    assert!(s.contains("age flusher: none yet"), "{s}");
     // The files open in it.
     assert!(
         s.contains(&format!(

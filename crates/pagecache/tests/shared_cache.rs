@@ -45,6 +45,35 @@ fn shared(dir: &Path, frames: usize) -> PageCache {
     .unwrap()
 }
 
+/// A shared cache whose pages are written back once dirty for 300 ms
+/// (the age bound, W1).
+fn aged(dir: &Path) -> PageCache {
+    PageCache::shared_with(
+        "t",
+        Config {
+            dirty_expire: std::time::Duration::from_millis(300),
+            ..config(64)
+        },
+        &SharedOptions {
+            dir: Some(dir.to_path_buf()),
+            group: None,
+        },
+    )
+    .unwrap()
+}
+
+/// Page `i` of the file on disk.
+fn on_disk(path: &Path, i: u64) -> Vec<u8> {
+    let mut b = vec![0u8; PS];
+    std::os::unix::fs::FileExt::read_exact_at(
+        &std::fs::File::open(path).unwrap(),
+        &mut b,
+        i * PS as u64,
+    )
+    .unwrap();
+    b
+}
+
 /// Page `i`'s bytes as written by `who`.
 fn page(who: u8, i: u64) -> Vec<u8> {
     (0..PS).map(|b| who ^ (i as u8) ^ (b as u8)).collect()
@@ -128,6 +157,16 @@ fn child() {
                 pagecache::WritebackDecision::Write
             })));
             f.sync().unwrap();
+        }
+        "age-holder" => {
+            let c = aged(&dir);
+            let f = c.open(&file).unwrap();
+            // A dirty page starts this process's flusher, which takes the
+            // age lease at its first look.
+            f.write_at(&page(6, 0), 0).unwrap();
+            common::wait_until("the age lease", || c.holds_age_lease());
+            std::fs::write(dir.join("holding"), b"").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
         }
         "die-cutting" => {
             let c = shared(&dir, 64);
@@ -296,6 +335,48 @@ fn a_future_waiting_on_a_dead_processs_latch_is_woken_by_its_recovery() {
     assert!(e.to_string().contains("page 3"), "{e}");
     f.sync().unwrap();
     k.child.wait().unwrap();
+}
+
+/// One flusher writes by age for the whole cache (W1, the age lease): the
+/// pages another process dirties in a file the lease holder has open for
+/// writing are written by the holder's flusher, not by their own
+/// process's. When the holder dies, the recovery frees the lease and
+/// another process's flusher takes it (printed: how long after the kill)
+/// and writes by age from then on.
+#[test]
+fn one_process_writes_by_age_and_another_takes_over_when_it_dies() {
+    let td = TempDir::new("shared-age-lease");
+    let path = td.path("f");
+    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
+    std::fs::write(&path, &disk).unwrap();
+    let c = aged(&td.0);
+    let f = c.open(&path).unwrap();
+    let mut child = spawn("age-holder", &td.0, &path);
+    common::wait_until("the child's lease", || td.path("holding").exists());
+    assert!(!c.holds_age_lease());
+    let seg =
+        pagecache::internals::segment::Segment::inspect(c.shared_path().unwrap(), None).unwrap();
+    assert_eq!(
+        seg.age_flusher(),
+        Some(child.id()),
+        "the tools name the holder"
+    );
+    f.write_at(&page(2, 1), PS as u64).unwrap();
+    common::wait_until("page 1 written by age", || on_disk(&path, 1) == page(2, 1));
+    assert_eq!(
+        c.stats().writebacks,
+        0,
+        "the holder's flusher wrote it, not ours"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    within("the age lease taken over", || {
+        common::wait_until("the lease", || c.holds_age_lease())
+    });
+    assert_eq!(seg.age_flusher(), Some(std::process::id()));
+    f.write_at(&page(2, 2), 2 * PS as u64).unwrap();
+    common::wait_until("page 2 written by age", || on_disk(&path, 2) == page(2, 2));
+    assert!(c.stats().writebacks >= 1, "written by our flusher now");
 }
 
 /// A process killed inside `set_len` (protocol 5.6 T0), here while it

@@ -369,6 +369,18 @@ impl PageCache {
         self.inner.validate();
     }
 
+    /// Whether this process's flusher holds a shared cache's age lease:
+    /// it writes the pages past the age bound of every file it has open
+    /// for writing, for every process (false for a private cache, whose
+    /// flusher writes its own). Tests and tools.
+    #[doc(hidden)]
+    pub fn holds_age_lease(&self) -> bool {
+        #[cfg(not(loom))]
+        return self.inner.holds_age_lease();
+        #[cfg(loom)]
+        false
+    }
+
     /// For a test that found the cache stuck: the frames held beyond the
     /// cache's own reference, latched or under write-back, with their
     /// holders (and, shared, what each process counts of them). Not

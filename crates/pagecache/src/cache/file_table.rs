@@ -253,6 +253,13 @@ impl FileTable {
             }
             n += 1;
             let e = self.entry(i);
+            if e.state.load(Ordering::Relaxed) != FREE {
+                // SAFETY: LIVE or CLOSING under the lock: an initialised
+                // slot. Relaxed: a hint for the age flusher.
+                unsafe { (*self.cell(e)).assume_init_ref() }
+                    .writers
+                    .fetch_and(!(1u64 << who), Ordering::Relaxed);
+            }
             let had = e.opens.load(Ordering::Relaxed);
             if self.recount(i) == 0 && had > 0 && e.state.load(Ordering::Relaxed) == LIVE {
                 e.stamp[0].store(ORPHAN.0, Ordering::Relaxed);

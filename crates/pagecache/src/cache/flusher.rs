@@ -390,6 +390,8 @@ impl Inner {
         if let Some(h) = self.flusher.passes.stop() {
             let _ = h.join();
         }
+        #[cfg(not(loom))]
+        self.release_age_lease();
     }
 
     /// One pass: writes back registered files' dirty pages that `sweep`
@@ -400,7 +402,23 @@ impl Inner {
     /// whose pages are now clean is released. Context: may sleep (I/O); no
     /// lock held.
     fn flush_pass(&self, sweep: crate::cache::Sweep) {
-        let mut files: Vec<_> = self.registry.read().by_id.values().cloned().collect();
+        self.flush_pass_of(sweep, |_| true);
+    }
+
+    /// [`Inner::flush_pass`] over the registered files `which` picks.
+    fn flush_pass_of(
+        &self,
+        sweep: crate::cache::Sweep,
+        which: impl Fn(&crate::cache::registry::FileShared) -> bool,
+    ) {
+        let mut files: Vec<_> = self
+            .registry
+            .read()
+            .by_id
+            .values()
+            .filter(|fs| which(fs))
+            .cloned()
+            .collect();
         // Relaxed: a hint (see `file_dirtied`).
         files.sort_by_key(|fs| match fs.dirtied_when.load(Ordering::Relaxed) {
             0 => u64::MAX,
@@ -424,24 +442,46 @@ impl Inner {
     }
 
     /// How often W1 looks: a sixth of the bound, from 10 ms to 5 s (the
-    /// kernel: 30 s and 5 s); `None` without a bound.
+    /// kernel: 30 s and 5 s), at most 500 ms in a cache shared by
+    /// processes (a flusher takes the age lease over from a dead holder at
+    /// its next look); `None` without a bound.
     fn age_tick(&self) -> Option<Duration> {
-        (self.dirty_expire != Duration::MAX).then(|| {
-            (self.dirty_expire / 6).clamp(Duration::from_millis(10), Duration::from_secs(5))
-        })
+        let most = if self.shared.is_some() {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(5)
+        };
+        (self.dirty_expire != Duration::MAX)
+            .then(|| (self.dirty_expire / 6).clamp(Duration::from_millis(10), most))
     }
 
-    /// W1: writes every page dirtied at or before `now` - the bound.
+    /// W1: writes every page dirtied at or before `now` - the bound: of
+    /// every file, or, in a cache shared by processes whose age lease
+    /// another process holds, of the files that process cannot write.
     /// Context: may sleep (I/O); no lock held; the flusher thread.
     fn age_pass(&self, now: u64) {
         let expire = self.expire_ms();
-        if expire == u64::MAX || now < expire || self.dirty_pages() == 0 {
+        if expire == u64::MAX {
+            return; // no bound here: the lease is for a process with one
+        }
+        #[cfg(not(loom))]
+        let holder = self.age_lease();
+        #[cfg(loom)]
+        let holder: Option<usize> = None;
+        if now < expire || self.dirty_pages() == 0 {
             return;
         }
-        self.flush_pass(crate::cache::Sweep {
+        let sweep = crate::cache::Sweep {
             pick: crate::cache::Pick::Expired(now - expire),
             goal: 0,
-        });
+        };
+        match holder {
+            None => self.flush_pass(sweep),
+            // Relaxed: a hint (a file both write is written twice at most).
+            Some(h) => self.flush_pass_of(sweep, |fs| {
+                fs.writers.load(Ordering::Relaxed) & (1 << h) == 0
+            }),
+        }
     }
 
     /// The kicked part of the flusher's work (F2-F4 of `passes.rs`):

@@ -84,6 +84,11 @@ pub(crate) struct FileSlot {
     /// R1; 0 in a private cache): its recovery finishes the cut if it died
     /// while waiting for the new last page, the size lock let go.
     pub(crate) cut_by: AtomicU32,
+    /// (A) in a cache shared by processes, bit `s` set while the process
+    /// in slot `s` has the file open for writing (0 in a private cache):
+    /// the age flusher's process writes the file's expired pages, and the
+    /// others those of files it cannot write (`cache/shared.rs`).
+    pub(crate) writers: AtomicU64,
     /// (A) where the flusher's next pass over this file starts (the page
     /// after the last one its previous pass wrote; the kernel's
     /// `writeback_index`). A hint.
@@ -121,6 +126,7 @@ impl FileSlot {
             lost: AtomicU64::new(0),
             cut: AtomicU64::new(0),
             cut_by: AtomicU32::new(0),
+            writers: AtomicU64::new(0),
             wb_cursor: Default::default(),
             had_runs: crate::sync::AtomicBool::new(false),
         }
@@ -201,6 +207,10 @@ pub(crate) struct FileShared {
 impl Drop for FileShared {
     fn drop(&mut self) {
         if let Some(sh) = &self.shared {
+            // This process's descriptors go with it. Relaxed: as `attach`.
+            self.slot
+                .writers
+                .fetch_and(!sh.writer_bit(), Ordering::Relaxed);
             // The file's stamp now, for the next opener (`None` if it
             // cannot be had: the pages are then not served again).
             let stamp = self.read_fd.change_stamp().ok();
@@ -239,6 +249,8 @@ impl Inner {
         if let Some(fs) = reg.by_inode.get(&ident) {
             if writable {
                 let _ = fs.write_fd.set(fd);
+                // Relaxed: a hint for the age flusher.
+                fs.writers.fetch_or(self.writer_bit(), Ordering::Relaxed);
             }
             // Relaxed: 0 -> 1 happens only here, under the registry lock that
             // `detach` re-checks under; other changes come from live handles.
@@ -289,6 +301,10 @@ impl Inner {
         } else {
             Counter::BufferedFiles
         });
+        if writable {
+            // Relaxed: as above.
+            fs.writers.fetch_or(self.writer_bit(), Ordering::Relaxed);
+        }
         reg.by_inode.insert(ident, fs.clone());
         reg.by_id.insert(id, fs.clone());
         Ok(fs)

@@ -14,6 +14,21 @@ pub(crate) use imp::SharedPart;
 #[derive(Debug)]
 pub(crate) enum SharedPart {}
 
+#[cfg(loom)]
+impl SharedPart {
+    pub(crate) fn writer_bit(&self) -> u64 {
+        match *self {}
+    }
+}
+
+impl super::Inner {
+    /// This process's bit in the files' `writers` masks (0 in a private
+    /// cache).
+    pub(crate) fn writer_bit(&self) -> u64 {
+        self.shared.as_ref().map_or(0, |sh| sh.writer_bit())
+    }
+}
+
 #[cfg(not(loom))]
 mod imp {
     use super::super::deferred::DeferredQueue;
@@ -43,7 +58,90 @@ mod imp {
         pub(crate) seg: Segment,
     }
 
+    impl SharedPart {
+        /// This process's bit in the files' `writers` masks: its slot's.
+        pub(crate) fn writer_bit(&self) -> u64 {
+            self.seg.slot().map_or(0, |s| 1 << s)
+        }
+    }
+
     impl Inner {
+        /// The age lease (W1 across processes): the flusher of one
+        /// attached process at a time writes the pages past the age bound
+        /// of every file it has open for writing; another process's
+        /// flusher writes those of its files that process cannot write
+        /// (not open there for writing: `FileSlot::writers`). A flusher
+        /// takes the lease at its age pass when it is free or its holder's
+        /// process is gone (5.14 R2's question), and gives it back when its
+        /// cache goes; the recovery of a dead holder frees it and wakes its
+        /// own flusher. `None`: this process writes every file it has open
+        /// (a private cache, or the lease is its own); `Some(s)`: the
+        /// holder's slot. Context: any, no sleep; the flusher thread.
+        pub(crate) fn age_lease(&self) -> Option<usize> {
+            let w = &*self.words.age_flusher;
+            let (base, me) = crate::sync::futex::member_at(w.as_ptr() as usize)?;
+            // Acquire/AcqRel: a hint between flushers; each write-back is
+            // its own protocol, whoever runs it.
+            let cur = w.load(std::sync::atomic::Ordering::Acquire);
+            if cur == me.tag {
+                return None;
+            }
+            if cur == 0 || (me.gone)(base, cur) {
+                let won = w.compare_exchange(
+                    cur,
+                    me.tag,
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                );
+                if won.is_ok() {
+                    return None;
+                }
+            }
+            match w.load(std::sync::atomic::Ordering::Acquire) {
+                t if t == me.tag => None,
+                t => Some(crate::segment::slot_of_tag(t)),
+            }
+        }
+
+        /// Whether this process holds the age lease (a look: it takes
+        /// nothing). Context: any.
+        pub(crate) fn holds_age_lease(&self) -> bool {
+            let w = &*self.words.age_flusher;
+            crate::sync::futex::member_at(w.as_ptr() as usize)
+                .is_some_and(|(_, me)| w.load(std::sync::atomic::Ordering::Acquire) == me.tag)
+        }
+
+        /// Gives the age lease back if this process holds it (its cache
+        /// goes). Context: any, no sleep.
+        pub(crate) fn release_age_lease(&self) {
+            let w = &*self.words.age_flusher;
+            if let Some((_, me)) = crate::sync::futex::member_at(w.as_ptr() as usize) {
+                let _ = w.compare_exchange(
+                    me.tag,
+                    0,
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+
+        /// The recovery of the process tagged `tag`: if it held the age
+        /// lease, the lease is freed and this process's flusher woken
+        /// (started if need be), which takes it at once. Context: no sleep
+        /// but a thread's start; the recovery's thread.
+        fn recover_age_lease(&self, tag: u32) {
+            let w = &*self.words.age_flusher;
+            let freed = w.compare_exchange(
+                tag,
+                0,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            if freed.is_ok() {
+                self.kick_flusher();
+            }
+        }
+
         /// The cache named `name` in `dir`, created as `config` says if it
         /// does not exist, else attached to (its creator's geometry and
         /// policy must be `config`'s). `group`: a group whose members may
@@ -156,6 +254,7 @@ mod imp {
                         .name("pagecache-recover".into())
                         .spawn(move || match me.upgrade() {
                             Some(inner) => {
+                                inner.recover_age_lease(tag);
                                 inner.recover_dead_pages(tag);
                                 inner.recover_dead_pins(tag);
                                 // (The segment mapped: `inner` holds it.)

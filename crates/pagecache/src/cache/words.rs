@@ -38,6 +38,10 @@ pub(crate) struct Words {
     pub(crate) deferred_n: CachePadded<AtomicUsize>,
     /// (A) a shared cache's streams' per-device choices (`streams.rs`).
     pub(crate) streams: CachePadded<super::streams::StreamBoard>,
+    /// (A) a shared cache's age flusher: the tag of the process whose
+    /// flusher writes pages past the age bound (W1) for every file it has
+    /// open for writing (0: none yet; `cache/shared.rs`, "the age lease").
+    pub(crate) age_flusher: CachePadded<std::sync::atomic::AtomicU32>,
 }
 
 impl Words {
@@ -52,6 +56,7 @@ impl Words {
             clock_hand: CachePadded::new(AtomicUsize::new(0)),
             deferred_n: CachePadded::new(AtomicUsize::new(0)),
             streams: Default::default(),
+            age_flusher: Default::default(),
         }
     }
 }

@@ -192,6 +192,11 @@ pub(super) fn next_gen(g: u32) -> u32 {
     }
 }
 
+/// The slot of the process tagged `tag` (D1).
+pub fn slot_of_tag(tag: u32) -> usize {
+    (tag & ((1 << SLOT_BITS) - 1)) as usize
+}
+
 /// The lock tag of the process in slot `slot`, generation `gen` (D1).
 pub(super) fn tag(slot: usize, gen: u32) -> u32 {
     gen << SLOT_BITS | slot as u32

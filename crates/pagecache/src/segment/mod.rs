@@ -71,7 +71,7 @@ mod tools;
 use layout::policy_name;
 pub use layout::{layout, Extent, Geometry, TableId, MAX_TABLES, TABLES};
 
-pub use death::{DeathHook, Recovered, WATCH_EVERY};
+pub use death::{slot_of_tag, DeathHook, Recovered, WATCH_EVERY};
 pub use stats::StatsHook;
 
 const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);

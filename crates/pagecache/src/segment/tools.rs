@@ -84,6 +84,31 @@ impl Segment {
         (used, dirty)
     }
 
+    /// The pid of the process whose flusher holds the age lease (writes
+    /// pages past the age bound for every process: `cache/shared.rs`), if
+    /// one does. Tools.
+    pub fn age_flusher(&self) -> Option<u32> {
+        // SAFETY: the words' table, sized and aligned for `Words` by
+        // `layout`, initialised by the creator, alive as long as the
+        // mapping; read through its atomics only.
+        let words = unsafe {
+            &*self
+                .table(TableId::Words)
+                .cast::<crate::cache::Words>()
+                .as_ptr()
+        };
+        // Acquire: pairs with the lease's CAS.
+        let tag = words.age_flusher.load(Ordering::Acquire);
+        let p = self
+            .header()
+            .procs
+            .get(death::slot_of_tag(tag))
+            .filter(|_| tag != 0)?;
+        // Acquire: as `processes`.
+        let pid = p.pid.load(Ordering::Acquire);
+        (pid != 0 && pid & death::RECOVERING == 0).then_some(pid)
+    }
+
     /// Runs `f` holding the file table's lock (tests: a process killed
     /// while it holds a segment lock).
     #[doc(hidden)]
