@@ -47,7 +47,9 @@ fn main() -> std::io::Result<()> {
     let mut slow = Vec::new();
     let t0 = Instant::now();
     let mut pos = 0;
+    let mut least_free = usize::MAX;
     while pos < total {
+        least_free = least_free.min(c.free_frames());
         let (d0, s0) = (c.dirty_pages(), c.stats());
         let t = Instant::now();
         f.write_at(&b, pos)?;
@@ -70,6 +72,15 @@ fn main() -> std::io::Result<()> {
     }
     f.sync()?;
     let tt = t0.elapsed();
+    let st = c.stats();
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_string())
+        })
+        .unwrap_or_default();
     drop(f);
     let _ = std::fs::remove_file(&p);
     lats.sort();
@@ -82,6 +93,13 @@ fn main() -> std::io::Result<()> {
         pct(0.99),
         lats[lats.len() - 1],
         slow.len()
+    );
+    println!(
+        "frames: at most {} of {} in use; evictions {}; written back {}; resident {rss} kB",
+        c.frames() - least_free.min(c.frames()),
+        c.frames(),
+        st.evictions,
+        st.writebacks
     );
     for s in slow.iter().take(30) {
         println!("{s}");

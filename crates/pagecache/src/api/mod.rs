@@ -138,6 +138,20 @@ pub struct Config {
     /// modes add the drop-behind, so the kernel holds no second copy of
     /// what the stream passed.
     pub stream_reads: StreamReads,
+    /// Drop-behind of long sequential write streams (default: on). Once
+    /// a file is written in order (`write_at`s each starting where the
+    /// handle's last ended) past an eighth of the cache (4 to 32 MiB), and
+    /// while the cache's dirty pages are past `dirty_background_percent`,
+    /// the stream's pages past that point are written back as it goes and
+    /// each is evicted once written (unless someone holds it), as the
+    /// kernel's `RWF_DONTCACHE` asks per write and PostgreSQL's bulk-write
+    /// ring does: a log, a bulk load or a copy does not push the cache's
+    /// hot pages out, nor make the cache touch its whole budget of memory
+    /// for pages held only until written, and its writer goes at the
+    /// device's pace. Such a page read back later is read from the file.
+    /// Off: a stream's pages stay cached as any written page, and are
+    /// written by age, by need or past the dirty limit.
+    pub drop_behind_writes: bool,
 }
 
 impl Default for Config {
@@ -158,6 +172,7 @@ impl Default for Config {
             stable_writes: false,
             populate: false,
             stream_reads: StreamReads::Measure,
+            drop_behind_writes: true,
         }
     }
 }
@@ -570,7 +585,9 @@ impl File {
     /// dirties pages; see [`File::sync`].
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable("write")?;
-        self.inner().write_at(&self.shared, buf, offset)
+        self.inner().write_at(&self.shared, buf, offset)?;
+        self.inner().note_write(&self.shared, offset, buf.len());
+        Ok(())
     }
 
     /// Registers (or with `None` removes) the write-back hook of this file

@@ -382,7 +382,7 @@ impl Inner {
     /// checked against runs, removed from the index, reset. Whether it
     /// was; if not, the caller still holds its pin. Context: no sleep;
     /// takes the tree lock.
-    fn evict_from(&self, slot: &FileSlot, f: FrameNo, index: u64) -> bool {
+    pub(crate) fn evict_from(&self, slot: &FileSlot, f: FrameNo, index: u64) -> bool {
         let d = self.desc(f);
         let mut g = slot.tree.lock();
         // A. freeze from exactly {cache + our pin}, clean and idle. (In a

@@ -87,6 +87,15 @@ pub(crate) struct Flusher {
     /// the background threshold too. Bounded (`RECLAIM_MAX`): past it,
     /// reclaim writes its dirty victims itself.
     for_reclaim: Mutex<Vec<crate::frame::FrameNo>>,
+    /// Pages behind long write streams to write at once, by file
+    /// (`write_behind.rs` B2-B3): each batch counted in its stream's
+    /// `pending` until written.
+    pub(crate) behind: Mutex<
+        Vec<(
+            std::sync::Arc<crate::cache::registry::FileShared>,
+            Vec<crate::frame::FrameNo>,
+        )>,
+    >,
     /// (A) The thread was started (the first dirty page starts it, for W1).
     started: crate::sync::unmodelled::AtomicBool,
 }
@@ -237,6 +246,21 @@ impl Inner {
         taken
     }
 
+    /// B3 (`write_behind.rs`): writes the pages queued behind write
+    /// streams, then lets their writers know. Returns how many it took.
+    /// Context: as `write_for_reclaim`.
+    fn write_behind_queued(&self) -> usize {
+        let batches = std::mem::take(&mut *self.flusher.behind.lock());
+        let mut taken = 0;
+        for (fs, frames) in batches {
+            let n = frames.len() as u64;
+            taken += self.write_pinned_for_reclaim(frames);
+            fs.behind.written(n);
+            self.flusher.passes.wake_waiters();
+        }
+        taken
+    }
+
     /// [`Inner::write_for_reclaim`]'s pins and writes.
     fn write_pinned_for_reclaim(&self, frames: Vec<crate::frame::FrameNo>) -> usize {
         // Pinned for write-back, grouped by file.
@@ -258,14 +282,15 @@ impl Inner {
         for (owner, mut pages) in by_file {
             pages.sort_unstable();
             taken += pages.len();
-            if let Some(fs) = self.file_by_id(owner) {
+            let fs = self.file_by_id(owner);
+            if let Some(fs) = &fs {
                 // Sorted: the last is the highest page written.
                 let last = pages.last().map_or(0, |&(i, _)| i);
                 let size = fs.size.read(last);
                 // Errors: counted by the write-back (the pages stay dirty).
                 let mut deferred = Vec::new();
                 let _ = self.writeback_run(
-                    &fs,
+                    fs,
                     &size,
                     &pages,
                     crate::cache::WritebackCause::Eviction,
@@ -277,7 +302,15 @@ impl Inner {
                     self.async_frames.reclaim_deferred(deferred.len());
                 }
             }
-            for (_, f) in pages {
+            for (index, f) in pages {
+                // A long write stream's page, clean now: its frame back to
+                // the pool at once (`write_behind.rs`, B4).
+                if fs
+                    .as_ref()
+                    .is_some_and(|fs| self.drop_written_behind(fs, index, f))
+                {
+                    continue;
+                }
                 self.written_for_reclaim(f);
                 self.release(f);
             }
@@ -295,6 +328,20 @@ impl Inner {
         if self.dirty_pages() > self.dirty_limit {
             self.throttle();
         }
+    }
+
+    /// Waits while `over()`, kicking the flusher, as a throttled writer
+    /// does (a pass with no progress, or `THROTTLE_MAX`, ends it): a long
+    /// write stream's writer while too many of its pages are queued
+    /// (`write_behind.rs`). Context: as `throttle`.
+    pub(crate) fn throttle_while(&self, over: impl Fn() -> bool) {
+        #[cfg(not(loom))]
+        let _ = self
+            .flusher
+            .passes
+            .throttle(over, || self.kick_flusher(), THROTTLE_MAX);
+        #[cfg(loom)]
+        let _ = over;
     }
 
     #[cold]
@@ -492,8 +539,9 @@ impl Inner {
     fn kicked_passes(&self) -> Option<bool> {
         let mut passing = false;
         loop {
-            // Reclaim's request first: the pages it passed over.
-            let reclaimed = self.write_for_reclaim();
+            // Reclaim's request first: the pages it passed over; then the
+            // pages behind long write streams.
+            let reclaimed = self.write_for_reclaim() + self.write_behind_queued();
             if reclaimed > 0 {
                 // Clean now (or deferred, or failed): futures waiting for
                 // a frame look again (F1).

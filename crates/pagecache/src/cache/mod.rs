@@ -94,6 +94,7 @@ mod shared;
 mod truncate;
 mod validate;
 mod words;
+mod write_behind;
 use deferred::DeferredQueue;
 pub(crate) use shared::SharedPart;
 pub(crate) use words::Words;
@@ -160,6 +161,9 @@ pub(crate) struct Inner {
     pub(crate) streams: Streams,
     /// (C) `Config::stable_writes`: every write-back keeps its bytes stable.
     pub(crate) stable_writes: bool,
+    /// (C) `Config::drop_behind_writes` (`write_behind.rs`).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) drop_behind_writes: bool,
     /// (C) this cache, for completions that outlive the call that
     /// submitted them (set once at creation).
     pub(crate) me: std::sync::OnceLock<Weak<Inner>>,
@@ -331,6 +335,7 @@ impl Inner {
             readahead_max,
             streams,
             stable_writes: config.stable_writes,
+            drop_behind_writes: config.drop_behind_writes,
             me: std::sync::OnceLock::new(),
             async_frames: Default::default(),
             helpers: Default::default(),

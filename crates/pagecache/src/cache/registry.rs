@@ -202,6 +202,9 @@ pub(crate) struct FileShared {
     /// yet, 1: no, 2: yes; `Inner::bypasses`): the choice never changes
     /// once made, so it is asked of `Streams` until then only.
     pub(crate) stream_buffered: crate::sync::unmodelled::AtomicU8,
+    /// This process's pages of the file behind long write runs
+    /// (`write_behind.rs`).
+    pub(crate) behind: super::write_behind::Behind,
 }
 
 impl Drop for FileShared {
@@ -295,6 +298,7 @@ impl Inner {
             dropped_behind: Default::default(),
             streamed: Default::default(),
             stream_buffered: Default::default(),
+            behind: Default::default(),
         });
         self.count(if fs.read_fd.is_direct() {
             Counter::DirectFiles
