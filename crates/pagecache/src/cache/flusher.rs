@@ -33,6 +33,9 @@
 //!      written by age, for eviction, or by `sync`. A cache that holds its
 //!      working set writes what `sync` asks for and what ages past the
 //!      bound; out of memory, a page is written about once per eviction.
+//!      The one exception is a long sequential write stream past the
+//!      background threshold: its pages are written behind it and
+//!      dropped (`write_behind.rs`, B1-B4), since no one rewrites them.
 //! ```
 //!
 //! Writing ahead of need was tried and dropped: a pass that wrote cold
