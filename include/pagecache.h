@@ -49,8 +49,8 @@
 // `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
 // `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
 // takes the call for a latched page; 15: `pc_cache_open_shared`,
-// `pc_cache_remove_shared`).
-#define PC_ABI_VERSION 15
+// `pc_cache_remove_shared`; 16: `pc_config.drop_behind_writes`).
+#define PC_ABI_VERSION 16
 
 // The `hint` of a pin that holds no page of a file (an anonymous page,
 // a failed completion): no frame. Handed to `pc_page_optimistic_hinted`
@@ -225,6 +225,12 @@ typedef struct pc_config {
   // reason it writes a page; see `pagecache::Config::dirty_expire`.
   // (Added in ABI 10.)
   uint32_t dirty_expire_ms;
+  // Nonzero (the default): a file written in order past an eighth of
+  // the cache, while the dirty count is past the background threshold,
+  // is written back as it goes and its pages leave the cache once
+  // written; see `pagecache::Config::drop_behind_writes`. (Added in
+  // ABI 16.)
+  uint32_t drop_behind_writes;
 } pc_config;
 
 // The cache's counters (`pc_cache_stats`); see `pagecache::Stats`.

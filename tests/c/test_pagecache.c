@@ -95,6 +95,7 @@ static void test_version_and_defaults(void) {
   EXPECT(cfg.stable_writes == 0); /* writers do not wait for write-back */
   EXPECT(cfg.populate == 0);      /* frames faulted in on first use */
   EXPECT(cfg.stream_reads == PC_STREAM_MEASURE);
+  EXPECT(cfg.drop_behind_writes == 1); /* long write streams dropped behind */
   EXPECT(cfg.dirty_expire_ms == 30000); /* the kernel's dirty_expire_centisecs */
   EXPECT(pc_last_error() != NULL && strlen(pc_last_error()) == 0); /* nothing failed yet */
 }

@@ -73,6 +73,12 @@ pub struct pc_config {
     /// reason it writes a page; see `pagecache::Config::dirty_expire`.
     /// (Added in ABI 10.)
     pub dirty_expire_ms: u32,
+    /// Nonzero (the default): a file written in order past an eighth of
+    /// the cache, while the dirty count is past the background threshold,
+    /// is written back as it goes and its pages leave the cache once
+    /// written; see `pagecache::Config::drop_behind_writes`. (Added in
+    /// ABI 16.)
+    pub drop_behind_writes: u32,
 }
 
 /// Fills `*config` with the defaults (256 MiB, 4 KiB pages, direct I/O,
@@ -106,6 +112,7 @@ pub unsafe extern "C" fn pc_config_default(config: *mut pc_config) -> c_int {
                     StreamReads::Measure => PC_STREAM_MEASURE,
                 },
                 dirty_expire_ms: u32::try_from(d.dirty_expire.as_millis()).unwrap_or(u32::MAX),
+                drop_behind_writes: d.drop_behind_writes as u32,
             })
         };
         Ok(())
@@ -140,6 +147,7 @@ pub(crate) fn to_config(c: &pc_config) -> io::Result<Config> {
         },
         stable_writes: c.stable_writes != 0,
         populate: c.populate != 0,
+        drop_behind_writes: c.drop_behind_writes != 0,
         stream_reads: match c.stream_reads {
             PC_STREAM_DIRECT => StreamReads::Direct,
             PC_STREAM_BUFFERED => StreamReads::Buffered,

@@ -88,8 +88,8 @@ pub use run::*;
 /// `PC_DESC_WORDS`; a view's private words are documented numbers; 14:
 /// `pc_optimistic_upgrade_wait`, `PC_STATE_LATCHED`, and the inline view
 /// takes the call for a latched page; 15: `pc_cache_open_shared`,
-/// `pc_cache_remove_shared`).
-pub const PC_ABI_VERSION: u32 = 15;
+/// `pc_cache_remove_shared`; 16: `pc_config.drop_behind_writes`).
+pub const PC_ABI_VERSION: u32 = 16;
 
 /// The `hint` of a pin that holds no page of a file (an anonymous page,
 /// a failed completion): no frame. Handed to `pc_page_optimistic_hinted`

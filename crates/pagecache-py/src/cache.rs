@@ -34,7 +34,7 @@ impl PageCache {
     #[pyo3(signature = (capacity = 256 << 20, page_size = 4096, *, direct_io = true,
         io_engine = "auto", readahead_max = 2 << 20, dirty_background_percent = 10,
         dirty_limit_percent = 30, dirty_expire = Some(30.0), stable_writes = false,
-        populate = false, stream_reads = "measure"))]
+        populate = false, stream_reads = "measure", drop_behind_writes = true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -49,6 +49,7 @@ impl PageCache {
         stable_writes: bool,
         populate: bool,
         stream_reads: &str,
+        drop_behind_writes: bool,
     ) -> PyResult<Self> {
         let config = make_config(
             capacity,
@@ -62,6 +63,7 @@ impl PageCache {
             stable_writes,
             populate,
             stream_reads,
+            drop_behind_writes,
         )?;
         let cache = py
             .detach(|| pagecache::PageCache::new(config))
@@ -83,7 +85,8 @@ impl PageCache {
     #[pyo3(signature = (name, capacity = 256 << 20, page_size = 4096, *, dir = None,
         group = None, direct_io = true, io_engine = "auto", readahead_max = 2 << 20,
         dirty_background_percent = 10, dirty_limit_percent = 30, dirty_expire = Some(30.0),
-        stable_writes = false, populate = false, stream_reads = "measure"))]
+        stable_writes = false, populate = false, stream_reads = "measure",
+        drop_behind_writes = true))]
     #[allow(clippy::too_many_arguments)]
     fn shared(
         py: Python<'_>,
@@ -101,6 +104,7 @@ impl PageCache {
         stable_writes: bool,
         populate: bool,
         stream_reads: &str,
+        drop_behind_writes: bool,
     ) -> PyResult<Self> {
         let config = Config {
             policy: pagecache::PolicyKind::Clock,
@@ -116,6 +120,7 @@ impl PageCache {
                 stable_writes,
                 populate,
                 stream_reads,
+                drop_behind_writes,
             )?
         };
         let opts = pagecache::SharedOptions { dir, group };
@@ -290,6 +295,7 @@ fn make_config(
     stable_writes: bool,
     populate: bool,
     stream_reads: &str,
+    drop_behind_writes: bool,
 ) -> PyResult<Config> {
     // Seconds a page may stay dirty before background write-back writes
     // it; None: never by age.
@@ -333,6 +339,7 @@ fn make_config(
         stable_writes,
         populate,
         stream_reads,
+        drop_behind_writes,
         ..Config::default()
     })
 }

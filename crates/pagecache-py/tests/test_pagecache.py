@@ -579,3 +579,27 @@ def test_anonymous_regions_are_zero_filled_writable_and_freed(cache):
             pass
     del region
     gc.collect()
+
+
+@pytest.mark.parametrize("drop_behind", [True, False])
+def test_a_long_write_stream_is_dropped_behind_unless_asked_not_to(tmp_path, drop_behind):
+    # 16 MiB written in order into a 32 MiB cache: past 4 MiB (the
+    # smallest stream) and the background threshold (3.2 MiB dirty), the
+    # stream's pages are written back as it goes and leave the cache
+    # (evictions); with drop_behind_writes=False they all stay cached.
+    mib = 1 << 20
+    c = pagecache.PageCache(
+        capacity=32 * mib,
+        dirty_limit_percent=100,
+        dirty_expire=None,
+        drop_behind_writes=drop_behind,
+    )
+    p = tmp_path / "stream.bin"
+    chunk = bytes(range(256)) * (mib // 256)
+    with c.open(p, "w+") as f:
+        for i in range(16):
+            f.write_at(chunk, i * mib)
+        f.sync()
+        assert (c.stats()["evictions"] > 0) == drop_behind
+        assert f.read_at(15 * mib, mib) == chunk
+    assert p.read_bytes() == chunk * 16

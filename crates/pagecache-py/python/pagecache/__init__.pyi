@@ -28,6 +28,7 @@ class PageCache:
         stable_writes: bool = False,
         populate: bool = False,
         stream_reads: Literal["direct", "buffered", "measure"] = "measure",
+        drop_behind_writes: bool = True,
     ) -> None:
         """``dirty_expire``: seconds a page may stay dirty before background
         write-back writes it (``None``: never by age; with frames to spare
@@ -36,7 +37,12 @@ class PageCache:
         pays for a frame's first touch later; ``stream_reads``: how
         sequential streams are read: direct, through the kernel's cache
         without keeping its copy, or (the default) each device's faster of
-        the two, measured (see ``pagecache::StreamReads``)."""
+        the two, measured (see ``pagecache::StreamReads``);
+        ``drop_behind_writes``: a file written in order past an eighth of
+        the cache, with the dirty count past the background threshold, is
+        written back as it goes and its pages leave the cache once written
+        (a log or a bulk load keeps neither the hot pages out nor the
+        whole budget; see ``pagecache::Config::drop_behind_writes``)."""
     @staticmethod
     def shared(
         name: str,
@@ -54,6 +60,7 @@ class PageCache:
         stable_writes: bool = False,
         populate: bool = False,
         stream_reads: Literal["direct", "buffered", "measure"] = "measure",
+        drop_behind_writes: bool = True,
     ) -> PageCache:
         """The cache shared by processes under ``name``: created with these
         settings if no process has made it yet, else attached to (its
