@@ -254,6 +254,15 @@ impl Inner {
     /// Context: as `write_for_reclaim`.
     fn write_behind_queued(&self) -> usize {
         let batches = std::mem::take(&mut *self.flusher.behind.lock());
+        if batches.is_empty() {
+            return 0;
+        }
+        // Counted as a reclaimer while it holds their pins, as
+        // `write_for_reclaim` (a patient reclaimer waits for us).
+        // Relaxed: as reclaim's own increment (`evict.rs`).
+        self.words
+            .reclaiming
+            .fetch_add(1, crate::sync::Ordering::Relaxed);
         let mut taken = 0;
         for (fs, frames) in batches {
             let n = frames.len() as u64;
@@ -261,6 +270,10 @@ impl Inner {
             fs.behind.written(n);
             self.flusher.passes.wake_waiters();
         }
+        // Release: as `write_for_reclaim`'s.
+        self.words
+            .reclaiming
+            .fetch_sub(1, crate::sync::Ordering::Release);
         taken
     }
 

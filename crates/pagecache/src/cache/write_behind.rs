@@ -123,12 +123,12 @@ impl Inner {
     }
 
     /// B2 for a run past `long` by `past` bytes, now at `end`.
-    #[cold]
     fn run_behind(&self, fs: &Arc<FileShared>, end: u64, past: u64, batch: u64) {
         let b = &fs.behind;
-        let done = end >> self.shift; // pages written whole so far
-        let start = (end - past) >> self.shift; // where the run passed `long`
-                                                // Relaxed: hints.
+        // Pages written whole so far, and where the run passed `long`.
+        let done = end >> self.shift;
+        let start = (end - past) >> self.shift;
+        // Relaxed: hints.
         let queued = b.queued.load(Ordering::Relaxed);
         let lo = if (start..=done).contains(&queued) {
             queued // the range this run queued so far
@@ -144,12 +144,14 @@ impl Inner {
             return;
         }
         b.queued.store(done, Ordering::Relaxed);
-        self.queue_behind(fs, lo, done);
+        // At most sixteen batches at once (a run that crossed the
+        // threshold late leaves its older pages to the general rules).
+        let most = 16 * batch;
+        self.queue_behind(fs, lo.max(done - most.min(done)), done);
         // The stream's writer waits while more than sixteen batches are
         // queued and not yet written: it runs at the device's pace, the
         // frames it takes bounded (the kernel's dirty throttling per
         // device, here per stream).
-        let most = 16 * batch;
         if b.pending.load(Ordering::Relaxed) > most {
             self.throttle_while(|| b.pending.load(Ordering::Relaxed) > most);
         }
