@@ -259,6 +259,11 @@ mod imp {
                                 inner.recover_dead_pins(tag);
                                 // (The segment mapped: `inner` holds it.)
                                 done.free();
+                                // After the slot is freed: finishing a
+                                // cut waits for the size lock's shared
+                                // holders that reach it, which must not
+                                // keep the dead process's slot.
+                                inner.finish_dead_cuts(tag);
                             }
                             // The cache is going: its segment may be
                             // unmapped already. The slot stays claimed by
@@ -330,9 +335,14 @@ mod imp {
                     }
                 }
             }
-            // Last, once all it held is back (this waits for the shared
-            // holders of the size lock that reach the cut): the cuts it
-            // left under way (5.6 T0).
+        }
+
+        /// The cuts the process tagged `tag` (dead, all it held given
+        /// back) left under way (5.6 T0), finished. Context: may sleep
+        /// (each waits for the size lock's shared holders that reach it);
+        /// the recovery's thread, after the dead process's slot is freed.
+        pub(crate) fn finish_dead_cuts(&self, tag: u32) {
+            let Some(sh) = &self.shared else { return };
             // Relaxed: a first look; `finish_dead_cut` reads them under
             // the size lock's mutex.
             let cuts = sh.files.ids_where(|s| {

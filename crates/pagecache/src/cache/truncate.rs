@@ -38,7 +38,8 @@
 //! outlives it, and whoever holds X1's mutex next finishes the cut before
 //! its own work: the next `set_len` of the file, or the dead process's
 //! recovery (which finds its records by `cut_by` once all it held is
-//! given back), each as the call would have ended (`ftruncate` again
+//! given back and its slot freed: finishing waits for the size lock's
+//! shared holders that reach the cut), each as the call would have ended (`ftruncate` again
 //! through its own descriptor; without one, a cut whose `ftruncate` is
 //! not known done is let go, nothing in the cache having changed yet).
 //! A live truncater waiting for its new last page (step 2, no lock held)
