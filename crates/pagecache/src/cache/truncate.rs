@@ -337,6 +337,9 @@ impl Inner {
             )
         })?;
         let ps = self.page_size as u64;
+        // The cut recorded is this call's own (it waits for its new last
+        // page): not another's to finish first.
+        let mut mine = false;
         loop {
             // Exclusive from the first page the change touches: the shorter
             // length's page (the new last page's tail, the pages removed,
@@ -352,9 +355,9 @@ impl Inner {
             // T0: a cut left under way by a `set_len` whose process died
             // (or that waits for its new last page): finished first, as
             // that call would have.
-            if let Some((to, _)) = pending_cut(fs) {
+            if let Some((to, _)) = pending_cut(fs).filter(|_| !mine) {
                 fs.disk.touch();
-                match self.cut(fs, &size, to, Some(&*w))? {
+                match self.cut(fs, &size, to, Some(&*w), false)? {
                     Cut::Done => {}
                     Cut::Busy(last) => {
                         drop(size);
@@ -376,10 +379,11 @@ impl Inner {
                 return Ok(());
             }
             fs.disk.touch();
-            match self.cut(fs, &size, new_len, Some(&*w)) {
+            match self.cut(fs, &size, new_len, Some(&*w), true) {
                 Ok(Cut::Done) => return Ok(()),
                 Ok(Cut::Busy(last)) => {
                     drop(size);
+                    mine = true;
                     self.wait_idle(fs, last)?;
                 }
                 Err(e) => {
@@ -400,14 +404,18 @@ impl Inner {
     /// not have reached it is let go: the cache had changed nothing yet.
     /// `Busy(last)`: the new last page is held by others; the caller drops
     /// the size lock, waits for that page alone and calls again (the cut
-    /// stays recorded meanwhile, T0). Context: may sleep (I/O); takes the
-    /// tree lock.
+    /// stays recorded meanwhile, T0). `own`: the cut is the caller's own
+    /// `set_len` (a failed `ftruncate` then clears the record: the call
+    /// fails, and no later call makes its cut); else it finishes one left
+    /// under way (kept recorded on failure, for the next taker). Context:
+    /// may sleep (I/O); takes the tree lock.
     pub(crate) fn cut(
         &self,
         fs: &FileSlot,
         _size: &SizeExclusive<'_>,
         to: u64,
         w: Option<&dyn BackendFile>,
+        own: bool,
     ) -> io::Result<Cut> {
         let ps = self.page_size as u64;
         // T0. Relaxed: read and written under X1's mutex only (a dead
@@ -429,9 +437,9 @@ impl Inner {
         match w {
             Some(w) => {
                 if let Err(e) = w.set_len(to) {
-                    // Relaxed: as above. A cut of its own left as it was,
-                    // a dead one's too (a later taker tries it again).
-                    if !done {
+                    // Relaxed: as above. A cut left under way and known
+                    // done stays recorded (a later taker tries it again).
+                    if own || !done {
                         fs.cut.store(0, Ordering::Relaxed);
                     }
                     return Err(e);
@@ -509,7 +517,7 @@ impl Inner {
             let Some((to, _)) = pending_cut(fs).filter(|_| its(fs)) else {
                 return;
             };
-            match self.cut(fs, &size, to, fd.as_deref()) {
+            match self.cut(fs, &size, to, fd.as_deref(), false) {
                 Ok(Cut::Busy(last)) => {
                     drop(size);
                     match &open {
