@@ -1,7 +1,9 @@
 //! A sequential writer's latency through a 256 MiB cache: 1 MiB
 //! `write_at`s of a new file (2 GiB by default, 8x the cache), then
-//! `sync`. Prints the rate, the latency percentiles of the writes, and each
-//! write slower than 3 ms with what happened during it (the dirty count
+//! `sync`. Prints the rate, the latency percentiles of the writes, the
+//! most frames in use at once with the process's resident memory (a long
+//! stream drops behind: `Config::drop_behind_writes`), and each write
+//! slower than 3 ms with what happened during it (the dirty count
 //! before and after, evictions, pages written back, writes issued): where
 //! a writer's p99 comes from (dirty throttling, reclaim, first-touch page
 //! faults of the frame arena).

@@ -232,21 +232,26 @@ impl Inner {
         // A frame queued twice (passed over by two rounds) is pinned once.
         frames.sort_unstable();
         frames.dedup();
-        // Counted as a reclaimer while it holds these pins: the pages are
-        // neither evictable nor under write-back until their writes start,
-        // and a patient reclaimer that found nothing else must wait for us,
-        // not report `OutOfMemory` (the model check found that window).
+        self.as_reclaimer(|| self.write_pinned_for_reclaim(frames))
+    }
+
+    /// Runs `work`, which pins pages for write-back, counted as a
+    /// reclaimer: the pages are neither evictable nor under write-back
+    /// until their writes start, and a patient reclaimer that found nothing
+    /// else must wait for us, not report `OutOfMemory` (the model check
+    /// found that window).
+    fn as_reclaimer<R>(&self, work: impl FnOnce() -> R) -> R {
         // Relaxed: as reclaim's own increment (`evict.rs`).
         self.words
             .reclaiming
             .fetch_add(1, crate::sync::Ordering::Relaxed);
-        let taken = self.write_pinned_for_reclaim(frames);
+        let r = work();
         // Release: our releases of the pins happen-before a waiter's Acquire
         // RMW that reads this decrement (as reclaim's own).
         self.words
             .reclaiming
             .fetch_sub(1, crate::sync::Ordering::Release);
-        taken
+        r
     }
 
     /// B3 (`write_behind.rs`): writes the pages queued behind write
@@ -257,24 +262,16 @@ impl Inner {
         if batches.is_empty() {
             return 0;
         }
-        // Counted as a reclaimer while it holds their pins, as
-        // `write_for_reclaim` (a patient reclaimer waits for us).
-        // Relaxed: as reclaim's own increment (`evict.rs`).
-        self.words
-            .reclaiming
-            .fetch_add(1, crate::sync::Ordering::Relaxed);
-        let mut taken = 0;
-        for (fs, frames) in batches {
-            let n = frames.len() as u64;
-            taken += self.write_pinned_for_reclaim(frames);
-            fs.behind.written(n);
-            self.flusher.passes.wake_waiters();
-        }
-        // Release: as `write_for_reclaim`'s.
-        self.words
-            .reclaiming
-            .fetch_sub(1, crate::sync::Ordering::Release);
-        taken
+        self.as_reclaimer(|| {
+            let mut taken = 0;
+            for (fs, frames) in batches {
+                let n = frames.len() as u64;
+                taken += self.write_pinned_for_reclaim(frames);
+                fs.behind.written(n);
+                self.flusher.passes.wake_waiters();
+            }
+            taken
+        })
     }
 
     /// [`Inner::write_for_reclaim`]'s pins and writes.

@@ -39,9 +39,10 @@
 //! its own work: the next `set_len` of the file, or the dead process's
 //! recovery (which finds its records by `cut_by` once all it held is
 //! given back and its slot freed: finishing waits for the size lock's
-//! shared holders that reach the cut), each as the call would have ended (`ftruncate` again
-//! through its own descriptor; without one, a cut whose `ftruncate` is
-//! not known done is let go, nothing in the cache having changed yet).
+//! shared holders that reach the cut), each as the call would have ended
+//! (`ftruncate` again through its own descriptor; without one, a cut whose
+//! `ftruncate` is not known done is let go, nothing in the cache having
+//! changed yet).
 //! A live truncater waiting for its new last page (step 2, no lock held)
 //! leaves its record too; a `set_len` that finishes it meanwhile makes the
 //! cut the waiter would have made, and the waiter then makes it again.
@@ -186,11 +187,27 @@ impl Inner {
         let run = g.mark_run_stale(&self.nodes, index);
         let removed = g.remove(&self.nodes, index, f);
         drop(g);
+        self.after_unlink(run, removed, index, f);
+    }
+
+    /// T3 for page `index` (frame `f`) just taken out of its index under
+    /// the tree lock (`removed`), `run` the leaf whose slot a run pins, if
+    /// one does: the frame kept for the run until it ends, else the cache's
+    /// reference dropped (the frame freed if that was the last). Shared by
+    /// `drop_torn` and `finish_removal`. Context: no sleep; the tree lock
+    /// released.
+    fn after_unlink(
+        &self,
+        run: Option<&crate::index::Node>,
+        removed: bool,
+        index: u64,
+        f: FrameNo,
+    ) {
         match run {
             Some(leaf) if removed => {
                 self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
             }
-            _ if removed && d.release_base() == Released::Last => self.free_frame(f),
+            _ if removed && self.desc(f).release_base() == Released::Last => self.free_frame(f),
             _ => {}
         }
     }
@@ -232,13 +249,7 @@ impl Inner {
                         Ordering::Relaxed,
                     );
                 }
-                match run {
-                    Some(leaf) if removed => {
-                        self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
-                    }
-                    _ if removed && d.release_base() == Released::Last => self.free_frame(f),
-                    _ => {}
-                }
+                self.after_unlink(run, removed, index, f);
             } else {
                 drop(g);
             }
