@@ -33,6 +33,7 @@ mod harness;
 use common::{make_file, TempDir, PS};
 use harness::{open, Choose, Harness, Log, Rng};
 use pagecache::{Config, PageCache};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -66,7 +67,11 @@ fn run_with(what: &str, default_seeds: &[u64], frames: usize, nhandles: usize, h
     for seed in seeds(default_seeds) {
         let mut rng = Rng::new(seed);
         let mut h = Harness::with_hook(&d.0, what, seed, frames, nhandles, hooked);
-        let dog = Watchdog::new(format!("{what}: seed {seed}{}", h.log.config));
+        let evidence = Evidence {
+            recent: h.log.recent(),
+            probe: h.probe.clone(),
+        };
+        let dog = Watchdog::new(format!("{what}: seed {seed}{}", h.log.config), evidence);
         for _ in 0..ops_budget() {
             h.step(&mut rng);
             dog.progress(h.log.ops);
@@ -78,14 +83,22 @@ fn run_with(what: &str, default_seeds: &[u64], frames: usize, nhandles: usize, h
 
 /// Ends the process with the seed and configuration if a stream makes no
 /// progress for two minutes (a deadlock would otherwise hang CI with no
-/// word of which seed found it).
+/// word of which seed found it). Before it aborts it prints the last
+/// operations, the frames the cache holds (`describe_held`) and, where
+/// `gdb` is installed, every thread's stack.
 struct Watchdog {
     ops: Arc<std::sync::atomic::AtomicU64>,
     stop: Arc<AtomicBool>,
 }
 
+/// What a stuck stream's watchdog prints besides its seed.
+struct Evidence {
+    recent: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    probe: Arc<std::sync::Mutex<pagecache::HeldProbe>>,
+}
+
 impl Watchdog {
-    fn new(what: String) -> Watchdog {
+    fn new(what: String, evidence: Evidence) -> Watchdog {
         let ops = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (o, s) = (ops.clone(), stop.clone());
@@ -97,14 +110,7 @@ impl Watchdog {
                 if now != last {
                     (last, since) = (now, std::time::Instant::now());
                 } else if since.elapsed() > std::time::Duration::from_secs(120) {
-                    // Straight to the descriptor: the test harness
-                    // captures eprintln!, and the abort would lose it.
-                    use std::io::Write;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "model check {what}: no progress for 120 s after operation {now} (a deadlock?); replay with MODEL_CHECK_SEED"
-                    );
-                    std::process::abort();
+                    stuck(&what, now, &evidence);
                 }
             }
         });
@@ -114,6 +120,39 @@ impl Watchdog {
     fn progress(&self, ops: u64) {
         self.ops.store(ops, Ordering::Relaxed);
     }
+}
+
+/// Prints what is known of a stuck stream, then aborts. Straight to the
+/// descriptor: the test harness captures `eprintln!`, and the abort would
+/// lose it. The locks are taken with `try_lock`: the stuck thread may hold
+/// one.
+fn stuck(what: &str, now: u64, evidence: &Evidence) -> ! {
+    use std::io::Write;
+    let mut out = format!(
+        "model check {what}: no progress for 120 s after operation {now} (a deadlock?); replay with MODEL_CHECK_SEED\n  the last operations:\n"
+    );
+    match evidence.recent.try_lock() {
+        Ok(ops) => ops.iter().for_each(|o| out += &format!("    {o}\n")),
+        Err(_) => out += "    (the log is locked)\n",
+    }
+    let held = match evidence.probe.try_lock() {
+        Ok(p) => p
+            .describe()
+            .unwrap_or_else(|| "(the cache is gone)\n".into()),
+        Err(_) => "(the probe is locked)\n".into(),
+    };
+    out += &format!("  frames held:\n{held}");
+    let _ = std::io::stderr().write_all(out.as_bytes());
+    // Every thread's stack, if gdb is here (CI's machine has it).
+    let _ = std::process::Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-p", &std::process::id().to_string()])
+        .args(["-ex", "thread apply all bt"])
+        .stdout(match std::io::stderr().as_fd().try_clone_to_owned() {
+            Ok(fd) => std::process::Stdio::from(fd),
+            Err(_) => std::process::Stdio::inherit(),
+        })
+        .status();
+    std::process::abort();
 }
 
 impl Drop for Watchdog {

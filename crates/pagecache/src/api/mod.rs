@@ -23,10 +23,12 @@ mod asynch;
 mod guards;
 mod optimistic;
 // `PageCache::shared` and what goes with it.
-pub(crate) mod ready;
 #[cfg(not(loom))]
+mod probe;
+pub(crate) mod ready;
 mod shared;
 use crate::sync::Ordering;
+pub use probe::HeldProbe;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -382,27 +384,6 @@ impl PageCache {
     /// process holds or counts a pin (call it while none does).
     pub fn validate(&self) {
         self.inner.validate();
-    }
-
-    /// Whether this process's flusher holds a shared cache's age lease:
-    /// it writes the pages past the age bound of every file it has open
-    /// for writing, for every process (false for a private cache, whose
-    /// flusher writes its own). Tests and tools.
-    #[doc(hidden)]
-    pub fn holds_age_lease(&self) -> bool {
-        #[cfg(not(loom))]
-        return self.inner.holds_age_lease();
-        #[cfg(loom)]
-        false
-    }
-
-    /// For a test that found the cache stuck: the frames held beyond the
-    /// cache's own reference, latched or under write-back, with their
-    /// holders (and, shared, what each process counts of them). Not
-    /// stable: its text is for people.
-    #[doc(hidden)]
-    pub fn describe_held(&self) -> String {
-        self.inner.describe_held()
     }
 }
 

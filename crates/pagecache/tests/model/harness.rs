@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const PS: usize = 4096;
@@ -73,7 +73,9 @@ pub struct Log {
     /// The cache's configuration, when it was chosen at random.
     pub config: String,
     pub ops: u64,
-    last: VecDeque<String>,
+    /// The last 24 operations; shared with a watchdog thread, which
+    /// prints them if the stream stops making progress.
+    last: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl Log {
@@ -83,18 +85,23 @@ impl Log {
             seed,
             config: String::new(),
             ops: 0,
-            last: VecDeque::new(),
+            last: Arc::default(),
         }
+    }
+    /// The last operations, for a watchdog.
+    pub fn recent(&self) -> Arc<Mutex<VecDeque<String>>> {
+        self.last.clone()
     }
     pub fn op(&mut self, s: String) {
         self.ops += 1;
         if std::env::var_os("MODEL_CHECK_TRACE").is_some() {
             eprintln!("{} {s}", self.ops);
         }
-        if self.last.len() == 24 {
-            self.last.pop_front();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.len() == 24 {
+            last.pop_front();
         }
-        self.last.push_back(s);
+        last.push_back(s);
     }
     #[track_caller]
     pub fn fail(&self, msg: String) -> ! {
@@ -102,7 +109,7 @@ impl Log {
             "model check `{}` failed: {msg}\n  seed {} (replay: MODEL_CHECK_SEED={}), after {} operations{}; the last ones:\n",
             self.what, self.seed, self.seed, self.ops, self.config
         );
-        for o in &self.last {
+        for o in self.last.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             s += &format!("    {o}\n");
         }
         panic!("{s}");
@@ -190,6 +197,9 @@ pub struct Harness {
     fault: Fault,
     config: Config,
     pub log: Log,
+    /// The current cache's held frames, for a watchdog (it is replaced
+    /// when the stream drops the cache and reopens).
+    pub probe: Arc<Mutex<pagecache::HeldProbe>>,
 }
 
 /// A configuration for `frames` frames drawn from `seed`: the flusher's
@@ -258,6 +268,7 @@ impl Harness {
         let cache = new_cache(&config, &faults);
         let mut log = Log::new(what, seed);
         log.config = describe(&config);
+        let probe = Arc::new(Mutex::new(cache.held_probe()));
         let mut h = Harness {
             path,
             faults,
@@ -269,6 +280,7 @@ impl Harness {
             fault: Fault::None,
             config,
             log,
+            probe,
         };
         h.handles = (0..nhandles).map(|_| h.open_file()).collect();
         h
@@ -682,7 +694,9 @@ impl Harness {
                 self.cache().validate();
                 self.cache = None;
                 self.check_disk("dropping the cache");
-                self.cache = Some(new_cache(&self.config, &self.faults));
+                let cache = new_cache(&self.config, &self.faults);
+                *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = cache.held_probe();
+                self.cache = Some(cache);
                 self.handles = (0..n).map(|_| self.open_file()).collect();
             }
         }

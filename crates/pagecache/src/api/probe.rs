@@ -1,0 +1,48 @@
+//! What tests and tools ask of a cache to see why it is stuck: not stable,
+//! hidden from the docs.
+
+use super::{Inner, PageCache};
+use std::sync::Weak;
+
+impl PageCache {
+    /// Whether this process's flusher holds a shared cache's age lease:
+    /// it writes the pages past the age bound of every file it has open
+    /// for writing, for every process (false for a private cache, whose
+    /// flusher writes its own). Tests and tools.
+    #[doc(hidden)]
+    pub fn holds_age_lease(&self) -> bool {
+        #[cfg(not(loom))]
+        return self.inner.holds_age_lease();
+        #[cfg(loom)]
+        false
+    }
+
+    /// For a test that found the cache stuck: the frames held beyond the
+    /// cache's own reference, latched or under write-back, with their
+    /// holders (and, shared, what each process counts of them). Not
+    /// stable: its text is for people.
+    #[doc(hidden)]
+    pub fn describe_held(&self) -> String {
+        self.inner.describe_held()
+    }
+
+    /// [`PageCache::describe_held`] for a watchdog thread, which must not
+    /// keep the cache alive: the probe holds no reference to it.
+    #[doc(hidden)]
+    pub fn held_probe(&self) -> HeldProbe {
+        HeldProbe(self.inner.me.get().cloned().unwrap_or_default())
+    }
+}
+
+/// A cache's [`PageCache::describe_held`], asked from another thread
+/// without keeping the cache alive.
+#[doc(hidden)]
+#[derive(Clone, Debug, Default)]
+pub struct HeldProbe(Weak<Inner>);
+
+impl HeldProbe {
+    /// The cache's held frames, or `None` once it is gone.
+    pub fn describe(&self) -> Option<String> {
+        self.0.upgrade().map(|i| i.describe_held())
+    }
+}
