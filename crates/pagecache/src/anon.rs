@@ -63,7 +63,20 @@ use std::sync::Arc;
 /// Owner ids of anonymous regions have this bit set; file ids never do, so
 /// a region's pages never match a file page's identity. (The cache itself
 /// tells anonymous frames apart by their `UNEVICTABLE` state, not by id.)
+/// Below it, the tag of the process that made the region (bits 31-62; 0
+/// in a private cache), so that the recovery of a dead process finds the
+/// frames of its regions (`Inner::recover_dead_anon`); then a counter.
 const ANON_BIT: u64 = 1 << 63;
+
+/// Where a region id's process tag starts.
+const TAG_SHIFT: u32 = 31;
+
+/// The tag of the process whose region owns pages of `owner`, if `owner`
+/// is a region's id.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn region_process(owner: u64) -> Option<u32> {
+    (owner & ANON_BIT != 0).then_some((owner >> TAG_SHIFT) as u32)
+}
 
 /// Region ids (an id generator: unmodelled under loom).
 static NEXT_REGION: IdCounter = IdCounter::new(1);
@@ -109,8 +122,9 @@ impl AnonRegion {
                 ),
             ));
         }
-        // Relaxed: a unique number.
-        let id = ANON_BIT | NEXT_REGION.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: a unique number (among this process's live regions).
+        let n = NEXT_REGION.fetch_add(1, Ordering::Relaxed) & ((1 << TAG_SHIFT) - 1);
+        let id = ANON_BIT | (cache.process_tag() as u64) << TAG_SHIFT | n;
         Ok(AnonRegion {
             cache,
             id,
@@ -271,6 +285,42 @@ impl AnonRegion {
                     let _ = d.orphan();
                     self.cache.release(f);
                 }
+            }
+        }
+    }
+}
+
+/// The recovery of a dead process's regions (5.14 D5): their pages are
+/// reached only through the regions' slots, which died with it.
+#[cfg(not(loom))]
+impl crate::cache::Inner {
+    /// Frees the pages of the regions of the process tagged `tag` (dead,
+    /// its latches taken over and its pins given back first): each page
+    /// still cached under one of its regions' ids is pinned (the identity
+    /// checked under the pin, so a frame freed and taken by a live process
+    /// meanwhile is left alone), orphaned as `free` does (step B), and
+    /// released, which frees it. A frame it held with no reference (in a
+    /// fault, between the pool and its slot) is not found. Context: the
+    /// recovery's thread; no sleep.
+    pub(crate) fn recover_dead_anon(&self, tag: u32) {
+        if tag == 0 {
+            return;
+        }
+        for f in 0..self.frames.len() as FrameNo {
+            let d = self.desc(f);
+            // Relaxed: a first look; the pin below checks it.
+            let (owner, index) = d.identity();
+            if region_process(owner) != Some(tag) || !d.snapshot().is_unevictable() {
+                continue;
+            }
+            if self.pin_as(f, owner, index).is_ok() {
+                // Pinned with that identity, not removed: the region's
+                // reference is still there (only a free drops it, and its
+                // region died). The last reference goes with the release
+                // below, or with a stray pin's (a toucher of a live region
+                // holding a stale entry, step 1).
+                let _ = d.orphan();
+                self.release(f);
             }
         }
     }

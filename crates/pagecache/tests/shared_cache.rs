@@ -197,6 +197,24 @@ fn child() {
             std::thread::sleep(std::time::Duration::from_secs(60));
             drop((one, again, two, run));
         }
+        "die-anon" => {
+            let c = shared(&dir, 64);
+            // 40 pages of a region faulted in, one of them latched and
+            // another pinned when the parent kills us; a page freed before
+            // (given back while alive).
+            let r = c.anon(40 * PS as u64).unwrap();
+            for i in 0..40 {
+                r.page_mut(i).unwrap()[..8].copy_from_slice(&i.to_le_bytes());
+            }
+            r.free(39..40);
+            let mut m = r.page_mut(7).unwrap();
+            m[..PS / 2].fill(0xEE);
+            let pinned = r.page(8).unwrap();
+            std::fs::write(dir.join("anon"), b"").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            drop((m, pinned));
+            drop(r);
+        }
         r => panic!("unknown role {r}"),
     }
 }
@@ -447,6 +465,39 @@ fn the_pins_of_a_process_that_died_are_given_back() {
     check(&f, 9, 3);
     check(&f, 1, 0);
     k.c.validate();
+    k.child.wait().unwrap();
+}
+
+/// A process killed with pages of an anonymous region in a shared cache
+/// (one latched, one pinned): they were reachable only through its
+/// region, so its recovery frees them (5.14 D5, `recover_dead_anon`); the
+/// other process then faults a region of every frame's size. Without the
+/// recovery 39 frames stay taken for ever (the wait below fails).
+#[test]
+fn the_anonymous_pages_of_a_process_that_died_are_freed() {
+    let mut k = kill_child_when("shared-anon-death", "die-anon", "anon");
+    let c = &k.c;
+    let t0 = std::time::Instant::now();
+    common::wait_until("the dead process's anonymous frames back", || {
+        c.free_frames() >= 60
+    });
+    eprintln!(
+        "anonymous frames back {:?} after the kill ({} free)",
+        t0.elapsed(),
+        c.free_frames()
+    );
+    // Every frame but a few for the file's pages: the region faults in
+    // whole, zeroed (no page of the dead region's shows).
+    let r = c.anon(60 * PS as u64).unwrap();
+    for i in 0..60 {
+        let p = r.page(i).unwrap();
+        assert!(
+            p.iter().all(|&b| b == 0),
+            "page {i} of a new region is not zero"
+        );
+    }
+    drop(r);
+    c.validate();
     k.child.wait().unwrap();
 }
 

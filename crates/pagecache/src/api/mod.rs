@@ -22,10 +22,10 @@ pub use optimistic::Optimistic;
 mod asynch;
 mod guards;
 mod optimistic;
-// `PageCache::shared` and what goes with it.
-#[cfg(not(loom))]
 mod probe;
 pub(crate) mod ready;
+// `PageCache::shared` and what goes with it.
+#[cfg(not(loom))]
 mod shared;
 use crate::sync::Ordering;
 pub use probe::HeldProbe;

@@ -27,6 +27,16 @@ impl super::Inner {
     pub(crate) fn writer_bit(&self) -> u64 {
         self.shared.as_ref().map_or(0, |sh| sh.writer_bit())
     }
+
+    /// This process's tag in a shared cache's process table (5.14 D1; 0
+    /// in a private cache).
+    pub(crate) fn process_tag(&self) -> u32 {
+        #[cfg(not(loom))]
+        if let Some(sh) = &self.shared {
+            return crate::sync::futex::member_at(sh.seg.base()).map_or(0, |(_, m)| m.tag);
+        }
+        0
+    }
 }
 
 #[cfg(not(loom))]
@@ -257,6 +267,7 @@ mod imp {
                                 inner.recover_age_lease(tag);
                                 inner.recover_dead_pages(tag);
                                 inner.recover_dead_pins(tag);
+                                inner.recover_dead_anon(tag);
                                 // (The segment mapped: `inner` holds it.)
                                 done.free();
                                 // After the slot is freed: finishing a
