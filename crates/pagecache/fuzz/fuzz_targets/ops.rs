@@ -10,6 +10,18 @@
 //! ```
 #![no_main]
 
+/// What the harness takes from the tests' helpers (`tests/common`, which
+/// needs the tests' dependencies).
+mod common {
+    /// A waker that does nothing.
+    pub fn noop_waker() -> std::task::Waker {
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        std::sync::Arc::new(Noop).into()
+    }
+}
 #[path = "../../tests/model/harness.rs"]
 mod harness;
 
