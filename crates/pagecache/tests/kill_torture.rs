@@ -1,8 +1,9 @@
 //! The kill torture of a cache shared by processes (protocols 5.14-5.15):
 //! worker processes do every kind of operation on one shared file (reads,
 //! pins, runs, futures, writes, latches, upgrades, syncs, with eviction
-//! and write-back at work), and one of them is SIGKILLed at a random
-//! moment every few milliseconds and started again. It checks that
+//! and write-back at work) and on anonymous regions of the same cache, and
+//! one of them is SIGKILLed at a random moment every few milliseconds and
+//! started again. It checks that
 //!
 //! * no survivor hangs: each worker beats a heartbeat, and one that has
 //!   not for 3 s (ten times the recovery's 250 ms) fails the test;
@@ -123,7 +124,7 @@ fn child() {
         // moment (op 8): a read past its end is short, a pin past it
         // fails with `UnexpectedEof`.
         let eof = |e: &std::io::Error| e.kind() == std::io::ErrorKind::UnexpectedEof;
-        match rng.next() % 10 {
+        match rng.next() % 11 {
             0 => {
                 let n = f.read_at(&mut buf, i * PS as u64).unwrap();
                 check("read_at", i, 0, &buf[..n / 8 * 8]);
@@ -176,6 +177,24 @@ fn child() {
                 let cut = PAGES / 2 + rng.next() % (PAGES / 2);
                 f.set_len(cut * PS as u64).unwrap();
                 f.set_len(PAGES * PS as u64).unwrap();
+            }
+            // An anonymous region of the cache's budget: its pages
+            // faulted in, written, read back and freed; a region left by
+            // a killed worker is freed by its recovery.
+            9 => {
+                let r = c.anon(2 * PS as u64).unwrap();
+                seq += 1;
+                r.page_mut(1)
+                    .unwrap()
+                    .copy_from_slice(&page_bytes(i, who, seq));
+                assert!(
+                    *r.page(1).unwrap() == page_bytes(i, who, seq)[..],
+                    "anonymous page: not what this worker wrote"
+                );
+                assert!(
+                    r.page(0).unwrap().iter().all(|&b| b == 0),
+                    "anonymous page not zero"
+                );
             }
             _ => {
                 let off = (rng.next() % (PS as u64 / 8 - 8)) as usize * 8;
