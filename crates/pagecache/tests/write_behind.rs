@@ -33,8 +33,9 @@ fn bytes(off: usize, n: usize) -> Vec<u8> {
 }
 
 /// Writes the file in `WRITE`-byte pieces in the order `order` gives,
-/// syncs, and returns the cache's free frames then.
-fn write(c: &PageCache, d: &TempDir, order: impl Iterator<Item = usize>) -> usize {
+/// syncs, and returns the cache's free frames then (with `settles`, once
+/// a quarter of the frames are free or 20 s have passed).
+fn write(c: &PageCache, d: &TempDir, order: impl Iterator<Item = usize>, settles: bool) -> usize {
     let f = c
         .open_with(
             d.path("f"),
@@ -46,7 +47,15 @@ fn write(c: &PageCache, d: &TempDir, order: impl Iterator<Item = usize>) -> usiz
             .unwrap();
     }
     f.sync().unwrap();
-    let free = c.free_frames();
+    // The flusher drops the pages queued behind the stream in the
+    // background, some of them after `sync` wrote them: with `settles`,
+    // wait for that (up to 20 s) rather than race it.
+    let t0 = std::time::Instant::now();
+    let mut free = c.free_frames();
+    while settles && free < FRAMES / 4 && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        free = c.free_frames();
+    }
     let disk = std::fs::read(d.path("f")).unwrap();
     assert_eq!(disk.len(), FILE);
     assert!(
@@ -67,7 +76,7 @@ fn write(c: &PageCache, d: &TempDir, order: impl Iterator<Item = usize>) -> usiz
 fn a_long_sequential_stream_leaves_the_cache_behind_it() {
     let d = TempDir::new("write-behind");
     let c = cache(true);
-    let free = write(&c, &d, 0..FILE / WRITE);
+    let free = write(&c, &d, 0..FILE / WRITE, true);
     assert!(
         free >= FRAMES / 4,
         "the stream's written pages left the cache: {free} of {FRAMES} frames free"
@@ -81,7 +90,7 @@ fn writes_out_of_order_keep_their_pages() {
     let c = cache(true);
     // Every other piece, then the rest: no run longer than one piece.
     let n = FILE / WRITE;
-    let free = write(&c, &d, (0..n).step_by(2).chain((1..n).step_by(2)));
+    let free = write(&c, &d, (0..n).step_by(2).chain((1..n).step_by(2)), false);
     assert!(free < FRAMES / 8, "{free} of {FRAMES} frames free");
 }
 
@@ -89,7 +98,7 @@ fn writes_out_of_order_keep_their_pages() {
 fn without_drop_behind_a_stream_keeps_its_pages() {
     let d = TempDir::new("write-behind-off");
     let c = cache(false);
-    let free = write(&c, &d, 0..FILE / WRITE);
+    let free = write(&c, &d, 0..FILE / WRITE, false);
     assert!(free < FRAMES / 8, "{free} of {FRAMES} frames free");
 }
 

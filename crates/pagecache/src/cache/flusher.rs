@@ -285,6 +285,19 @@ impl Inner {
                 continue;
             };
             if !s.is_dirty() || s.is_removed() || s.is_under_writeback() || !s.is_uptodate() {
+                // Written already by someone else (a `sync`, reclaim): a
+                // page behind a long write run still leaves the cache
+                // (B4), or it would stay for as long as nothing evicts it.
+                let written = !s.is_dirty() && !s.is_removed() && !s.is_under_writeback();
+                if written && s.is_uptodate() {
+                    let (owner, index) = d.identity();
+                    if self
+                        .file_by_id(owner)
+                        .is_some_and(|fs| self.drop_written_behind(&fs, index, f))
+                    {
+                        continue;
+                    }
+                }
                 self.release(f);
                 continue;
             }
