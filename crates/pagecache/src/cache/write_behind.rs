@@ -20,9 +20,9 @@
 //!      from there on are behind; once `batch`     stream's pending count and
 //!      more are written (a sixteenth of           wakes throttled writers
 //!      `long`, at most 2 MiB) and the cache's B4. each page behind a run that
-//!      dirty count is past the background         is clean once written, with no
-//!      threshold, the dirty ones are queued
-//!      for the flusher (a kick),
+//!      dirty count is past the background         is clean once written (by B3,
+//!      threshold, the dirty ones are queued       or by a `sync` or reclaim
+//!      for the flusher (a kick),                  before B3 reached it), with no
 //!      counted pending; past 16 batches           other reference, is evicted
 //!      pending, the writer waits for the          (5.2) and its frame freed: the
 //!      flusher (the throttle's wait)              writer's next frames come from
