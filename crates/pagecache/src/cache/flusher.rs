@@ -287,9 +287,9 @@ impl Inner {
             if !s.is_dirty() || s.is_removed() || s.is_under_writeback() || !s.is_uptodate() {
                 // Written already by someone else (a `sync`, reclaim): a
                 // page behind a long write run still leaves the cache
-                // (B4), or it would stay for as long as nothing evicts it.
-                let written = !s.is_dirty() && !s.is_removed() && !s.is_under_writeback();
-                if written && s.is_uptodate() {
+                // (B4; `drop_written_behind` checks the rest), or it would
+                // stay for as long as nothing evicts it.
+                if !s.is_dirty() && !s.is_under_writeback() {
                     let (owner, index) = d.identity();
                     if self
                         .file_by_id(owner)
