@@ -46,3 +46,42 @@ impl HeldProbe {
         self.0.upgrade().map(|i| i.describe_held())
     }
 }
+
+impl PageCache {
+    /// For a test whose pages stayed cached when they should not have:
+    /// each run of consecutive cached pages of a file in one state, as
+    /// `file F pages A..=B State(..) behind=..` (`behind`: whether the
+    /// pages lie behind a long write run, `write_behind.rs`). Not stable:
+    /// its text is for people.
+    #[doc(hidden)]
+    pub fn describe_cached(&self) -> String {
+        use std::fmt::Write;
+        let i = &self.inner;
+        let mut pages = Vec::new();
+        for f in 0..i.frames.len() as crate::frame::FrameNo {
+            let d = i.desc(f);
+            let s = d.snapshot();
+            if s.refs() >= 1 {
+                let (owner, index) = d.identity();
+                let behind = i.file_by_id(owner).map(|fs| fs.behind.behind(index));
+                pages.push((owner, index, format!("{s:?} behind={behind:?}")));
+            }
+        }
+        pages.sort();
+        let mut out = String::new();
+        let mut k = 0;
+        while k < pages.len() {
+            let (owner, first, state) = &pages[k];
+            let mut j = k;
+            while pages
+                .get(j + 1)
+                .is_some_and(|(o, index, s)| o == owner && *index == pages[j].1 + 1 && s == state)
+            {
+                j += 1;
+            }
+            let _ = writeln!(out, "file {owner} pages {first}..={} {state}", pages[j].1);
+            k = j + 1;
+        }
+        out
+    }
+}

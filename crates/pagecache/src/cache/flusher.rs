@@ -279,23 +279,29 @@ impl Inner {
         // Pinned for write-back, grouped by file.
         let mut by_file: std::collections::HashMap<u64, Vec<(u64, crate::frame::FrameNo)>> =
             std::collections::HashMap::new();
+        // Pages behind a long write run that someone else was writing
+        // when we looked (B4 once their write ends, below).
+        let mut others = Vec::new();
         for f in frames {
             let d = self.desc(f);
             let Ok(s) = d.try_pin(crate::frame::state::PinKind::Writeback) else {
                 continue;
             };
             if !s.is_dirty() || s.is_removed() || s.is_under_writeback() || !s.is_uptodate() {
-                // Written already by someone else (a `sync`, reclaim): a
-                // page behind a long write run still leaves the cache
-                // (B4; `drop_written_behind` checks the rest), or it would
-                // stay for as long as nothing evicts it.
-                if !s.is_dirty() && !s.is_under_writeback() {
+                // Written already, or being written, by someone else (a
+                // `sync`, reclaim): a page behind a long write run still
+                // leaves the cache (B4; `drop_written_behind` checks the
+                // rest), or it would stay for as long as nothing evicts it.
+                if !s.is_dirty() && !s.is_removed() {
                     let (owner, index) = d.identity();
-                    if self
-                        .file_by_id(owner)
-                        .is_some_and(|fs| self.drop_written_behind(&fs, index, f))
-                    {
-                        continue;
+                    if let Some(fs) = self.file_by_id(owner) {
+                        if !s.is_under_writeback() {
+                            if self.drop_written_behind(&fs, index, f) {
+                                continue;
+                            }
+                        } else if fs.behind.behind(index) {
+                            others.push((fs, index, f));
+                        }
                     }
                 }
                 self.release(f);
@@ -338,6 +344,19 @@ impl Inner {
                     continue;
                 }
                 self.written_for_reclaim(f);
+                self.release(f);
+            }
+        }
+        // B4 for the pages others were writing: once each write ends (we
+        // hold no pin while we wait: the write's end waits for nothing;
+        // a dead writer's is ended by its recovery, W3).
+        for (fs, index, f) in others {
+            let d = self.desc(f);
+            d.wait_writeback_as(fs.id, index);
+            if d.try_pin(crate::frame::state::PinKind::Writeback).is_err() {
+                continue;
+            }
+            if d.identity() != (fs.id, index) || !self.drop_written_behind(&fs, index, f) {
                 self.release(f);
             }
         }

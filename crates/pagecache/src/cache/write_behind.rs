@@ -22,15 +22,19 @@
 //!      `long`, at most 2 MiB) and the cache's B4. each page behind a run that
 //!      dirty count is past the background         is clean once written (by B3,
 //!      threshold, the dirty ones are queued       or by a `sync` or reclaim
-//!      for the flusher (a kick),                  before B3 reached it), with no
-//!      counted pending; past 16 batches           other reference, is evicted
-//!      pending, the writer waits for the          (5.2) and its frame freed: the
-//!      flusher (the throttle's wait)              writer's next frames come from
-//!                                                 the pool, warm
+//!      for the flusher (a kick),                  before B3 reached it: B3
+//!      counted pending; past 16 batches           waits for the end of such a
+//!      pending, the writer waits for the          write in flight), with no
+//!      flusher (the throttle's wait)              other reference, is evicted
+//!                                                 (5.2) and its frame freed:
+//!                                                 the writer's next frames
+//!                                                 come from the pool, warm
 //! ```
 //!
 //! So a stream holds at most about a quarter of the cache (its first
-//! `long` bytes, cached as any written page, and 16 batches), and writes at
+//! `long` bytes, cached as any written page, and 16 batches; in a cache
+//! under 32 MiB, 4 MiB and 16 batches, all of a cache under 4 MiB), and
+//! once synced only its first `long` bytes and part of a batch; it writes at
 //! the device's pace, as the kernel's dirty throttling makes a writer of a
 //! file larger than memory do. Nothing here is a protocol of its own: the
 //! detection is hints (a thread's run in its thread-local storage; the
