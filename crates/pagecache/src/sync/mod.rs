@@ -387,6 +387,44 @@ impl<T> Mutex<T> {
     }
 }
 
+impl<T> Mutex<T> {
+    /// [`Mutex::try_lock`], or the lock taken over at once from a holder
+    /// whose process died (5.14 R3; [`futex::took_over`] tells which): for
+    /// a caller that skips a lock it finds held, and would otherwise skip
+    /// one a dead process left held for ever. Under loom, `try_lock`.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn try_lock_or_take_over(&self) -> Option<MutexGuard<'_, T>> {
+        #[cfg(not(loom))]
+        {
+            if let Some(g) = self.try_lock() {
+                return Some(g);
+            }
+            // SAFETY: `raw` is unsafe because unlocking through it would
+            // break a guard's contract; this only locks through it, and
+            // makes the guard only once the lock is held.
+            if !unsafe { self.inner.raw() }.try_lock_or_take_over() {
+                return None;
+            }
+            // SAFETY: the lock is held by this thread (taken just above),
+            // and the guard made here is its only one.
+            let g = unsafe { self.inner.make_guard_unchecked() };
+            #[cfg(feature = "lockstat")]
+            {
+                lockstat::acquired(self.class.0, None);
+                Some(Held {
+                    g,
+                    class: self.class.0,
+                    since: std::time::Instant::now(),
+                })
+            }
+            #[cfg(not(feature = "lockstat"))]
+            Some(g)
+        }
+        #[cfg(loom)]
+        self.try_lock()
+    }
+}
+
 /// A condition variable for [`Mutex`]: a futex word of its own (5.10),
 /// which works between processes like the mutex when both lie in a
 /// registered shared region; loom's (modelled) under `--cfg loom`. Loom's

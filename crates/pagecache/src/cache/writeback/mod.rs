@@ -115,6 +115,10 @@ impl Inner {
         // One sync of a file at a time, and none while the flusher writes
         // it back (it skips the file while we hold this).
         let _flushing = fs.flushing.lock();
+        // Taken over from a process that died holding it: nothing to
+        // repair (see `write_dirty_file`).
+        #[cfg(not(loom))]
+        let _ = crate::sync::futex::took_over();
         // Shared for the whole sync: excludes only `set_len`. Writers and
         // eviction's write-back run concurrently.
         let size = fs.size.read(crate::size_lock::ALL_PAGES);
@@ -167,9 +171,17 @@ impl Inner {
     /// `write_dirty`; no lock held. Skips (`Ok`) a file that a sync or
     /// close is flushing now.
     pub(crate) fn write_dirty_file(&self, fs: &Arc<FileShared>, sweep: Sweep) -> io::Result<()> {
-        let Some(_flushing) = fs.flushing.try_lock() else {
+        // Skipped while a sync holds it; taken over from a process that
+        // died holding it (its sync or flusher's pass), or no one would
+        // write this file by age again until a sync took it over. Nothing
+        // to repair: the lock only keeps syncs and passes apart; what the
+        // dead process left (its write-backs, the tags it took) is its
+        // recovery's (5.14 W3).
+        let Some(_flushing) = fs.flushing.try_lock_or_take_over() else {
             return Ok(());
         };
+        #[cfg(not(loom))]
+        let _ = crate::sync::futex::took_over();
         let size = fs.size.read(crate::size_lock::ALL_PAGES);
         self.write_dirty(fs, &size, Some(sweep))
     }
