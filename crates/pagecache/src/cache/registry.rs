@@ -56,8 +56,14 @@ pub(crate) struct FileSlot {
     /// `page_new` may create it without reading.
     pub(crate) disk_end: AtomicU64,
     /// (A) pages of this file under write-back right now (any writer:
-    /// sync, eviction, the flusher); `sync` waits for 0.
-    pub(crate) writeback: AtomicUsize,
+    /// sync, eviction, the flusher), one count per process slot (a
+    /// private cache's all in the first): `sync` waits for their sum to be
+    /// 0 (`writeback_in_flight`). A process adds to and takes from its own
+    /// count only (its write-backs end on its own threads), so the
+    /// recovery of a dead one zeroes its count once its write-backs are
+    /// ended (5.14 W3), with no window in which a death leaves a count no
+    /// one can take back (5.15).
+    pub(crate) writeback: [AtomicU32; WB_SLOTS],
     /// (A) when the file last became dirty, in the cache's dirty sequence
     /// (`Inner::file_dirtied`; 0: no page dirtied since its dirty pages
     /// were last taken for write-back): the kernel's `dirtied_when`, the
@@ -120,7 +126,7 @@ impl FileSlot {
             disk_end: AtomicU64::new(len),
             size: SizeLock::new(),
             flushing: Mutex::with_class((), LockClass::Other),
-            writeback: AtomicUsize::new(0),
+            writeback: std::array::from_fn(|_| AtomicU32::new(0)),
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
             wb_undone: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -132,32 +138,65 @@ impl FileSlot {
         }
     }
 
-    /// `n` more pages under write-back (taken, or about to start); in a
-    /// cache shared by processes, counted as this thread's after the add
-    /// (5.15), so that a dead process's are given back.
+    /// Pages of this file under write-back now, by every process (a sum:
+    /// each count read Acquire, pairing with `writeback_done`'s Release).
+    /// A write-back counted before the caller's look began is in it until
+    /// it ends: its process's count never dips below what it has in flight.
+    pub(crate) fn writeback_in_flight(&self) -> u32 {
+        self.writeback
+            .iter()
+            .fold(0u32, |n, w| n.wrapping_add(w.load(Ordering::Acquire)))
+    }
+
+    /// Zeroes the write-back count of the dead process in slot `slot`
+    /// (its write-backs ended first, 5.14 W3). Context: the recovery's
+    /// thread.
+    #[cfg(not(loom))]
+    pub(crate) fn writeback_dead(&self, slot: usize) {
+        if let Some(w) = self.writeback.get(slot) {
+            // Release: as `writeback_done`'s.
+            w.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Write-back counts per file: one per process slot of a shared cache.
+#[cfg(not(loom))]
+const WB_SLOTS: usize = crate::segment::MAX_PROCS;
+#[cfg(loom)]
+const WB_SLOTS: usize = 1;
+
+impl FileShared {
+    /// This process's slot in its shared cache (0 in a private cache):
+    /// which of the file's write-back counts is its own.
+    #[inline]
+    fn proc_slot(&self) -> usize {
+        #[cfg(not(loom))]
+        return self
+            .shared
+            .as_ref()
+            .and_then(|sh| sh.seg.slot())
+            .unwrap_or(0);
+        #[cfg(loom)]
+        0
+    }
+
+    /// `n` more pages under write-back (taken, or about to start), in this
+    /// process's count.
     #[inline]
     pub(crate) fn writeback_started(&self, n: usize) {
         // Relaxed: ordered by the tree lock or the start's RMW that
         // follows (see the callers).
-        self.writeback.fetch_add(n, Ordering::Relaxed);
-        super::words::counted(&self.writeback, n as i64);
+        self.writeback[self.proc_slot()].fetch_add(n as u32, Ordering::Relaxed);
     }
 
-    /// `n` pages' write-backs ended (or given up); uncounted before the
-    /// decrement (5.15).
+    /// `n` pages' write-backs ended (or given up), taken from this
+    /// process's count (they were started here).
     #[inline]
     pub(crate) fn writeback_done(&self, n: usize) {
-        super::words::counted(&self.writeback, -(n as i64));
         // Release: the pages' end of write-back (dirty again and tagged,
         // or written) happens-before a waiting sync's Acquire load.
-        self.writeback.fetch_sub(n, Ordering::Release);
-    }
-
-    /// Takes back `n` write-backs a dead process had counted (5.15), never
-    /// below zero. Context: the recovery's thread.
-    #[cfg(not(loom))]
-    pub(crate) fn writeback_dead(&self, n: usize) {
-        super::words::take_back_from(&self.writeback, n);
+        self.writeback[self.proc_slot()].fetch_sub(n as u32, Ordering::Release);
     }
 }
 
@@ -410,9 +449,7 @@ impl Inner {
         // it releases the file then. With no handle nothing new can be
         // dirtied, so once the count is 0 `has_dirty` is the last word.
         // Acquire: pairs with the write-backs' Release decrement.
-        if !discard
-            && (fs.writeback.load(crate::sync::Ordering::Acquire) != 0 || self.has_dirty(fs))
-        {
+        if !discard && (fs.writeback_in_flight() != 0 || self.has_dirty(fs)) {
             return false;
         }
         // Only our own entry: a racing open may have registered a new file

@@ -296,24 +296,34 @@ mod imp {
             let Some(sh) = &self.shared else { return };
             let taken = sh.seg.pins().take_process(tag);
             let seg = sh.seg.base();
-            // What it added to files' write-back counts: syncs wait for
-            // them (its write-backs were ended by `recover_dead_pages`).
-            // And to the cache-wide counts of fills, reclaims and removals
-            // in flight (reclaim waits while they are not zero).
-            // A file's slot is borrowed, not held under the table lock
-            // (giving back an exclusive size-lock hold takes the lock's
-            // mutex); a CLOSING entry's counts are nobody's to wait for.
-            let field = |at: usize, of: fn(&super::super::registry::FileSlot) -> usize| {
-                sh.files.id_at(seg + at, of)
-            };
+            // Its files' write-back counts: syncs wait for them (its
+            // write-backs were ended by `recover_dead_pages`). Each file
+            // keeps one per process (`FileSlot::writeback`): its own
+            // zeroed. A file's slot is borrowed, not held under the table
+            // lock (giving back an exclusive size-lock hold takes the
+            // lock's mutex); a CLOSING entry's counts are nobody's to wait
+            // for.
+            let slot = crate::segment::slot_of_tag(tag);
+            let counted = sh.files.ids_where(|s| {
+                s.writeback
+                    .get(slot)
+                    .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) != 0)
+            });
+            for id in counted {
+                self.with_slot(id, |fs| fs.writeback_dead(slot));
+            }
+            // What it added to the cache-wide counts of fills, reclaims
+            // and removals in flight (reclaim waits while they are not
+            // zero).
             for &(at, n) in &taken.words {
-                if n > 0 && !self.words.take_back(seg + at, n as usize) {
-                    if let Some(id) = field(at, |s| &s.writeback as *const _ as usize) {
-                        self.with_slot(id, |fs| fs.writeback_dead(n as usize));
-                    }
+                if n > 0 {
+                    let _ = self.words.take_back(seg + at, n as usize);
                 }
             }
             // Its size-lock holds: writers and `set_len`s wait for them.
+            let field = |at: usize, of: fn(&super::super::registry::FileSlot) -> usize| {
+                sh.files.id_at(seg + at, of)
+            };
             for &(at, shard, n) in &taken.sizes {
                 if let Some(id) = field(at, |s| &s.size as *const _ as usize) {
                     self.with_slot(id, |fs| fs.size.release_dead(shard, n));

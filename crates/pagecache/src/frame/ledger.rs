@@ -66,11 +66,13 @@
 //! gives it back; the recovery gives back what a dead process's add up to
 //! (the shard's holders down, the phase back to idle) and wakes who waits.
 //!
-//! So do the counters in the segment that a process raises while it works
-//! and lowers when done (a file's write-backs in flight, the cache-wide
-//! fills, reclaims and removals in flight): what a thread adds to one is
-//! an entry (the counter's place, a signed count), and the recovery takes
-//! back what a dead process's add up to (`ledger_words.rs`).
+//! So do the cache-wide counters in the segment that a process raises
+//! while it works and lowers when done (the fills, reclaims and removals
+//! in flight): what a thread adds to one is an entry (the counter's place,
+//! a signed count), and the recovery takes back what a dead process's add
+//! up to (`ledger_words.rs`). A file's write-backs in flight are not
+//! counted here: each file keeps a count per process
+//! (`FileSlot::writeback`), and the recovery zeroes the dead one's.
 //!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
@@ -255,8 +257,8 @@ const SIZE_KEY: u64 = 1 << 30;
 pub const SIZE_EXCLUSIVE: u32 = 0xffff;
 /// The value bit of a counter's entry (a key of [`SIZE_KEY`]): the
 /// counter is the 8-byte word `(value >> 24) & 7` of the key's line, and
-/// the value's low 24 bits are a signed count of it (a file's write-backs
-/// in flight, `FileSlot::writeback`).
+/// the value's low 24 bits are a signed count of it (`Words::filling`,
+/// `reclaiming`, `freeing`).
 const WORD: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
 pub const MAX_FRAMES: u64 = SIZE_KEY - 1;

@@ -356,7 +356,7 @@ impl Inner {
     pub(crate) fn wait_writeback(&self, fs: &FileShared) {
         let mut rounds = 0u32;
         // Acquire: pairs with `end_run`'s Release decrement.
-        while fs.writeback.load(Ordering::Acquire) != 0 {
+        while fs.writeback_in_flight() != 0 {
             crate::sync::wait_step(&mut rounds);
         }
     }
