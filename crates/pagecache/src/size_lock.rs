@@ -64,12 +64,16 @@
 //! of the same file) counts on the shard it holds. Under loom there is one
 //! shard, and the hold-back is one yield.
 //!
-//! In a cache shared by processes a shard's count and the phase name no
-//! holder, so each hold is also counted as its thread's in the segment
-//! (after S1 and X2, uncounted before S5 and X6: protocol 5.15,
-//! `frame/ledger.rs`), and the holds of a process that dies are given back
-//! by its recovery ([`SizeLock::release_dead`]); X1's mutex is taken over
-//! by the next exclusive holder (5.14).
+//! In a cache shared by processes the shards are by process instead: each
+//! attached process counts its holds on the shard of its slot in the
+//! segment, which no other process touches, and X1's mutex word names its
+//! holder's process (5.14 R1). So what a process that dies held is known
+//! exactly, with no window between a hold and its record (protocol 5.15):
+//! its recovery zeroes its shard and, if X1 names it, takes X1 over and
+//! sets the phase back to idle ([`SizeLock::release_dead`]). The threads
+//! of one process then share one shard per file (they bounce its line
+//! between their CPUs, as a private lock of one shard does); processes
+//! never share one.
 
 use crate::sync::lockstat::LockClass;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering};
@@ -103,8 +107,13 @@ thread_local! {
 
 /// Shards a lock has room for (it uses a power of two of them, at most
 /// this): fixed, so that a lock holds no pointer and can live in memory
-/// processes share.
-pub const MAX_SHARDS: usize = if cfg!(loom) { 1 } else { 16 };
+/// processes share; one per process slot of a shared cache.
+pub const MAX_SHARDS: usize = if cfg!(loom) { 1 } else { 64 };
+#[cfg(not(loom))]
+const _: () = assert!(MAX_SHARDS == crate::segment::MAX_PROCS);
+
+/// Shards of a private cache's lock at most (by thread).
+const THREAD_SHARDS: usize = if cfg!(loom) { 1 } else { 16 };
 
 /// The per-file size lock (see the module docs). No address inside: it
 /// works wherever it is placed, its waits keyed by where it is (5.10).
@@ -114,6 +123,9 @@ pub struct SizeLock {
     shards: [crossbeam_utils::CachePadded<AtomicU64>; MAX_SHARDS],
     /// Shards in use: a power of two, at most [`MAX_SHARDS`].
     used: usize,
+    /// Sharded by process (a shared cache's lock): all [`MAX_SHARDS`] in
+    /// use, a process's holds on its slot's.
+    per_process: bool,
     /// The phase and the exclusive holder's first page.
     phase: crossbeam_utils::CachePadded<AtomicU64>,
     /// X1: one exclusive holder at a time.
@@ -151,21 +163,45 @@ impl SizeLock {
         SizeLock {
             shards: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0))),
             used: shards.max(1).next_power_of_two().min(MAX_SHARDS),
+            per_process: false,
             phase: crossbeam_utils::CachePadded::new(AtomicU64::new(IDLE)),
             exclusive: Mutex::with_class((), LockClass::Other),
         }
     }
 
+    /// A lock in a cache shared by processes: one shard per process slot
+    /// (see the module docs).
+    pub fn per_process() -> Self {
+        SizeLock {
+            per_process: !cfg!(loom),
+            ..Self::with_shards(MAX_SHARDS)
+        }
+    }
+
     /// Shards for a lock taken shared by every writer of a file: four per
     /// CPU (so that a few threads rarely share one), a power of two, at
-    /// most [`MAX_SHARDS`] (128 bytes each, per open file); one under loom.
+    /// most 16 (128 bytes each, per open file); one under loom.
     pub(crate) fn default_shards() -> usize {
         if cfg!(loom) {
             return 1;
         }
         (4 * crate::frame::alloc::num_cpus())
             .next_power_of_two()
-            .min(MAX_SHARDS)
+            .min(THREAD_SHARDS)
+    }
+
+    /// The calling thread's shard: by thread, or, in a shared cache, its
+    /// process's (a thread of no member process, which only tests make,
+    /// by thread).
+    #[inline]
+    fn my_shard(&self) -> &AtomicU64 {
+        #[cfg(not(loom))]
+        if self.per_process {
+            if let Some((_, m)) = crate::sync::futex::member_at(self as *const Self as usize) {
+                return &self.shards[crate::segment::slot_of_tag(m.tag) % MAX_SHARDS];
+            }
+        }
+        &self.shards[thread_shard() & (self.used - 1)]
     }
 
     /// The wait-queue key of X3's sleeper.
@@ -187,7 +223,7 @@ impl SizeLock {
     #[inline]
     pub fn read(&self, last: u64) -> SizeShared<'_> {
         let hi = last.min(ALL_PAGES);
-        let shard = &*self.shards[thread_shard() & (self.used - 1)];
+        let shard = self.my_shard();
         #[cfg(not(loom))]
         let nested = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0;
         #[cfg(loom)]
@@ -250,7 +286,7 @@ impl SizeLock {
         waker: &std::task::Waker,
     ) -> std::task::Poll<SizeShared<'_>> {
         let hi = last.min(ALL_PAGES);
-        let shard = &*self.shards[thread_shard() & (self.used - 1)];
+        let shard = self.my_shard();
         #[cfg(not(loom))]
         let nested = SHARED_DEPTH.try_with(|d| d.get()).unwrap_or(1) != 0;
         #[cfg(loom)]
@@ -307,8 +343,7 @@ impl SizeLock {
         }
     }
 
-    /// S1: one more holder of `shard`, of pages up to `hi`; in a cache
-    /// shared by processes, counted as this thread's after (5.15).
+    /// S1: one more holder of `shard`, of pages up to `hi`.
     #[inline]
     fn enter(&self, shard: &AtomicU64, hi: u64) {
         // Relaxed: the callers' fence orders it before S2's load.
@@ -316,38 +351,39 @@ impl SizeLock {
             debug_assert!(w & COUNT < COUNT, "size lock shard holders overflow");
             Some((((w >> COUNT_BITS).max(hi)) << COUNT_BITS) | ((w & COUNT) + 1))
         });
-        self.counted(Some(shard), true);
     }
 
-    /// Counts a hold of `shard` (`None`: the exclusive hold) taken or
-    /// given back as this thread's, if the lock lies in a cache shared by
-    /// processes (5.15); nothing otherwise.
-    #[inline(always)]
-    fn counted(&self, shard: Option<&AtomicU64>, hold: bool) {
-        #[cfg(not(loom))]
-        {
-            let which = shard.map_or(crate::frame::ledger::SIZE_EXCLUSIVE, |s| {
-                ((s as *const AtomicU64 as usize - self.shards.as_ptr() as usize)
-                    / std::mem::size_of::<crossbeam_utils::CachePadded<AtomicU64>>())
-                    as u32
-            });
-            crate::frame::ledger::count_size(self as *const Self as usize, which, hold);
-        }
-        #[cfg(loom)]
-        let _ = (shard, hold);
-    }
-
-    /// Gives back `n` shared holds of shard `shard` (or, for
-    /// [`crate::frame::ledger::SIZE_EXCLUSIVE`], the exclusive hold's
-    /// phase) that a dead process held (5.15), and wakes who waits for
-    /// them. The phase is reset under X1's mutex (a `FutexMutex`, taken
-    /// over from the dead holder, 5.14): a live exclusive holder that took
-    /// X1 over first has set the phase itself, and must not see it reset
-    /// under it. Context: may sleep (X1, with nothing else held); the
-    /// recovery's thread.
+    /// Whether the process in slot `slot`, tagged `tag`, holds this lock
+    /// (a shard hold, or X1 by its mutex word): for its recovery, once it
+    /// is dead. Context: any.
     #[cfg(not(loom))]
-    pub(crate) fn release_dead(&self, shard: u32, n: i64) {
-        if shard == crate::frame::ledger::SIZE_EXCLUSIVE {
+    pub(crate) fn held_by(&self, slot: usize, tag: u32) -> bool {
+        // Relaxed: the process is dead; its last stores are not needed.
+        (self.per_process
+            && self
+                .shards
+                .get(slot)
+                .is_some_and(|s| s.load(Ordering::Relaxed) & COUNT != 0))
+            || self.exclusive.holder() == Some(tag)
+    }
+
+    /// Gives back what the dead process in slot `slot`, tagged `tag`, held
+    /// (5.15): its shard's holds (zeroed: no other process counts there,
+    /// and none of its threads runs) and, if it held X1, the exclusive
+    /// hold's phase, reset under X1's mutex taken over from it (5.14): a
+    /// live exclusive holder that took X1 over first has set the phase
+    /// itself, and must not see it reset under it. Wakes who waits.
+    /// Context: may sleep (X1, with nothing else held); the recovery's
+    /// thread.
+    #[cfg(not(loom))]
+    pub(crate) fn release_dead(&self, slot: usize, tag: u32) {
+        if self.per_process {
+            if let Some(s) = self.shards.get(slot) {
+                // Release: as `leave`'s.
+                s.store(0, Ordering::Release);
+            }
+        }
+        if self.exclusive.holder() == Some(tag) {
             let _one = self.exclusive.lock();
             // The repair a takeover asks for is this reset.
             let _ = crate::sync::futex::took_over();
@@ -355,20 +391,6 @@ impl SizeLock {
             self.phase.store(IDLE, Ordering::Release);
             crate::sync::unpark_all(self.shared_key());
             crate::sync::waitq::wake_all(self.shared_key());
-            return;
-        }
-        let Some(s) = self.shards[..self.used].get(shard as usize) else {
-            return;
-        };
-        for _ in 0..n {
-            // Release and the rest: as `leave` (never below zero).
-            if s.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
-                (w & COUNT != 0).then_some(if w & COUNT == 1 { 0 } else { w - 1 })
-            })
-            .is_err()
-            {
-                break;
-            }
         }
         fence(Ordering::SeqCst);
         crate::sync::unpark_all(self.exclusive_key());
@@ -377,7 +399,6 @@ impl SizeLock {
     /// S5 (and S3's undo of S1).
     #[inline]
     fn leave(&self, shard: &AtomicU64) {
-        self.counted(Some(shard), false);
         // Release: the holder's work happens-before X3's Acquire load that
         // sees this.
         let _ = shard.fetch_update(Ordering::Release, Ordering::Relaxed, |w| {
@@ -420,7 +441,6 @@ impl SizeLock {
         let from = from().min(ALL_PAGES);
         // X2. Relaxed: the fence orders it before X3's loads.
         self.phase.store(WAITING | from, Ordering::Relaxed);
-        self.counted(None, true);
         #[cfg(not(loom))]
         let mut strict_at = Some(std::time::Instant::now() + HOLD_BACK);
         loop {
@@ -493,7 +513,6 @@ impl Drop for SizeExclusive<'_> {
     fn drop(&mut self) {
         #[cfg(all(feature = "lockstat", not(loom)))]
         crate::sync::lockstat::released(LockClass::SizeLock, self.since);
-        self.lock.counted(None, false);
         // X6. Release: our work happens-before S2's Acquire load of it.
         self.lock.phase.store(IDLE, Ordering::Release);
         crate::sync::unpark_all(self.lock.shared_key());

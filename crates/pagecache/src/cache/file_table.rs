@@ -293,28 +293,6 @@ impl FileTable {
         unsafe { (*self.cell(e)).assume_init_ref() }
     }
 
-    /// The id of the file whose slot (of a LIVE or CLOSING entry) has at
-    /// `addr` the field `field` names: the recovery of a dead process's
-    /// counts (5.15) finds the slot of an address from the segment, checked
-    /// here. Context: takes the table lock.
-    pub(crate) fn id_at(&self, addr: usize, field: impl Fn(&FileSlot) -> usize) -> Option<u64> {
-        let base = self.slots.as_ptr() as usize;
-        let i = addr.wrapping_sub(base) / std::mem::size_of::<Slot>();
-        if addr < base || i >= MAX_FILES {
-            return None;
-        }
-        let _g = self.lock();
-        let e = self.entry(i);
-        // Relaxed: under the lock.
-        if e.state.load(Ordering::Relaxed) == FREE {
-            return None;
-        }
-        // SAFETY: not FREE (LIVE or CLOSING: an initialised slot), and
-        // stays so under the table lock.
-        let slot = unsafe { (*self.cell(e)).assume_init_ref() };
-        (field(slot) == addr).then_some(slot.id)
-    }
-
     /// Entry `e`'s index.
     fn index_in(&self, e: &Entry) -> usize {
         let i = (e as *const Entry as usize - self.entries.as_ptr() as usize)
@@ -397,7 +375,7 @@ impl FileTable {
         let gen = self.head().gens.fetch_add(1, Ordering::Relaxed) + 1;
         let id = (gen << INDEX_BITS) | (i as u64 + 1);
         // SAFETY: a FREE entry, under the lock: no one reads its slot.
-        unsafe { (*self.cell(e)).write(FileSlot::new(id, ident, len, max_len)) };
+        unsafe { (*self.cell(e)).write(FileSlot::new(id, ident, len, max_len, true)) };
         // The ledger, then the recount, then LIVE last (see the module
         // docs). Relaxed: (L); the slot is published to other processes
         // by the lock's release (they find it under the lock) and to this

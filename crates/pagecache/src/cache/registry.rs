@@ -115,8 +115,15 @@ pub(crate) struct FileSlot {
 
 impl FileSlot {
     /// A fresh slot for file `id` at `ident`, `len` bytes long, at most
-    /// `max_len`.
-    pub(super) fn new(id: u64, ident: (u64, u64), len: u64, max_len: u64) -> FileSlot {
+    /// `max_len`; `shared`: in a cache shared by processes (its size lock
+    /// sharded by process).
+    pub(super) fn new(
+        id: u64,
+        ident: (u64, u64),
+        len: u64,
+        max_len: u64,
+        shared: bool,
+    ) -> FileSlot {
         FileSlot {
             id,
             ident,
@@ -124,7 +131,11 @@ impl FileSlot {
             len: CachePadded::new(AtomicU64::new(len)),
             max_len,
             disk_end: AtomicU64::new(len),
-            size: SizeLock::new(),
+            size: if shared {
+                SizeLock::per_process()
+            } else {
+                SizeLock::new()
+            },
             flushing: Mutex::with_class((), LockClass::Other),
             writeback: std::array::from_fn(|_| AtomicU32::new(0)),
             dirtied_when: crate::sync::unmodelled::AtomicU64::new(0),
@@ -316,7 +327,7 @@ impl Inner {
                 // Relaxed: a unique number, published with the file under
                 // the lock.
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let slot = Placed::new(FileSlot::new(id, ident, len, fd.max_len()));
+                let slot = Placed::new(FileSlot::new(id, ident, len, fd.max_len(), false));
                 (slot, id)
             }
         };

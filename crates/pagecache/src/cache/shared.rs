@@ -321,13 +321,10 @@ mod imp {
                 }
             }
             // Its size-lock holds: writers and `set_len`s wait for them.
-            let field = |at: usize, of: fn(&super::super::registry::FileSlot) -> usize| {
-                sh.files.id_at(seg + at, of)
-            };
-            for &(at, shard, n) in &taken.sizes {
-                if let Some(id) = field(at, |s| &s.size as *const _ as usize) {
-                    self.with_slot(id, |fs| fs.size.release_dead(shard, n));
-                }
+            // Its shard of each file's lock, and X1 where its mutex word
+            // names it, say exactly what it held (`size_lock.rs`).
+            for id in sh.files.ids_where(|s| s.size.held_by(slot, tag)) {
+                self.with_slot(id, |fs| fs.size.release_dead(slot, tag));
             }
             // Frames its evictions had frozen and not yet taken out of
             // their index (P5): readers of those pages would wait for ever.

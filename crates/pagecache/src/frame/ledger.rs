@@ -58,21 +58,15 @@
 //! the recovery unpins, slot by slot, what a dead process's run entries
 //! add up to.
 //!
-//! A file's size lock (`size_lock.rs`) is held shared by a count in one
-//! of its shards, and exclusively through its phase word: each shared
-//! hold, and each exclusive one from the moment it sets the phase, is an
-//! entry too (the lock's place in the segment, the shard or "exclusive"),
-//! counted after the RMW that took it and removed before the one that
-//! gives it back; the recovery gives back what a dead process's add up to
-//! (the shard's holders down, the phase back to idle) and wakes who waits.
-//!
-//! So do the cache-wide counters in the segment that a process raises
+//! The cache-wide counters in the segment that a process raises
 //! while it works and lowers when done (the fills, reclaims and removals
 //! in flight): what a thread adds to one is an entry (the counter's place,
 //! a signed count), and the recovery takes back what a dead process's add
-//! up to (`ledger_words.rs`). A file's write-backs in flight are not
-//! counted here: each file keeps a count per process
-//! (`FileSlot::writeback`), and the recovery zeroes the dead one's.
+//! up to (`ledger_words.rs`). A file's write-backs in flight and its size
+//! lock's holds are not counted here: each file keeps a write-back count
+//! and a size-lock shard per process (`FileSlot::writeback`,
+//! `size_lock.rs`), and its size lock's exclusive mutex names its holder,
+//! so the recovery gives back exactly what the dead one held there.
 //!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
@@ -175,7 +169,6 @@ impl Area {
     pub fn take_process(&self, tag: u32) -> Taken {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
-        let mut sizes: std::collections::HashMap<(usize, u32), i64> = Default::default();
         let mut words: std::collections::HashMap<usize, i64> = Default::default();
         let mut evicting = Vec::new();
         for t in 0..TABLES {
@@ -193,7 +186,6 @@ impl Area {
                             *runs.entry((node, s)).or_default() += n;
                         }
                     }
-                    Entry::Size(at, shard, n) => *sizes.entry((at, shard)).or_default() += n,
                     Entry::Word(at, n) => *words.entry(at).or_default() += n,
                 }
             }
@@ -221,7 +213,6 @@ impl Area {
             evicting,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
-            sizes: nonzero(sizes, |(at, shard), n| (at, shard, n)),
             words: nonzero(words, |at, n| (at, n)),
         }
     }
@@ -234,9 +225,6 @@ pub struct Taken {
     pub frames: Vec<(u32, i64)>,
     /// Run pins by leaf slot (node id, slot, pins), sorted.
     pub runs: Vec<(u32, u32, i64)>,
-    /// Size-lock holds (the lock's offset in the segment, its shard or
-    /// [`SIZE_EXCLUSIVE`], holds), sorted.
-    pub sizes: Vec<(usize, u32, i64)>,
     /// Counts added to counters ([`count_word`]): the counter's offset in
     /// the segment and what the process added, sorted.
     pub words: Vec<(usize, i64)>,
@@ -246,22 +234,19 @@ pub struct Taken {
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
-/// keys stay below it and [`SIZE_KEY`]: a shared cache has fewer than
+/// keys stay below it and [`WORD_KEY`]: a shared cache has fewer than
 /// 2^30 frames (`segment::layout` refuses more).
 const RUN_KEY: u64 = 1 << 31;
-/// The key bit of a size-lock hold's entry (the rest: where the lock lies
-/// in the segment, in 64-byte units); its value is the shard, or
-/// [`SIZE_EXCLUSIVE`].
-const SIZE_KEY: u64 = 1 << 30;
-/// The value of an exclusive size-lock hold's entry.
-pub const SIZE_EXCLUSIVE: u32 = 0xffff;
-/// The value bit of a counter's entry (a key of [`SIZE_KEY`]): the
+/// The key bit of a counter's entry (the rest: where the counter's line
+/// lies in the segment, in 64-byte units).
+const WORD_KEY: u64 = 1 << 30;
+/// The value bit of a counter's entry (a key of [`WORD_KEY`]): the
 /// counter is the 8-byte word `(value >> 24) & 7` of the key's line, and
 /// the value's low 24 bits are a signed count of it (`Words::filling`,
 /// `reclaiming`, `freeing`).
 const WORD: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
-pub const MAX_FRAMES: u64 = SIZE_KEY - 1;
+pub const MAX_FRAMES: u64 = WORD_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
 
@@ -273,9 +258,6 @@ enum Entry {
     /// A run's leaf node, its first slot and slot mask from there, +1 or
     /// -1.
     Run(u32, u32, u32, i64),
-    /// A size lock's offset in the segment, its shard (or
-    /// [`SIZE_EXCLUSIVE`]), +1 or -1.
-    Size(usize, u32, i64),
     /// A counter's offset in the segment, what was added to it.
     Word(usize, i64),
 }
@@ -287,13 +269,12 @@ impl Entry {
         } else if v >> 32 & RUN_KEY != 0 {
             let (node, lo, mask, sign) = run_entry(v);
             Entry::Run(node, lo, mask, sign)
-        } else if v >> 32 & SIZE_KEY != 0 && v & WORD != 0 {
-            let at = (v >> 32 & !SIZE_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
+        } else if v >> 32 & WORD_KEY != 0 && v & WORD != 0 {
+            let at = (v >> 32 & !WORD_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
             Entry::Word(at, (((v as u32) << 8) as i32 >> 8) as i64)
-        } else if v >> 32 & SIZE_KEY != 0 {
-            let at = (v >> 32 & !SIZE_KEY) as usize * 64;
-            let sign = if v & RUN_NEG != 0 { -1 } else { 1 };
-            Entry::Size(at, v as u32 & 0xffff, sign)
+        } else if v >> 32 & WORD_KEY != 0 {
+            // (No other entry has this key: none is written.)
+            Entry::Empty
         } else {
             Entry::Frame((v >> 32) as u32 - 1, v as u32 as i32 as i64)
         }
@@ -367,14 +348,14 @@ static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new()
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Counts this process's pins of the descriptors `[descs, descs + 64 *
-/// frames)` in `area`, and its holds of size locks in `[seg, seg +
+/// frames)` in `area`, and what it adds to counters in `[seg, seg +
 /// seg_len)`, as tag `tag` with row `row` (P1-P2).
 ///
 /// # Safety
 ///
 /// The segment stays mapped until [`unregister`] of `descs`, which the
 /// caller makes before unmapping it, once no thread of this process holds
-/// or takes a pin or a size lock there.
+/// or takes a pin or adds to a counter there.
 pub unsafe fn register(
     area: Area,
     descs: usize,
@@ -791,11 +772,10 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
 #[path = "ledger_audit.rs"]
 mod audit;
 
-// The counts of size-lock holds and of counters (`count_size`,
-// `count_word`).
+// The counts of counters (`count_word`).
 #[path = "ledger_words.rs"]
 mod words;
-pub(crate) use words::{count_size, count_word};
+pub(crate) use words::count_word;
 
 #[cfg(test)]
 #[path = "ledger_tests.rs"]

@@ -141,26 +141,3 @@ fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
     count_run(d, 5, 0, 16, false);
     assert_eq!(fake.area.other_counts().len(), 0);
 }
-
-#[test]
-fn size_lock_holds_are_counted_by_lock_and_shard() {
-    let seg = 0xffff_d000_0000_0000;
-    let fake = Fake::with_seg(100, seg + 4096, (seg, 1 << 30));
-    let lock = seg + 64 * 1000;
-    // Two holds of shard 3 (one nested), one given back; the
-    // exclusive hold; a hold of another lock, given back by another
-    // thread (a negative entry there, the positive one here).
-    count_size(lock, 3, true);
-    count_size(lock, 3, true);
-    count_size(lock, 3, false);
-    count_size(lock, SIZE_EXCLUSIVE, true);
-    count_size(lock + 128, 0, true);
-    std::thread::spawn(move || count_size(lock + 128, 0, false))
-        .join()
-        .unwrap();
-    // Outside the segment: not counted.
-    count_size(seg + (1 << 30), 0, true);
-    let t = fake.area.take_process(7);
-    assert_eq!(t.sizes, [(64 * 1000, 3, 1), (64 * 1000, SIZE_EXCLUSIVE, 1)]);
-    assert_eq!(t.frames, []);
-}

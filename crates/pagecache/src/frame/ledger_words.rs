@@ -1,34 +1,7 @@
-//! The counts of a thread's size-lock holds and of what it adds to
-//! counters in a shared cache's segment (protocol 5.15, `ledger.rs`).
+//! The counts of what a thread adds to counters in a shared cache's
+//! segment (protocol 5.15, `ledger.rs`).
 
 use super::*;
-
-/// Counts a hold of the size lock at `lock` (shard `shard`, or
-/// [`SIZE_EXCLUSIVE`]) taken (`hold`: after the RMW that took it) or given
-/// back (before the RMW that gives it back), if the lock lies in a shared
-/// cache's segment.
-#[inline]
-pub(crate) fn count_size(lock: usize, shard: u32, hold: bool) {
-    if AREAS_N.load(Relaxed) == 0 {
-        return;
-    }
-    count_size_shared(lock, shard, hold);
-}
-
-#[inline(never)]
-fn count_size_shared(lock: usize, shard: u32, hold: bool) {
-    let Some(reg) = find_by(|r| lock.wrapping_sub(r.seg) < r.seg_len) else {
-        return;
-    };
-    let at = (lock - reg.seg) / 64;
-    if at as u64 >= SIZE_KEY || (lock - reg.seg) % 64 != 0 {
-        return;
-    }
-    compiler_fence(Ordering::SeqCst);
-    let key = (SIZE_KEY | at as u64) << 32 | shard as u64;
-    with_table(reg, |t| t.is_none_or(|t| add_hold(t, key, hold)));
-    compiler_fence(Ordering::SeqCst);
-}
 
 /// Counts `delta` added to the counter at `word` (8-byte aligned, in a
 /// shared cache's segment) as this thread's: after an increment, before a
@@ -42,11 +15,11 @@ pub(crate) fn count_word(word: usize, delta: i64) {
         return;
     };
     let off = word - reg.seg;
-    if (off / 64) as u64 >= SIZE_KEY || off % 8 != 0 {
+    if (off / 64) as u64 >= WORD_KEY || off % 8 != 0 {
         return;
     }
     compiler_fence(Ordering::SeqCst);
-    let key = (SIZE_KEY | (off / 64) as u64) << 32 | WORD | ((off % 64 / 8) as u64) << 24;
+    let key = (WORD_KEY | (off / 64) as u64) << 32 | WORD | ((off % 64 / 8) as u64) << 24;
     let delta = delta.clamp(-(1 << 22), 1 << 22) as i32;
     with_table(reg, |t| t.is_none_or(|t| add_word(t, key, delta)));
     compiler_fence(Ordering::SeqCst);
@@ -74,29 +47,6 @@ fn add_word(table: &Table, key: u64, delta: i32) -> bool {
         return false;
     }
     table.entries[n].store(key | (delta as u32 & 0xff_ffff) as u64, Relaxed);
-    table.used.store(n as u32 + 1, Relaxed);
-    true
-}
-
-/// A size-lock hold's entry `key` (its value the shard): appended when
-/// taken; when given back, the last such entry removed (the whole list
-/// looked at: a sync holds the lock across many pins), else a negative one
-/// appended. False if the table is full.
-fn add_hold(table: &Table, key: u64, hold: bool) -> bool {
-    let n = table.used.load(Relaxed) as usize;
-    if !hold {
-        for i in (0..n).rev() {
-            if table.entries[i].load(Relaxed) == key {
-                remove(table, i, n);
-                return true;
-            }
-        }
-    }
-    if n >= ENTRIES {
-        return false;
-    }
-    let neg = if hold { 0 } else { RUN_NEG };
-    table.entries[n].store(key | neg, Relaxed);
     table.used.store(n as u32 + 1, Relaxed);
     true
 }

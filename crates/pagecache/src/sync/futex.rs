@@ -730,6 +730,13 @@ impl FutexMutex {
 
 #[cfg(not(loom))]
 impl FutexMutex {
+    /// The tag of the lock's holder (R1), if it is held. Context: any.
+    pub(crate) fn holder(&self) -> Option<u32> {
+        // Relaxed: a look (the recovery's, at a dead process's holds).
+        let w = self.word.load(Ordering::Relaxed);
+        (w != 0).then_some(w >> 1)
+    }
+
     /// L1, or, if the lock is held by a process that is gone, R3 at once
     /// (R2's question asked now, not after a `HOLDER_CHECK` of waiting):
     /// for a caller that skips a lock it finds held (the flusher's try of

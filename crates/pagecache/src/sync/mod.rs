@@ -388,6 +388,15 @@ impl<T> Mutex<T> {
 }
 
 impl<T> Mutex<T> {
+    /// The tag of the holder's process in the lock's word (5.14 R1), if
+    /// the lock is held: for a recovery that looks for what a dead
+    /// process held. Context: any.
+    #[cfg(not(loom))]
+    pub(crate) fn holder(&self) -> Option<u32> {
+        // SAFETY: only a look at the word (no lock or unlock through it).
+        unsafe { self.inner.raw() }.holder()
+    }
+
     /// [`Mutex::try_lock`], or the lock taken over at once from a holder
     /// whose process died (5.14 R3; [`futex::took_over`] tells which): for
     /// a caller that skips a lock it finds held, and would otherwise skip
