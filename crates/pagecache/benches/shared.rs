@@ -2,7 +2,11 @@
 //! run (`docs/benchmarks.md`, "A cache shared by processes"): the hit
 //! path (`page()` and 64-byte `read_at` of random cached pages) from one
 //! thread, and 64-byte `read_at` hits from two processes on one shared
-//! cache against one process (and against two threads of one process).
+//! cache against one process (and against two threads of one process);
+//! 64-byte `write_at` of random cached pages, shared against private, and
+//! from two threads of one process against one (a shared cache's size
+//! locks count a process's holds on one shard per file: its threads share
+//! it).
 //! Every row runs `--runs` times, the variants interleaved; medians with
 //! the min-max spread.
 //!
@@ -62,6 +66,11 @@ fn config(bytes: u64) -> Config {
     Config {
         capacity: bytes as usize + (64 << 20),
         policy: PolicyKind::Clock,
+        // The write rows' pages stay dirty and cached: no write-back
+        // while they run (the file is written once, at the end).
+        dirty_background_percent: 100,
+        dirty_limit_percent: 100,
+        dirty_expire: Duration::MAX,
         ..Config::default()
     }
 }
@@ -116,6 +125,33 @@ fn reads_between(file: &pagecache::File, bytes: u64, seed: u64, start: u128, end
         n += 64;
     }
     n
+}
+
+/// 64-byte writes at random offsets of `file` from `threads` threads for
+/// `dur`: operations per second.
+fn writes(file: &pagecache::File, bytes: u64, threads: u64, dur: Duration) -> f64 {
+    let t0 = Instant::now();
+    let n: u64 = std::thread::scope(|sc| {
+        let h: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ t);
+                    let b = [t as u8; 64];
+                    let mut n = 0u64;
+                    while t0.elapsed() < dur {
+                        for _ in 0..64 {
+                            let off = (r.next() % (bytes - 64)) & !7;
+                            file.write_at(&b, off).unwrap();
+                        }
+                        n += 64;
+                    }
+                    n
+                })
+            })
+            .collect();
+        h.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    n as f64 / t0.elapsed().as_secs_f64()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -327,6 +363,31 @@ fn main() {
     );
     ratio("2 processes / 1", &c[2], &c[0], "(target >= 1.8x)");
     ratio("2 threads / 1", &c[1], &c[0], "");
+
+    // 3. 64 B write_at of random cached pages: shared vs private, and
+    // two threads of one process vs one.
+    let mut s = vec![Vec::new(); 4];
+    for _ in 0..o.runs {
+        s[0].push(1e9 / writes(&pc, o.file_bytes, 1, o.dur));
+        s[1].push(1e9 / writes(&sf, o.file_bytes, 1, o.dur));
+        s[2].push(writes(&sf, o.file_bytes, 1, o.dur) / 1e6);
+        s[3].push(writes(&sf, o.file_bytes, 2, o.dur) / 1e6);
+    }
+    let c = s.clone();
+    show(
+        "write_at 64 B, random cached offsets, 1 thread",
+        "ns/op",
+        &["private", "shared"],
+        &mut s[..2],
+    );
+    ratio("write_at 64 B: shared cost / private", &c[1], &c[0], "");
+    show(
+        "write_at 64 B, random cached offsets, on the shared cache",
+        "M ops/s",
+        &["1 process, 1 thread", "1 process, 2 threads"],
+        &mut s[2..],
+    );
+    ratio("2 threads / 1", &c[3], &c[2], "");
 
     drop((sf, sh, pc, private));
     PageCache::remove_shared(&name, o.dir.as_deref()).unwrap();

@@ -311,8 +311,8 @@ fn processes_killed_at_random_moments_leave_no_hang_no_torn_page_and_no_pin() {
     eprintln!("{kills} kills in {secs} s");
     if std::env::var_os("PC_TORTURE_FULL").is_none() {
         // The checks through the cache below still fail in some runs:
-        // what a worker killed inside one of 5.15's windows held (a pin,
-        // a size-lock hold, a count taken and not yet counted) stays, and
+        // what a worker killed inside one of 5.15's windows held (a pin
+        // or a count taken and not yet counted) stays, and
         // a page's readers or writers, a `sync` or `validate` wait for it
         // (`docs/design.md`, "A process that dies"). On demand until those
         // windows are closed.
