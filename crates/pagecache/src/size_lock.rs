@@ -64,16 +64,16 @@
 //! of the same file) counts on the shard it holds. Under loom there is one
 //! shard, and the hold-back is one yield.
 //!
-//! In a cache shared by processes the shards are by process instead: each
-//! attached process counts its holds on the shard of its slot in the
-//! segment, which no other process touches, and X1's mutex word names its
-//! holder's process (5.14 R1). So what a process that dies held is known
-//! exactly, with no window between a hold and its record (protocol 5.15):
-//! its recovery zeroes its shard and, if X1 names it, takes X1 over and
-//! sets the phase back to idle ([`SizeLock::release_dead`]). The threads
-//! of one process then share one shard per file (they bounce its line
-//! between their CPUs, as a private lock of one shard does); processes
-//! never share one.
+//! In a cache shared by processes the shards are by process, then by
+//! thread: each attached process counts its holds on [`PROC_SHARDS`]
+//! shards of its own (by its slot in the segment), which no other process
+//! touches, in a block of the segment beside the file table (the lock
+//! finds it by its distance from itself: no address inside); and X1's
+//! mutex word names its holder's process (5.14 R1). So what a process
+//! that dies held is known exactly, with no window between a hold and its
+//! record (protocol 5.15): its recovery zeroes its shards and, if X1 names
+//! it, takes X1 over and sets the phase back to idle
+//! ([`SizeLock::release_dead`]). Processes never share a shard.
 
 use crate::sync::lockstat::LockClass;
 use crate::sync::{fence, AtomicU64, Mutex, Ordering};
@@ -107,13 +107,19 @@ thread_local! {
 
 /// Shards a lock has room for (it uses a power of two of them, at most
 /// this): fixed, so that a lock holds no pointer and can live in memory
-/// processes share; one per process slot of a shared cache.
-pub const MAX_SHARDS: usize = if cfg!(loom) { 1 } else { 64 };
-#[cfg(not(loom))]
-const _: () = assert!(MAX_SHARDS == crate::segment::MAX_PROCS);
+/// processes share.
+pub const MAX_SHARDS: usize = if cfg!(loom) { 1 } else { 16 };
 
-/// Shards of a private cache's lock at most (by thread).
-const THREAD_SHARDS: usize = if cfg!(loom) { 1 } else { 16 };
+/// Shards of each process in a shared cache's lock (by thread).
+pub const PROC_SHARDS: usize = 4;
+
+/// A shared cache's lock's shards, [`PROC_SHARDS`] per process slot.
+#[cfg(not(loom))]
+pub type ProcShards =
+    [crossbeam_utils::CachePadded<AtomicU64>; crate::segment::MAX_PROCS * PROC_SHARDS];
+/// (Under loom no cache is shared: one process's.)
+#[cfg(loom)]
+pub type ProcShards = [crossbeam_utils::CachePadded<AtomicU64>; PROC_SHARDS];
 
 /// The per-file size lock (see the module docs). No address inside: it
 /// works wherever it is placed, its waits keyed by where it is (5.10).
@@ -123,9 +129,10 @@ pub struct SizeLock {
     shards: [crossbeam_utils::CachePadded<AtomicU64>; MAX_SHARDS],
     /// Shards in use: a power of two, at most [`MAX_SHARDS`].
     used: usize,
-    /// Sharded by process (a shared cache's lock): all [`MAX_SHARDS`] in
-    /// use, a process's holds on its slot's.
-    per_process: bool,
+    /// A shared cache's lock: where its [`ProcShards`] lie, in bytes from
+    /// the lock (0: a private lock, sharded by thread only).
+    #[cfg_attr(loom, allow(dead_code))]
+    procs: isize,
     /// The phase and the exclusive holder's first page.
     phase: crossbeam_utils::CachePadded<AtomicU64>,
     /// X1: one exclusive holder at a time.
@@ -163,19 +170,48 @@ impl SizeLock {
         SizeLock {
             shards: std::array::from_fn(|_| crossbeam_utils::CachePadded::new(AtomicU64::new(0))),
             used: shards.max(1).next_power_of_two().min(MAX_SHARDS),
-            per_process: false,
+            procs: 0,
             phase: crossbeam_utils::CachePadded::new(AtomicU64::new(IDLE)),
             exclusive: Mutex::with_class((), LockClass::Other),
         }
     }
 
-    /// A lock in a cache shared by processes: one shard per process slot
-    /// (see the module docs).
-    pub fn per_process() -> Self {
+    /// A lock in a cache shared by processes whose [`ProcShards`] lie
+    /// `procs` bytes from where the lock will be (see the module docs).
+    ///
+    /// # Safety
+    ///
+    /// The shards lie there, zeroed, in the memory the lock lies in, for as
+    /// long as the lock is used, and are used by this lock only.
+    pub unsafe fn per_process(procs: isize) -> Self {
         SizeLock {
-            per_process: !cfg!(loom),
-            ..Self::with_shards(MAX_SHARDS)
+            procs,
+            ..Self::new()
         }
+    }
+
+    /// A shared cache's lock's shards (`None`: a private lock).
+    #[cfg(not(loom))]
+    #[inline]
+    fn procs(&self) -> Option<&ProcShards> {
+        (self.procs != 0).then(|| {
+            // SAFETY: `per_process`'s contract: the shards lie there for as
+            // long as the lock is used; aligned (the segment's block is).
+            unsafe {
+                &*(self as *const Self)
+                    .cast::<u8>()
+                    .offset(self.procs)
+                    .cast::<ProcShards>()
+            }
+        })
+    }
+
+    /// The shards of the process in slot `slot`, of a shared cache's lock.
+    #[cfg(not(loom))]
+    fn shards_of(&self, slot: usize) -> &[crossbeam_utils::CachePadded<AtomicU64>] {
+        self.procs()
+            .and_then(|p| p.get(slot * PROC_SHARDS..(slot + 1) * PROC_SHARDS))
+            .unwrap_or(&[])
     }
 
     /// Shards for a lock taken shared by every writer of a file: four per
@@ -187,18 +223,21 @@ impl SizeLock {
         }
         (4 * crate::frame::alloc::num_cpus())
             .next_power_of_two()
-            .min(THREAD_SHARDS)
+            .min(MAX_SHARDS)
     }
 
-    /// The calling thread's shard: by thread, or, in a shared cache, its
+    /// The calling thread's shard: by thread, in a shared cache among its
     /// process's (a thread of no member process, which only tests make,
-    /// by thread).
+    /// on the lock's own shards, by thread).
     #[inline]
     fn my_shard(&self) -> &AtomicU64 {
         #[cfg(not(loom))]
-        if self.per_process {
+        if self.procs != 0 {
             if let Some((_, m)) = crate::sync::futex::member_at(self as *const Self as usize) {
-                return &self.shards[crate::segment::slot_of_tag(m.tag) % MAX_SHARDS];
+                let mine = self.shards_of(crate::segment::slot_of_tag(m.tag));
+                if let Some(s) = mine.get(thread_shard() & (PROC_SHARDS - 1)) {
+                    return s;
+                }
             }
         }
         &self.shards[thread_shard() & (self.used - 1)]
@@ -359,11 +398,9 @@ impl SizeLock {
     #[cfg(not(loom))]
     pub(crate) fn held_by(&self, slot: usize, tag: u32) -> bool {
         // Relaxed: the process is dead; its last stores are not needed.
-        (self.per_process
-            && self
-                .shards
-                .get(slot)
-                .is_some_and(|s| s.load(Ordering::Relaxed) & COUNT != 0))
+        self.shards_of(slot)
+            .iter()
+            .any(|s| s.load(Ordering::Relaxed) & COUNT != 0)
             || self.exclusive.holder() == Some(tag)
     }
 
@@ -377,11 +414,9 @@ impl SizeLock {
     /// thread.
     #[cfg(not(loom))]
     pub(crate) fn release_dead(&self, slot: usize, tag: u32) {
-        if self.per_process {
-            if let Some(s) = self.shards.get(slot) {
-                // Release: as `leave`'s.
-                s.store(0, Ordering::Release);
-            }
+        for s in self.shards_of(slot) {
+            // Release: as `leave`'s.
+            s.store(0, Ordering::Release);
         }
         if self.exclusive.holder() == Some(tag) {
             let _one = self.exclusive.lock();
@@ -417,10 +452,15 @@ impl SizeLock {
     /// Whether a shard has holders that may touch page `from` or later
     /// (X3). Acquire: pairs with S5's Release RMW.
     fn reached(&self, from: u64) -> bool {
-        self.shards[..self.used].iter().any(|s| {
+        let reaches = |s: &crossbeam_utils::CachePadded<AtomicU64>| {
             let w = s.load(Ordering::Acquire);
             w & COUNT != 0 && w >> COUNT_BITS >= from
-        })
+        };
+        #[cfg(not(loom))]
+        if self.procs().is_some_and(|p| p.iter().any(reaches)) {
+            return true;
+        }
+        self.shards[..self.used].iter().any(reaches)
     }
 
     /// The exclusive hold of pages `from()..` (computed once the caller is

@@ -223,3 +223,58 @@ fn threads_started_together_take_different_shards() {
     distinct.dedup();
     assert_eq!(distinct.len(), 4, "{shards:?}");
 }
+
+/// A shared cache's lock (shards by process, in a block beside it): holds
+/// of the process in slot 3 that died are on its shards only, `held_by`
+/// finds them, an exclusive acquisition from a page they reach waits for
+/// them, and `release_dead` gives them back (zeroes that process's shards,
+/// leaves the others'), after which it goes through.
+#[cfg(not(loom))]
+#[test]
+fn a_dead_processs_shards_are_given_back_and_no_other() {
+    #[repr(C)]
+    struct Placed {
+        lock: SizeLock,
+        procs: ProcShards,
+    }
+    let mut p: Box<std::mem::MaybeUninit<Placed>> = Box::new_zeroed();
+    let base = p.as_mut_ptr();
+    // SAFETY: in the same allocation, zeroed, used by this lock only.
+    let lock = unsafe {
+        let at = std::ptr::addr_of_mut!((*base).lock);
+        let procs = std::ptr::addr_of!((*base).procs) as isize - at as isize;
+        at.write(SizeLock::per_process(procs));
+        &*at
+    };
+    let (slot, tag) = (3, 7u32);
+    // Two holds of pages up to 50 by the dead process (on two of its
+    // shards), one of another process (slot 5) of pages up to 10.
+    let shards = lock.procs().unwrap();
+    let word = |hi: u64, n: u64| (hi << COUNT_BITS) | n;
+    shards[slot * PROC_SHARDS].store(word(50, 1), Ordering::Relaxed);
+    shards[slot * PROC_SHARDS + 2].store(word(40, 1), Ordering::Relaxed);
+    shards[5 * PROC_SHARDS + 1].store(word(10, 1), Ordering::Relaxed);
+    assert!(lock.held_by(slot, tag));
+    assert!(!lock.held_by(4, 8));
+    assert!(lock.reached(20), "the dead process's holds reach page 20");
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _x = lock.write(|| 20);
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "the exclusive side waits for the dead holds"
+        );
+        lock.release_dead(slot, tag);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("it goes through once they are given back");
+    });
+    assert!(!lock.held_by(slot, tag));
+    assert_eq!(
+        shards[5 * PROC_SHARDS + 1].load(Ordering::Relaxed),
+        word(10, 1),
+        "another process's hold stays"
+    );
+}

@@ -48,6 +48,7 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 use super::registry::FileSlot;
+use crate::size_lock::ProcShards;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::UnsafeCell;
 use std::io;
@@ -111,6 +112,7 @@ pub(crate) struct FileTable {
     entries: NonNull<Entry>,
     ledger: NonNull<std::sync::atomic::AtomicU16>,
     slots: NonNull<Slot>,
+    procs: NonNull<ProcShards>,
     /// This process's ledger row (`None`: a table only looked at).
     me: Option<usize>,
 }
@@ -133,12 +135,19 @@ pub(crate) struct Opened<'a> {
 impl FileTable {
     /// Bytes a table takes.
     pub(crate) fn bytes() -> usize {
-        Self::slots_at() + MAX_FILES * std::mem::size_of::<Slot>()
+        Self::procs_at() + MAX_FILES * std::mem::size_of::<ProcShards>()
     }
 
     /// Alignment a table needs.
     pub(crate) fn align() -> usize {
         std::mem::align_of::<Head>().max(std::mem::align_of::<Entry>())
+    }
+
+    /// Each entry's size-lock shards by process (`size_lock.rs`), after
+    /// the slots: untouched (no memory) until the entry's file is opened.
+    fn procs_at() -> usize {
+        (Self::slots_at() + MAX_FILES * std::mem::size_of::<Slot>())
+            .next_multiple_of(std::mem::align_of::<ProcShards>().max(4096))
     }
 
     fn slots_at() -> usize {
@@ -175,6 +184,8 @@ impl FileTable {
             ledger: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::ledger_at()).cast()) },
             // SAFETY: inside the caller's memory.
             slots: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::slots_at()).cast()) },
+            // SAFETY: inside the caller's memory.
+            procs: unsafe { NonNull::new_unchecked(base.as_ptr().add(Self::procs_at()).cast()) },
             me: me.filter(|&m| m < MAX_OPENERS),
         }
     }
@@ -374,8 +385,30 @@ impl FileTable {
         // Relaxed: (L).
         let gen = self.head().gens.fetch_add(1, Ordering::Relaxed) + 1;
         let id = (gen << INDEX_BITS) | (i as u64 + 1);
-        // SAFETY: a FREE entry, under the lock: no one reads its slot.
-        unsafe { (*self.cell(e)).write(FileSlot::new(id, ident, len, max_len, true)) };
+        // Its size lock's shards by process: zeroed (a dead process's
+        // holds on a closing entry were nobody's to give back), found from
+        // the lock by their distance.
+        // SAFETY: in bounds of the blocks' array; a FREE entry's block,
+        // under the lock: no lock uses it.
+        let procs = unsafe { &*self.procs.as_ptr().add(i) };
+        for s in procs {
+            // Relaxed: published with the slot (below).
+            s.store(0, Ordering::Relaxed);
+        }
+        let cell = self.cell(e);
+        let from = cell as isize + std::mem::offset_of!(FileSlot, size) as isize;
+        // SAFETY: a FREE entry, under the lock: no one reads its slot; its
+        // lock's shards lie `procs` bytes from it, in the segment, zeroed,
+        // for this entry only (`size_lock::SizeLock::per_process`).
+        unsafe {
+            (*cell).write(FileSlot::new(
+                id,
+                ident,
+                len,
+                max_len,
+                procs as *const ProcShards as isize - from,
+            ))
+        };
         // The ledger, then the recount, then LIVE last (see the module
         // docs). Relaxed: (L); the slot is published to other processes
         // by the lock's release (they find it under the lock) and to this

@@ -115,14 +115,19 @@ pub(crate) struct FileSlot {
 
 impl FileSlot {
     /// A fresh slot for file `id` at `ident`, `len` bytes long, at most
-    /// `max_len`; `shared`: in a cache shared by processes (its size lock
-    /// sharded by process).
-    pub(super) fn new(
+    /// `max_len`; `procs`: in a cache shared by processes, where its size
+    /// lock's shards by process lie from the lock (0: a private cache's).
+    ///
+    /// # Safety
+    ///
+    /// A nonzero `procs` meets [`SizeLock::per_process`]'s contract for
+    /// the lock at the place the slot is written to.
+    pub(super) unsafe fn new(
         id: u64,
         ident: (u64, u64),
         len: u64,
         max_len: u64,
-        shared: bool,
+        procs: isize,
     ) -> FileSlot {
         FileSlot {
             id,
@@ -131,8 +136,9 @@ impl FileSlot {
             len: CachePadded::new(AtomicU64::new(len)),
             max_len,
             disk_end: AtomicU64::new(len),
-            size: if shared {
-                SizeLock::per_process()
+            size: if procs != 0 {
+                // SAFETY: the caller's.
+                unsafe { SizeLock::per_process(procs) }
             } else {
                 SizeLock::new()
             },
@@ -327,7 +333,10 @@ impl Inner {
                 // Relaxed: a unique number, published with the file under
                 // the lock.
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let slot = Placed::new(FileSlot::new(id, ident, len, fd.max_len(), false));
+                let slot = Placed::new(
+                    // SAFETY: a private cache's slot (no shards by process).
+                    unsafe { FileSlot::new(id, ident, len, fd.max_len(), 0) },
+                );
                 (slot, id)
             }
         };
