@@ -249,8 +249,7 @@ impl Inner {
         };
         // Relaxed: hints (frames that come back by themselves); a stale
         // non-zero costs one wait until the next event.
-        let mut in_flight = self.words.filling.load(Ordering::Relaxed)
-            + self.async_frames.handed.load(Ordering::Relaxed);
+        let mut in_flight = self.filling_now() + self.async_frames.handed.load(Ordering::Relaxed);
         // As reclaim's last look: some page evictable (dirty: this
         // thread's reclaim passed every dirty one to the flusher), or
         // frames on their way back (a write-back in flight, a read, a
@@ -341,8 +340,8 @@ impl Inner {
         // they end in a moment, with no event to wait for (a patient
         // thread waits for them in reclaim). RMW reads: the latest counts,
         // as reclaim reads them.
-        if self.words.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
-            || self.words.freeing.fetch_add(0, Ordering::AcqRel) > 0
+        if self.in_flight_latest(&self.words.reclaiming)
+            || self.in_flight_latest(&self.words.freeing)
         {
             return NoFrame::Yield;
         }

@@ -510,8 +510,10 @@ impl GetPage {
             return Some(Poll::Ready(Ok(f)));
         }
         // Relaxed: a hint for reclaim (as `insert_run`).
-        c.words.filling.fetch_add(1, Ordering::Relaxed);
-        super::words::counted(&*c.words.filling, 1);
+        c.words
+            .filling
+            .of(c.proc_slot())
+            .fetch_add(1, Ordering::Relaxed);
         let fill = c.begin_fill(fs, index, f);
         let latch = self.latch;
         let me = c.me.get().and_then(std::sync::Weak::upgrade);
@@ -595,8 +597,10 @@ impl Inner {
     /// reclaim's count, and F1's event. Context: no sleep.
     pub(crate) fn fills_ended(&self, n: usize) {
         // Release: the pages are unlatched; pairs with `wait_runs`.
-        super::words::counted(&*self.words.filling, -(n as i64));
-        self.words.filling.fetch_sub(n, Ordering::Release);
+        self.words
+            .filling
+            .of(self.proc_slot())
+            .fetch_sub(n, Ordering::Release);
         self.async_frames.event();
     }
 

@@ -178,8 +178,10 @@ impl Inner {
             match self.try_insert(fs, index, patient && fills.is_empty()) {
                 Ok(Some(f)) => {
                     // Relaxed: a hint for reclaim.
-                    self.words.filling.fetch_add(1, Ordering::Relaxed);
-                    super::words::counted(&*self.words.filling, 1);
+                    self.words
+                        .filling
+                        .of(self.proc_slot())
+                        .fetch_add(1, Ordering::Relaxed);
                     fills.push(self.begin_fill(fs, index, f))
                 }
                 Ok(None) => break,
@@ -375,7 +377,7 @@ impl Inner {
             .div_ceil(self.page_size as u64);
         // At most half the cache being read at once.
         // Relaxed: a bound, not a protocol.
-        let busy = self.words.filling.load(Ordering::Relaxed) as u64;
+        let busy = self.filling_now() as u64;
         let budget = (self.frames.len() as u64 / 2).saturating_sub(busy);
         let end = end.min(npages).min(first.saturating_add(budget));
         if first >= end {

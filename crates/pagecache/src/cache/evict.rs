@@ -128,7 +128,7 @@ impl Inner {
             // leftovers are in the pool for the last try.
             if (scanned >= 2 * pass || empty_rounds >= 2)
                 && patient
-                && self.words.reclaiming.fetch_add(0, Ordering::AcqRel) > 0
+                && self.in_flight_latest(&self.words.reclaiming)
             {
                 crate::sync::wait_step(&mut waits);
                 scanned = 0;
@@ -197,8 +197,10 @@ impl Inner {
             cands.clear();
             // Relaxed: a hint for the wait above; the candidates themselves
             // are re-validated by try_evict.
-            self.words.reclaiming.fetch_add(1, Ordering::Relaxed);
-            super::words::counted(&*self.words.reclaiming, 1);
+            self.words
+                .reclaiming
+                .of(self.proc_slot())
+                .fetch_add(1, Ordering::Relaxed);
             let examined = self
                 .policy
                 .candidates(&self.frames, &mut cands, WANT, urgent);
@@ -239,8 +241,10 @@ impl Inner {
             }
             // Release: the leftovers freed above happen-before a waiter's
             // Acquire RMW that reads this decrement.
-            super::words::counted(&*self.words.reclaiming, -1);
-            self.words.reclaiming.fetch_sub(1, Ordering::Release);
+            self.words
+                .reclaiming
+                .of(self.proc_slot())
+                .fetch_sub(1, Ordering::Release);
             // Nothing queued at all (every frame pinned, latched, anonymous,
             // or in another reclaimer's batch): see the checks at the top.
             empty_rounds = if examined == 0 && got.is_none() {
@@ -273,15 +277,11 @@ impl Inner {
             in_flight |= s.is_under_writeback() || s.refs() == 0;
         }
         // Relaxed: a hint; runs being read end by themselves.
-        in_flight |= self
-            .words
-            .filling
-            .load(crate::sync::unmodelled::Ordering::Relaxed)
-            > 0;
+        in_flight |= self.filling_now() > 0;
         // An RMW: the latest count (as `reclaiming`); Acquire pairs with
         // the remover's Release decrement, so a 0 means its frees are in
         // the pool for the next try.
-        in_flight |= self.words.freeing.fetch_add(0, Ordering::AcqRel) > 0;
+        in_flight |= self.in_flight_latest(&self.words.freeing);
         (evictable, in_flight)
     }
 

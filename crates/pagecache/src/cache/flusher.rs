@@ -242,15 +242,12 @@ impl Inner {
     /// found that window).
     fn as_reclaimer<R>(&self, work: impl FnOnce() -> R) -> R {
         // Relaxed: as reclaim's own increment (`evict.rs`).
-        self.words
-            .reclaiming
-            .fetch_add(1, crate::sync::Ordering::Relaxed);
+        let mine = self.words.reclaiming.of(self.proc_slot());
+        mine.fetch_add(1, crate::sync::Ordering::Relaxed);
         let r = work();
         // Release: our releases of the pins happen-before a waiter's Acquire
         // RMW that reads this decrement (as reclaim's own).
-        self.words
-            .reclaiming
-            .fetch_sub(1, crate::sync::Ordering::Release);
+        mine.fetch_sub(1, crate::sync::Ordering::Release);
         r
     }
 

@@ -295,7 +295,6 @@ mod imp {
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
             let taken = sh.seg.pins().take_process(tag);
-            let seg = sh.seg.base();
             // Its files' write-back counts: syncs wait for them (its
             // write-backs were ended by `recover_dead_pages`). Each file
             // keeps one per process (`FileSlot::writeback`): its own
@@ -312,13 +311,15 @@ mod imp {
             for id in counted {
                 self.with_slot(id, |fs| fs.writeback_dead(slot));
             }
-            // What it added to the cache-wide counts of fills, reclaims
-            // and removals in flight (reclaim waits while they are not
-            // zero).
-            for &(at, n) in &taken.words {
-                if n > 0 {
-                    let _ = self.words.take_back(seg + at, n as usize);
-                }
+            // Its cache-wide counts of fills, reclaims and removals in
+            // flight (reclaim waits while they are not zero): its own,
+            // zeroed (`words.rs`, `Counts`). Release: as their decrements.
+            self.words
+                .filling
+                .of(slot)
+                .store(0, std::sync::atomic::Ordering::Release);
+            for c in [&self.words.reclaiming, &self.words.freeing] {
+                c.of(slot).store(0, std::sync::atomic::Ordering::Release);
             }
             // Its size-lock holds: writers and `set_len`s wait for them.
             // Its shard of each file's lock, and X1 where its mutex word

@@ -120,8 +120,10 @@ impl Inner {
         // in the pool (or queued for a run): a reclaimer that finds every
         // frame busy meanwhile waits for these instead of failing.
         // Relaxed: a hint; the reclaimer reads it by RMW and rescans.
-        self.words.freeing.fetch_add(1, Ordering::Relaxed);
-        super::words::counted(&*self.words.freeing, 1);
+        self.words
+            .freeing
+            .of(self.proc_slot())
+            .fetch_add(1, Ordering::Relaxed);
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
         let mut deferred = Vec::new();
@@ -159,8 +161,10 @@ impl Inner {
         self.defer_frees(deferred);
         // Release: the frees above happen-before a reclaimer's Acquire RMW
         // that reads this decrement (its next alloc finds them).
-        super::words::counted(&*self.words.freeing, -1);
-        self.words.freeing.fetch_sub(1, Ordering::Release);
+        self.words
+            .freeing
+            .of(self.proc_slot())
+            .fetch_sub(1, Ordering::Release);
     }
 
     /// Finishes the removal of page `index` (frame `f`) if it is still in
@@ -228,8 +232,10 @@ impl Inner {
         // through its slot, borrowed from the file table.
         self.with_slot(owner, |fs| {
             // Relaxed: a hint.
-            self.words.freeing.fetch_add(1, Ordering::Relaxed);
-            super::words::counted(&*self.words.freeing, 1);
+            self.words
+                .freeing
+                .of(self.proc_slot())
+                .fetch_add(1, Ordering::Relaxed);
             let mut g = fs.tree.lock();
             if d.identity() == (owner, index) && !d.snapshot().is_removed() {
                 // T1-T3 of protocol 5.7, as `remove_pages_from`.
@@ -254,8 +260,10 @@ impl Inner {
                 drop(g);
             }
             // Release: as `remove_pages_from`.
-            super::words::counted(&*self.words.freeing, -1);
-            self.words.freeing.fetch_sub(1, Ordering::Release);
+            self.words
+                .freeing
+                .of(self.proc_slot())
+                .fetch_sub(1, Ordering::Release);
         });
         // Waiters retry: the page is gone from the index.
         d.unlatch();

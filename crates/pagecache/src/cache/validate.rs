@@ -12,8 +12,8 @@ impl Inner {
         while self
             .words
             .filling
-            .load(crate::sync::unmodelled::Ordering::Acquire)
-            > 0
+            .all()
+            .any(|c| c.load(crate::sync::unmodelled::Ordering::Acquire) > 0)
         {
             std::thread::sleep(std::time::Duration::from_micros(100));
         }

@@ -58,15 +58,13 @@
 //! the recovery unpins, slot by slot, what a dead process's run entries
 //! add up to.
 //!
-//! The cache-wide counters in the segment that a process raises
-//! while it works and lowers when done (the fills, reclaims and removals
-//! in flight): what a thread adds to one is an entry (the counter's place,
-//! a signed count), and the recovery takes back what a dead process's add
-//! up to (`ledger_words.rs`). A file's write-backs in flight and its size
-//! lock's holds are not counted here: each file keeps a write-back count
-//! and a size-lock shard per process (`FileSlot::writeback`,
-//! `size_lock.rs`), and its size lock's exclusive mutex names its holder,
-//! so the recovery gives back exactly what the dead one held there.
+//! What else a process raises while it works and lowers when done is not
+//! counted here: the cache-wide counts of fills, reclaims and removals in
+//! flight, a file's write-backs in flight and its size lock's holds are
+//! each kept per process (`cache/words.rs`' `Counts`,
+//! `FileSlot::writeback`, `size_lock.rs`), a count no other process
+//! writes, and a size lock's exclusive mutex names its holder, so the
+//! recovery gives back exactly what the dead one held there.
 //!
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
@@ -169,7 +167,6 @@ impl Area {
     pub fn take_process(&self, tag: u32) -> Taken {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
-        let mut words: std::collections::HashMap<usize, i64> = Default::default();
         let mut evicting = Vec::new();
         for t in 0..TABLES {
             let table = self.table(t);
@@ -186,7 +183,6 @@ impl Area {
                             *runs.entry((node, s)).or_default() += n;
                         }
                     }
-                    Entry::Word(at, n) => *words.entry(at).or_default() += n,
                 }
             }
             let intent = table.intent.swap(0, Relaxed);
@@ -213,7 +209,6 @@ impl Area {
             evicting,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
-            words: nonzero(words, |at, n| (at, n)),
         }
     }
 }
@@ -225,28 +220,20 @@ pub struct Taken {
     pub frames: Vec<(u32, i64)>,
     /// Run pins by leaf slot (node id, slot, pins), sorted.
     pub runs: Vec<(u32, u32, i64)>,
-    /// Counts added to counters ([`count_word`]): the counter's offset in
-    /// the segment and what the process added, sorted.
-    pub words: Vec<(usize, i64)>,
     /// Frames its evictions had frozen and not yet taken out of their
     /// index (P5).
     pub evicting: Vec<u32>,
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
-/// keys stay below it and [`WORD_KEY`]: a shared cache has fewer than
+/// keys stay below it and [`HIGH_KEY`]: a shared cache has fewer than
 /// 2^30 frames (`segment::layout` refuses more).
 const RUN_KEY: u64 = 1 << 31;
-/// The key bit of a counter's entry (the rest: where the counter's line
-/// lies in the segment, in 64-byte units).
-const WORD_KEY: u64 = 1 << 30;
-/// The value bit of a counter's entry (a key of [`WORD_KEY`]): the
-/// counter is the 8-byte word `(value >> 24) & 7` of the key's line, and
-/// the value's low 24 bits are a signed count of it (`Words::filling`,
-/// `reclaiming`, `freeing`).
-const WORD: u64 = 1 << 30;
+/// A key bit no entry has (frames stay below it): an entry with it is
+/// skipped.
+const HIGH_KEY: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
-pub const MAX_FRAMES: u64 = WORD_KEY - 1;
+pub const MAX_FRAMES: u64 = HIGH_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
 
@@ -258,8 +245,6 @@ enum Entry {
     /// A run's leaf node, its first slot and slot mask from there, +1 or
     /// -1.
     Run(u32, u32, u32, i64),
-    /// A counter's offset in the segment, what was added to it.
-    Word(usize, i64),
 }
 
 impl Entry {
@@ -269,11 +254,7 @@ impl Entry {
         } else if v >> 32 & RUN_KEY != 0 {
             let (node, lo, mask, sign) = run_entry(v);
             Entry::Run(node, lo, mask, sign)
-        } else if v >> 32 & WORD_KEY != 0 && v & WORD != 0 {
-            let at = (v >> 32 & !WORD_KEY) as usize * 64 + (v >> 24 & 7) as usize * 8;
-            Entry::Word(at, (((v as u32) << 8) as i32 >> 8) as i64)
-        } else if v >> 32 & WORD_KEY != 0 {
-            // (No other entry has this key: none is written.)
+        } else if v >> 32 & HIGH_KEY != 0 {
             Entry::Empty
         } else {
             Entry::Frame((v >> 32) as u32 - 1, v as u32 as i32 as i64)
@@ -316,9 +297,6 @@ struct Reg {
     area: Area,
     /// The descriptors: `[descs, descs + 64 * frames)`.
     descs: usize,
-    /// The whole segment: `[seg, seg + seg_len)`.
-    seg: usize,
-    seg_len: usize,
     /// This process's tag and row.
     tag: u32,
     row: usize,
@@ -348,21 +326,14 @@ static REGISTER: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new()
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Counts this process's pins of the descriptors `[descs, descs + 64 *
-/// frames)` in `area`, and what it adds to counters in `[seg, seg +
-/// seg_len)`, as tag `tag` with row `row` (P1-P2).
+/// frames)` in `area`, as tag `tag` with row `row` (P1-P2).
 ///
 /// # Safety
 ///
 /// The segment stays mapped until [`unregister`] of `descs`, which the
 /// caller makes before unmapping it, once no thread of this process holds
-/// or takes a pin or adds to a counter there.
-pub unsafe fn register(
-    area: Area,
-    descs: usize,
-    (seg, seg_len): (usize, usize),
-    tag: u32,
-    row: usize,
-) -> bool {
+/// or takes a pin there.
+pub unsafe fn register(area: Area, descs: usize, tag: u32, row: usize) -> bool {
     let mut records = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
     let Some(i) = (0..MAX_AREAS).find(|&i| AREAS[i].load(Relaxed).is_null()) else {
         return false;
@@ -370,8 +341,6 @@ pub unsafe fn register(
     let r = Box::into_raw(Box::new(Reg {
         area,
         descs,
-        seg,
-        seg_len,
         tag,
         row,
     }));
@@ -771,11 +740,6 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
 // stuck cache).
 #[path = "ledger_audit.rs"]
 mod audit;
-
-// The counts of counters (`count_word`).
-#[path = "ledger_words.rs"]
-mod words;
-pub(crate) use words::count_word;
 
 #[cfg(test)]
 #[path = "ledger_tests.rs"]

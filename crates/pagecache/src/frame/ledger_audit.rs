@@ -7,12 +7,11 @@
 
 use super::*;
 
-/// The run and counter entries whose sums are not zero: kind, where
-/// (node, or offset in the segment), which (slot or 0), and each owner's
-/// tag with its sum.
+/// The run entries whose sums are not zero: kind, where (node), which
+/// (slot), and each owner's tag with its sum.
 pub type OtherCounts = Vec<(&'static str, usize, u32, Vec<(u32, i64)>)>;
 
-/// A run slot (1) or counter (3) an entry counts,
+/// A run slot (1) an entry counts,
 /// as (kind, where, which), with its count: one per slot of a run entry.
 fn others_of(e: Entry, mut each: impl FnMut((u8, usize, u32), i64)) {
     match e {
@@ -21,7 +20,6 @@ fn others_of(e: Entry, mut each: impl FnMut((u8, usize, u32), i64)) {
                 each((1, node as usize, s), c);
             }
         }
-        Entry::Word(at, c) => each((3, at, 0), c),
         Entry::Empty | Entry::Frame(..) => {}
     }
 }
@@ -65,9 +63,9 @@ impl Area {
         out
     }
 
-    /// The run and counter entries whose sums are not zero, by kind, where
-    /// (node or offset in the segment), which (slot or 0), and the owners'
-    /// tags with their sums. For a test's report.
+    /// The run entries whose sums are not zero, by kind, where (node),
+    /// which (slot), and the owners' tags with their sums. For a test's
+    /// report.
     pub fn other_counts(&self) -> OtherCounts {
         let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
         let mut sums: std::collections::BTreeMap<(u8, usize, u32), Vec<(u32, i64)>> =
@@ -83,7 +81,7 @@ impl Area {
         });
         sums.into_iter()
             .filter(|(_, v)| v.iter().map(|&(_, c)| c).sum::<i64>() != 0)
-            .map(|((k, at, which), v)| (["", "run", "", "counter"][k as usize], at, which, v))
+            .map(|((k, at, which), v)| (["", "run"][k as usize], at, which, v))
             .collect()
     }
 

@@ -14,10 +14,6 @@ struct Fake {
 
 impl Fake {
     fn new(frames: usize, descs: usize) -> Fake {
-        Self::with_seg(frames, descs, (0, 0))
-    }
-
-    fn with_seg(frames: usize, descs: usize, seg: (usize, usize)) -> Fake {
         let layout = std::alloc::Layout::from_size_align(Area::bytes(frames), 4096).unwrap();
         // SAFETY: a non-zero size.
         let mem = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -28,7 +24,7 @@ impl Fake {
         };
         assert_eq!(area.claim_row(7), Some(0));
         // SAFETY: the memory lives until Drop, which unregisters first.
-        assert!(unsafe { register(area, descs, seg, 7, 0) });
+        assert!(unsafe { register(area, descs, 7, 0) });
         Fake {
             mem,
             layout,

@@ -80,7 +80,7 @@ const _: () = assert!(MAX_PROCS == crate::cache::file_table::MAX_OPENERS);
 pub const MAGIC: [u8; 8] = *b"PGCACHE\0";
 /// The layout this build writes and reads; any change of the header or of
 /// a table's format bumps it.
-pub const LAYOUT_VERSION: u32 = 11;
+pub const LAYOUT_VERSION: u32 = 12;
 /// Processes attached at most at once.
 pub const MAX_PROCS: usize = 64;
 const _: () = assert!(MAX_PROCS <= crate::sync::doorbell::MAILBOXES);
@@ -585,12 +585,10 @@ impl Segment {
             waited += std::time::Duration::from_millis(20);
         };
         let descs = self.table(TableId::Descs).as_ptr() as usize;
-        let seg = (self.base.as_ptr() as usize, self.len);
-        // SAFETY: the area, the descriptors and the size locks lie in the
-        // mapping, which stays until Drop, where the area is unregistered
-        // first (the cache over it is gone by then: no pin or size lock
-        // held or taken).
-        if !unsafe { crate::frame::ledger::register(area, descs, seg, tag, row) } {
+        // SAFETY: the area and the descriptors lie in the mapping, which
+        // stays until Drop, where the area is unregistered first (the
+        // cache over it is gone by then: no pin held or taken).
+        if !unsafe { crate::frame::ledger::register(area, descs, tag, row) } {
             // The row back (no table was claimed yet).
             let _ = area.take_process(tag);
             return Err(io::Error::other(format!(
