@@ -11,9 +11,9 @@
 //!   it the same (its index, the writer, a sequence number), and every
 //!   read checks that (a torn page a dead latch holder left is dropped,
 //!   never served, 5.14 L4);
-//! * and, with `PC_TORTURE_FULL=1` (not yet in CI: what a worker killed
-//!   inside one of 5.15's windows held stays, and these checks then wait
-//!   for it in some runs), with every worker gone and recovered, every
+//! * and, with `PC_TORTURE_FULL=1` (not yet in CI: a pin a worker killed
+//!   inside 5.15's window held stays, and these checks would then wait
+//!   for it), with every worker gone and recovered, every
 //!   page can be read and written, a `sync` writes the file (reporting any
 //!   page whose unwritten changes died with their writer, once), the disk
 //!   holds whole pages only, and no process counts or holds a pin
@@ -310,12 +310,11 @@ fn processes_killed_at_random_moments_leave_no_hang_no_torn_page_and_no_pin() {
     }
     eprintln!("{kills} kills in {secs} s");
     if std::env::var_os("PC_TORTURE_FULL").is_none() {
-        // The checks through the cache below still fail in some runs:
-        // what a worker killed inside one of 5.15's windows held (a pin
-        // or a count taken and not yet counted) stays, and
-        // a page's readers or writers, a `sync` or `validate` wait for it
-        // (`docs/design.md`, "A process that dies"). On demand until those
-        // windows are closed.
+        // The checks through the cache below may fail: a pin a worker
+        // killed inside 5.15's window held (taken and not yet counted)
+        // stays, and a page's writers or `validate` wait for it
+        // (`docs/design.md`, "A process that dies"). On demand until that
+        // window is closed.
         eprintln!("(PC_TORTURE_FULL=1 for the checks through the cache afterwards)");
         return;
     }
