@@ -405,7 +405,7 @@ impl SizeLock {
     }
 
     /// Gives back what the dead process in slot `slot`, tagged `tag`, held
-    /// (5.15): its shard's holds (zeroed: no other process counts there,
+    /// (5.15): its shards' holds (zeroed: no other process counts there,
     /// and none of its threads runs) and, if it held X1, the exclusive
     /// hold's phase, reset under X1's mutex taken over from it (5.14): a
     /// live exclusive holder that took X1 over first has set the phase

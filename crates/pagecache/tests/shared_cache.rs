@@ -237,11 +237,21 @@ struct Killed {
 }
 
 fn kill_child_when(name: &str, role: &str, marker: &str) -> Killed {
+    kill_child_of(|d| shared(d, 64), name, role, marker)
+}
+
+/// [`kill_child_when`] with this process's cache made by `cache`.
+fn kill_child_of(
+    cache: impl FnOnce(&Path) -> PageCache,
+    name: &str,
+    role: &str,
+    marker: &str,
+) -> Killed {
     let td = TempDir::new(name);
     let path = td.path("f");
     let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
     std::fs::write(&path, &disk).unwrap();
-    let c = shared(&td.0, 64);
+    let c = cache(&td.0);
     let mut child = spawn(role, &td.0, &path);
     common::wait_until(&format!("the child's {marker}"), || {
         td.path(marker).exists()
@@ -317,28 +327,27 @@ fn a_write_back_left_in_flight_by_a_process_that_died_is_ended() {
 /// (dirty again). The flusher only tries the flush lock (it skips a file
 /// a sync holds): before it took the lock over from a dead holder, it
 /// skipped the file for ever, and neither page reached the disk without
-/// a `sync` (the age-lease test above met it in about 1 run in 60).
+/// a `sync` (the age-lease test below met it in about 1 run in 60).
 #[test]
 fn the_age_flusher_takes_over_a_flush_lock_left_by_a_process_that_died() {
-    let td = TempDir::new("shared-flush-lock-death");
-    let path = td.path("f");
-    let disk: Vec<u8> = (0..4).flat_map(|i| page(1, i)).collect();
-    std::fs::write(&path, &disk).unwrap();
-    let c = aged(&td.0);
-    let f = c.open(&path).unwrap();
-    let mut child = spawn("die-writing-back-aged", &td.0, &path);
-    common::wait_until("the child's write-back", || td.path("writing").exists());
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let mut k = kill_child_of(
+        aged,
+        "shared-flush-lock-death",
+        "die-writing-back-aged",
+        "writing",
+    );
+    k.child.wait().unwrap();
+    let (c, path) = (&k.c, &k.path);
+    let f = c.open(path).unwrap();
     f.write_at(&page(2, 1), PS as u64).unwrap();
     within("page 1 written by age", || {
-        common::wait_until("page 1", || on_disk(&path, 1) == page(2, 1))
+        common::wait_until("page 1", || on_disk(path, 1) == page(2, 1))
     });
     within("the dead process's page 3 written by age", || {
-        common::wait_until("page 3", || on_disk(&path, 3) == page(5, 3))
+        common::wait_until("page 3", || on_disk(path, 3) == page(5, 3))
     });
     assert!(c.holds_age_lease());
-    assert!(on_disk(&path, 0) == page(1, 0) && on_disk(&path, 2) == page(1, 2));
+    assert!(on_disk(path, 0) == page(1, 0) && on_disk(path, 2) == page(1, 2));
     f.sync().unwrap();
     c.validate();
 }

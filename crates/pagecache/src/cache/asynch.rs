@@ -510,10 +510,7 @@ impl GetPage {
             return Some(Poll::Ready(Ok(f)));
         }
         // Relaxed: a hint for reclaim (as `insert_run`).
-        c.words
-            .filling
-            .of(c.proc_slot())
-            .fetch_add(1, Ordering::Relaxed);
+        c.own(&c.words.filling).fetch_add(1, Ordering::Relaxed);
         let fill = c.begin_fill(fs, index, f);
         let latch = self.latch;
         let me = c.me.get().and_then(std::sync::Weak::upgrade);
@@ -597,9 +594,7 @@ impl Inner {
     /// reclaim's count, and F1's event. Context: no sleep.
     pub(crate) fn fills_ended(&self, n: usize) {
         // Release: the pages are unlatched; pairs with `wait_runs`.
-        self.words
-            .filling
-            .of(self.proc_slot())
+        self.own(&self.words.filling)
             .fetch_sub(n, Ordering::Release);
         self.async_frames.event();
     }

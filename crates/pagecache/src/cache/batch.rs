@@ -178,9 +178,7 @@ impl Inner {
             match self.try_insert(fs, index, patient && fills.is_empty()) {
                 Ok(Some(f)) => {
                     // Relaxed: a hint for reclaim.
-                    self.words
-                        .filling
-                        .of(self.proc_slot())
+                    self.own(&self.words.filling)
                         .fetch_add(1, Ordering::Relaxed);
                     fills.push(self.begin_fill(fs, index, f))
                 }

@@ -197,9 +197,7 @@ impl Inner {
             cands.clear();
             // Relaxed: a hint for the wait above; the candidates themselves
             // are re-validated by try_evict.
-            self.words
-                .reclaiming
-                .of(self.proc_slot())
+            self.own(&self.words.reclaiming)
                 .fetch_add(1, Ordering::Relaxed);
             let examined = self
                 .policy
@@ -241,9 +239,7 @@ impl Inner {
             }
             // Release: the leftovers freed above happen-before a waiter's
             // Acquire RMW that reads this decrement.
-            self.words
-                .reclaiming
-                .of(self.proc_slot())
+            self.own(&self.words.reclaiming)
                 .fetch_sub(1, Ordering::Release);
             // Nothing queued at all (every frame pinned, latched, anonymous,
             // or in another reclaimer's batch): see the checks at the top.

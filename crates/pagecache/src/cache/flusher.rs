@@ -242,7 +242,7 @@ impl Inner {
     /// found that window).
     fn as_reclaimer<R>(&self, work: impl FnOnce() -> R) -> R {
         // Relaxed: as reclaim's own increment (`evict.rs`).
-        let mine = self.words.reclaiming.of(self.proc_slot());
+        let mine = self.own(&self.words.reclaiming);
         mine.fetch_add(1, crate::sync::Ordering::Relaxed);
         let r = work();
         // Release: our releases of the pins happen-before a waiter's Acquire
@@ -289,17 +289,15 @@ impl Inner {
                 // `sync`, reclaim): a page behind a long write run still
                 // leaves the cache (B4; `drop_written_behind` checks the
                 // rest), or it would stay for as long as nothing evicts it.
-                if !s.is_dirty() && !s.is_removed() {
-                    let (owner, index) = d.identity();
-                    if let Some(fs) = self.file_by_id(owner) {
-                        if !s.is_under_writeback() {
-                            if self.drop_written_behind(&fs, index, f) {
-                                continue;
-                            }
-                        } else if fs.behind.behind(index) {
-                            others.push((fs, index, f));
-                        }
-                    }
+                let (owner, index) = d.identity();
+                let fs = (!s.is_dirty() && !s.is_removed())
+                    .then(|| self.file_by_id(owner))
+                    .flatten();
+                let busy = s.is_under_writeback();
+                match fs {
+                    Some(fs) if busy && fs.behind.behind(index) => others.push((fs, index, f)),
+                    Some(fs) if !busy && self.drop_written_behind(&fs, index, f) => continue,
+                    _ => {}
                 }
                 self.release(f);
                 continue;

@@ -188,14 +188,7 @@ impl FileShared {
     /// which of the file's write-back counts is its own.
     #[inline]
     fn proc_slot(&self) -> usize {
-        #[cfg(not(loom))]
-        return self
-            .shared
-            .as_ref()
-            .and_then(|sh| sh.seg.slot())
-            .unwrap_or(0);
-        #[cfg(loom)]
-        0
+        self.shared.as_ref().map_or(0, |sh| sh.slot())
     }
 
     /// `n` more pages under write-back (taken, or about to start), in this

@@ -19,6 +19,9 @@ impl SharedPart {
     pub(crate) fn writer_bit(&self) -> u64 {
         match *self {}
     }
+    pub(crate) fn slot(&self) -> usize {
+        match *self {}
+    }
 }
 
 impl super::Inner {
@@ -72,6 +75,14 @@ mod imp {
         /// This process's bit in the files' `writers` masks: its slot's.
         pub(crate) fn writer_bit(&self) -> u64 {
             self.seg.slot().map_or(0, |s| 1 << s)
+        }
+
+        /// This process's slot (0 if it has none): which of each count
+        /// kept per process is its own (`words.rs`' `Counts`, a file's
+        /// write-back counts).
+        #[inline]
+        pub(crate) fn slot(&self) -> usize {
+            self.seg.slot().unwrap_or(0)
         }
     }
 

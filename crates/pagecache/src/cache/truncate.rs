@@ -120,9 +120,7 @@ impl Inner {
         // in the pool (or queued for a run): a reclaimer that finds every
         // frame busy meanwhile waits for these instead of failing.
         // Relaxed: a hint; the reclaimer reads it by RMW and rescans.
-        self.words
-            .freeing
-            .of(self.proc_slot())
+        self.own(&self.words.freeing)
             .fetch_add(1, Ordering::Relaxed);
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
@@ -161,9 +159,7 @@ impl Inner {
         self.defer_frees(deferred);
         // Release: the frees above happen-before a reclaimer's Acquire RMW
         // that reads this decrement (its next alloc finds them).
-        self.words
-            .freeing
-            .of(self.proc_slot())
+        self.own(&self.words.freeing)
             .fetch_sub(1, Ordering::Release);
     }
 
@@ -232,9 +228,7 @@ impl Inner {
         // through its slot, borrowed from the file table.
         self.with_slot(owner, |fs| {
             // Relaxed: a hint.
-            self.words
-                .freeing
-                .of(self.proc_slot())
+            self.own(&self.words.freeing)
                 .fetch_add(1, Ordering::Relaxed);
             let mut g = fs.tree.lock();
             if d.identity() == (owner, index) && !d.snapshot().is_removed() {
@@ -260,9 +254,7 @@ impl Inner {
                 drop(g);
             }
             // Release: as `remove_pages_from`.
-            self.words
-                .freeing
-                .of(self.proc_slot())
+            self.own(&self.words.freeing)
                 .fetch_sub(1, Ordering::Release);
         });
         // Waiters retry: the page is gone from the index.

@@ -103,26 +103,25 @@ impl super::Inner {
     /// which of each [`Counts`] is its own. Context: any.
     #[inline]
     pub(crate) fn proc_slot(&self) -> usize {
-        #[cfg(not(loom))]
-        return self
-            .shared
-            .as_ref()
-            .and_then(|sh| sh.seg.slot())
-            .unwrap_or(0);
-        #[cfg(loom)]
-        0
+        self.shared.as_ref().map_or(0, |sh| sh.slot())
+    }
+
+    /// This process's own count of `counts`, to change. Context: any.
+    #[inline]
+    pub(crate) fn own<'a, A>(&self, counts: &'a Counts<A>) -> &'a A {
+        counts.of(self.proc_slot())
     }
 
     /// How many of each [`Counts`] may be in use: every process slot's in
     /// a shared cache, the first alone in a private one (its readers look
-    /// at one line, as before the counts were per process). Context: any.
+    /// at one line). Context: any.
     #[inline]
     fn count_slots(&self) -> usize {
-        #[cfg(not(loom))]
         if self.shared.is_some() {
-            return COUNT_SLOTS;
+            COUNT_SLOTS
+        } else {
+            1
         }
-        1
     }
 
     /// Pages of runs being read now, in every process (a hint: relaxed

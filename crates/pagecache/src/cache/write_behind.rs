@@ -204,9 +204,8 @@ impl Inner {
 
     /// B4: page `index` of `fs` (frame `f`, pinned by the caller for its
     /// write-back, which has ended or was found done by someone else) is
-    /// dropped if it lies behind a long
-    /// run, is clean, and no one else holds it: evicted and its frame
-    /// freed (the caller's pin with it). Whether it was; if not, the
+    /// dropped if it lies behind a long run, is clean, and no one else
+    /// holds it: evicted and its frame freed (the caller's pin with it). Whether it was; if not, the
     /// caller still holds its pin. Context: no sleep; takes the tree lock.
     pub(crate) fn drop_written_behind(&self, fs: &FileShared, index: u64, f: FrameNo) -> bool {
         if !fs.behind.behind(index) {

@@ -7,20 +7,17 @@
 
 use super::*;
 
-/// The run entries whose sums are not zero: kind, where (node), which
-/// (slot), and each owner's tag with its sum.
+/// The run entries whose sums are not zero: "run", the leaf's node, the
+/// slot, and each owner's tag with its sum.
 pub type OtherCounts = Vec<(&'static str, usize, u32, Vec<(u32, i64)>)>;
 
-/// A run slot (1) an entry counts,
-/// as (kind, where, which), with its count: one per slot of a run entry.
-fn others_of(e: Entry, mut each: impl FnMut((u8, usize, u32), i64)) {
-    match e {
-        Entry::Run(node, lo, mask, c) => {
-            for s in run_slots(lo, mask) {
-                each((1, node as usize, s), c);
-            }
+/// The run slots an entry counts, as (node, slot), with its count: one per
+/// slot of a run entry.
+fn others_of(e: Entry, mut each: impl FnMut((usize, u32), i64)) {
+    if let Entry::Run(node, lo, mask, c) = e {
+        for s in run_slots(lo, mask) {
+            each((node as usize, s), c);
         }
-        Entry::Empty | Entry::Frame(..) => {}
     }
 }
 
@@ -63,12 +60,11 @@ impl Area {
         out
     }
 
-    /// The run entries whose sums are not zero, by kind, where (node),
-    /// which (slot), and the owners' tags with their sums. For a test's
-    /// report.
+    /// The run entries whose sums are not zero ([`OtherCounts`]). For a
+    /// test's report.
     pub fn other_counts(&self) -> OtherCounts {
         let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
-        let mut sums: std::collections::BTreeMap<(u8, usize, u32), Vec<(u32, i64)>> =
+        let mut sums: std::collections::BTreeMap<(usize, u32), Vec<(u32, i64)>> =
             Default::default();
         self.each_entry(|o, e| {
             others_of(e, |k, c| {
@@ -81,7 +77,7 @@ impl Area {
         });
         sums.into_iter()
             .filter(|(_, v)| v.iter().map(|&(_, c)| c).sum::<i64>() != 0)
-            .map(|((k, at, which), v)| (["", "run"][k as usize], at, which, v))
+            .map(|((node, slot), v)| ("run", node, slot, v))
             .collect()
     }
 

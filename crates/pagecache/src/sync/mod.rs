@@ -405,12 +405,10 @@ impl<T> Mutex<T> {
     pub(crate) fn try_lock_or_take_over(&self) -> Option<MutexGuard<'_, T>> {
         #[cfg(not(loom))]
         {
-            if let Some(g) = self.try_lock() {
-                return Some(g);
-            }
-            // SAFETY: `raw` is unsafe because unlocking through it would
-            // break a guard's contract; this only locks through it, and
-            // makes the guard only once the lock is held.
+            // (L1 first, as `try_lock`'s.) SAFETY: `raw` is unsafe because
+            // unlocking through it would break a guard's contract; this
+            // only locks through it, and makes the guard only once the
+            // lock is held.
             if !unsafe { self.inner.raw() }.try_lock_or_take_over() {
                 return None;
             }
