@@ -98,6 +98,14 @@ impl Rng {
 #[test]
 #[ignore = "run by the torture in other processes"]
 fn child() {
+    // A panic ends the worker at once, with SIGABRT, which the torture
+    // tells from its own SIGKILL: unwinding could block on what a dead
+    // process left held, and the kill would then hide the panic.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
     let dir = PathBuf::from(std::env::var("PC_TORTURE_DIR").unwrap());
     let who: u64 = std::env::var("PC_TORTURE_WHO").unwrap().parse().unwrap();
     let c = shared(&dir);

@@ -131,8 +131,15 @@ impl Inner {
             for &(index, f) in &victims {
                 let d = self.desc(f);
                 // T1 of protocol 5.7 (`run.rs`): REMOVED, keeping the
-                // cache's reference for now.
+                // cache's reference for now. A page REMOVED already was
+                // left in its index by a remover whose process died after
+                // its T1 (it held this lock, taken over since: 5.14); what
+                // it left undone is done here, as `finish_removal` does.
                 let old = d.mark_removed();
+                debug_assert!(
+                    !old.is_removed() || self.shared.is_some(),
+                    "page {index} REMOVED in its index under the tree lock"
+                );
                 // T2: a run may hold the page; if one pins the slot, the
                 // slot is marked STALE before the page leaves it.
                 crate::sync::fence(Ordering::SeqCst);
@@ -658,6 +665,52 @@ mod tests {
         );
         drop(p);
         c.validate();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The same page left by a dead remover of a shared cache, reached
+    /// next by a cut instead of a reader: the cut finishes its removal
+    /// (no second T1 of a page already REMOVED, no dirty count given back
+    /// twice) and its frame comes back.
+    #[test]
+    fn a_cut_finishes_a_removal_a_dead_remover_left_in_a_shared_cache() {
+        let dir = std::env::temp_dir().join(format!("pc-cut-removed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
+        let c = PageCache::shared_with(
+            "cut-removed",
+            Config {
+                capacity: 16 * 4096,
+                policy: crate::PolicyKind::Clock,
+                // No write-back by age: page 2 stays dirty until the cut.
+                dirty_expire: std::time::Duration::MAX,
+                ..Config::default()
+            },
+            &crate::SharedOptions {
+                dir: Some(dir.clone()),
+                group: None,
+            },
+        )
+        .unwrap();
+        let f = c.open(&path).unwrap();
+        assert_eq!(f.page(1).unwrap()[0], 7);
+        f.write_at(&[9u8; 8], 2 * 4096).unwrap();
+        let dirty = c.dirty_pages();
+        let (inner, fs) = f.parts();
+        let fr = fs.tree.lookup(&inner.nodes, 1).unwrap();
+        {
+            let _g = fs.tree.lock();
+            inner.desc(fr).mark_removed();
+        }
+        f.set_len(4096).unwrap();
+        assert_eq!(fs.tree.lookup(&inner.nodes, 1), None, "page 1 still cached");
+        assert_eq!(fs.tree.lookup(&inner.nodes, 2), None, "page 2 still cached");
+        // Page 2's DIRTY counted off once, by this cut.
+        assert_eq!(c.dirty_pages(), dirty - 1);
+        drop(f);
+        c.validate();
+        drop(c);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -662,14 +662,17 @@ impl FrameDesc {
     /// Protocol 5.6/5.7 T1: marks a page past the new end of file
     /// `REMOVED` and clears `DIRTY`, keeping the cache's reference (the
     /// caller drops it, or keeps it for a run that still reads the page).
-    /// Returns the state before. Context: no sleep; under the tree lock.
+    /// Returns the state before: `REMOVED` already in it only where a
+    /// remover of a shared cache died between its T1 and the page's unlink
+    /// (5.14), which the caller checks. Context: no sleep; under the tree
+    /// lock.
     pub fn mark_removed(&self) -> State {
         // AcqRel RMW: T1 of protocol 5.7 (the SeqCst fence follows), and
         // ordered with write-back's `start_writeback` as `orphan` is.
         let old = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |s| {
-                debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
+                debug_assert!(State(s).refs() > 0);
                 Some((s | REMOVED) & !DIRTY)
             })
             .unwrap_or_else(|s| s);
