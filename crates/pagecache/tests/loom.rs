@@ -817,6 +817,92 @@ fn writeback_pin_vs_rewrite() {
     }
 }
 
+/// 5.15 P6: the recount of a frame a dead process pinned uncounted (its
+/// reference among the frame's three: the cache's, one pin counted by
+/// thread B, the dead one's), while B takes another pin (a clone, or a
+/// new pin) and thread C of B's process releases one (a pin moving from
+/// one thread's count to another's, the count ending where it started).
+/// Each thread's count and intent are modelled as `ledger_window.rs`
+/// keeps them (intent stored before the RMW, count after a pin and before
+/// a release, intent cleared with Release); the frame is the real
+/// descriptor. The recount drops the dead pin or nothing, never a live
+/// one: without `MARK` cleared by the pin's CAS, loom finds it dropping
+/// two (B's count read before its pin, C's after its release).
+#[test]
+fn recount_vs_a_pin_taken_and_one_released() {
+    use loom::sync::atomic::{AtomicBool, AtomicI64};
+    use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
+    struct Counts {
+        intent: AtomicBool,
+        count: AtomicI64,
+    }
+    impl Counts {
+        fn new(n: i64) -> Arc<Counts> {
+            Arc::new(Counts {
+                intent: AtomicBool::new(false),
+                count: AtomicI64::new(n),
+            })
+        }
+        /// `counted_pins`' look at one table: `None` inside a window.
+        fn look(&self) -> Option<i64> {
+            if self.intent.load(Ordering::Acquire) {
+                return None;
+            }
+            let n = self.count.load(Ordering::Relaxed);
+            loom::sync::atomic::fence(Ordering::Acquire);
+            (!self.intent.load(Ordering::Acquire)).then_some(n)
+        }
+        /// `Window::open`.
+        fn open(&self) {
+            self.intent.store(true, Ordering::Release);
+            loom::sync::atomic::fence(Ordering::Release);
+        }
+        fn add(&self, d: i64) {
+            let n = self.count.load(Ordering::Relaxed);
+            self.count.store(n + d, Ordering::Relaxed);
+        }
+    }
+    for clone in [true, false] {
+        model(3, move || {
+            let f = Arc::new(FrameDesc::new());
+            f.assign(7, 0, State::cached(3));
+            let (b, c) = (Counts::new(1), Counts::new(0));
+            let (fb, bb) = (f.clone(), b.clone());
+            let tb = thread::spawn(move || {
+                bb.open();
+                if clone {
+                    fb.pin_more();
+                } else {
+                    fb.try_pin(PinKind::User).unwrap();
+                }
+                bb.add(1);
+                bb.intent.store(false, Ordering::Release);
+            });
+            let (fc, cc) = (f.clone(), c.clone());
+            let tc = thread::spawn(move || {
+                cc.open();
+                cc.add(-1);
+                assert_eq!(fc.release(), Released::Alive);
+                cc.intent.store(false, Ordering::Release);
+            });
+            let dropped = f.drop_uncounted(|| Some(b.look()? + c.look()?));
+            tb.join().unwrap();
+            tc.join().unwrap();
+            assert!(
+                matches!(dropped, None | Some(1)),
+                "dropped {dropped:?}: the dead pin is one"
+            );
+            // (A look that held: the next recount finds nothing.)
+            if dropped.is_some() {
+                assert_eq!(f.drop_uncounted(|| Some(b.look()? + c.look()?)), Some(0));
+            }
+            let live = b.count.load(Ordering::Relaxed) + c.count.load(Ordering::Relaxed);
+            let dead = if dropped.is_some() { 0 } else { 1 };
+            assert_eq!(f.snapshot().refs() as i64, 1 + live + dead);
+        });
+    }
+}
+
 /// 5.7 vs 5.5: a run (one leaf pin, no pin of the frame) holds page 0
 /// while another thread writes it. The run's bytes never change while it
 /// lives: the writer waits for it (W2-W3), or the run saw the latch and

@@ -85,3 +85,14 @@ impl PageCache {
         out
     }
 }
+
+impl super::File {
+    /// Tests of a cache shared by processes (5.15 P6): takes one more pin
+    /// of the frame `p` holds, inside a pin count's window, and kills this
+    /// process before the pin is counted. Never returns.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn die_in_pin_window(&self, p: &super::PageRef<'_>) -> ! {
+        self.cache.desc(p.frame_hint()).die_in_pin_window()
+    }
+}

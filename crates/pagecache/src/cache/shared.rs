@@ -49,6 +49,10 @@ mod imp {
     use super::super::{Inner, Tables, Words};
     use crate::frame::alloc::{PerCpuPool, Pool};
     use crate::frame::state::FrameDesc;
+
+    /// How long a recovery recounts a frame a dead process may have pinned
+    /// uncounted (5.15 P6d) before it leaves the pin.
+    const RECOUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
     use crate::frame::FrameTable;
     use crate::index::NodeArena;
     use crate::io::engine::Engine;
@@ -305,7 +309,10 @@ mod imp {
         /// free's pool and policy locks; the recovery's own thread.
         pub(crate) fn recover_dead_pins(&self, tag: u32) {
             let Some(sh) = &self.shared else { return };
-            let taken = sh.seg.pins().take_process(tag);
+            // Recounts (P6) wait until its pins are taken and dropped.
+            let pins = sh.seg.pins();
+            let unquiet = pins.unquiet();
+            let taken = pins.take_process(tag);
             // Its files' write-back counts: syncs wait for them (its
             // write-backs were ended by `recover_dead_pages`). Each file
             // keeps one per process (`FileSlot::writeback`): its own
@@ -364,6 +371,37 @@ mod imp {
                         None => break,
                     }
                 }
+            }
+            drop(unquiet);
+            // The pins it took inside a window, which no count says (P6).
+            for &f in &taken.suspects {
+                self.drop_uncounted_pins(f);
+            }
+        }
+
+        /// 5.15 P6d: frame `f`, which a dead process may have pinned
+        /// inside a window: recounted until the recount holds, and the
+        /// references nobody counts dropped. A page busy with pins is
+        /// quieted by taking its latch (new pins then wait), when nobody
+        /// holds it. Gives up after `RECOUNT_FOR` (a pin left uncounted
+        /// stays). Context: may sleep; the recovery's thread.
+        fn drop_uncounted_pins(&self, f: crate::frame::FrameNo) {
+            use crate::frame::state::Released;
+            let Some(sh) = &self.shared else { return };
+            let d = self.desc(f);
+            let t0 = std::time::Instant::now();
+            let mut latched = false;
+            while d.drop_uncounted(|| sh.seg.pins().counted_pins(f)).is_none()
+                && t0.elapsed() < RECOUNT_FOR
+            {
+                if !latched && !d.snapshot().is_latched() {
+                    latched = d.try_pin_latch().is_ok();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // (Its flags unchanged: nothing was written under it.)
+            if latched && d.unlatch_release() == Released::Last {
+                self.free_frame(f);
             }
         }
 

@@ -182,39 +182,45 @@ impl FrameDesc {
         let pass_pending_writer = kind == PinKind::Writeback && !latch;
         let mark = if kind == PinKind::User { ACCESSED } else { 0 }
             | if latch { LATCHED | self.holder() } else { 0 };
+        // 5.15 P6a: the count's window, from before the RMW.
+        let w = self.window();
         // Relaxed: the value only seeds the CAS, which re-validates it.
         let mut s = self.state.load(Ordering::Relaxed);
-        loop {
+        let r = loop {
             let st = State(s);
             let r = st.refs();
             if r == 0 {
-                return Err(PinFail::Free);
+                break Err(PinFail::Free);
             }
             if st.is_latched() && !(pass_pending_writer && r > st.latch_base()) {
-                return Err(PinFail::Latched);
+                break Err(PinFail::Latched);
             }
             if r >= MAX_PINS {
-                return Err(PinFail::Overflow);
+                break Err(PinFail::Overflow);
             }
-            let new = (s + 1) | mark;
+            // MARK cleared: a recount's CAS fails after this pin (P6b).
+            let new = ((s + 1) | mark) & !MARK;
             // Acquire on success: pairs with the Release of the frame's
             // publication (slot store / unlatch) so that identity and bytes
             // read after the pin are those of the page we pinned, and orders
             // the identity re-check (5.1 step 3) after the increment; with
             // `latch`, also the previous holder's unlatch (as `try_latch`).
-            // Failure is Relaxed: a failed CAS gives no ordering (kernel rule
-            // (c)), so we only loop on the fresh value.
+            // Release: the window's intent before a recount that reads this
+            // word (5.15 P6b). Failure is Relaxed: a failed CAS gives no
+            // ordering (kernel rule (c)), so we only loop on the fresh value.
             match self
                 .state
-                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    self.counted(1);
-                    return Ok(State(new));
+                    w.count(1);
+                    break Ok(State(new));
                 }
                 Err(cur) => s = cur,
             }
-        }
+        };
+        w.close();
+        r
     }
 
     /// Adds a reference to a frame the caller already holds a reference to
@@ -222,11 +228,27 @@ impl FrameDesc {
     /// while the caller's own pin lives. Context: any, no sleep.
     #[inline]
     pub fn pin_more(&self) {
-        // Relaxed: the caller's existing reference already orders its reads
-        // (same reasoning as `Arc::clone`).
-        let old = self.state.fetch_add(1, Ordering::Relaxed);
-        debug_assert!(State(old).refs() > 0 && State(old).refs() < MAX_PINS);
-        self.counted(1);
+        let w = self.window();
+        // A CAS, not an add: it clears MARK as `pin_cas` does (5.15 P6b).
+        // Relaxed: seeds the CAS.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(State(s).refs() > 0 && State(s).refs() < MAX_PINS);
+            // AcqRel: Relaxed would do for the reads (the caller's existing
+            // reference already orders them, as for `Arc::clone`); Release
+            // orders the window's intent before the RMW (P6b).
+            match self.state.compare_exchange_weak(
+                s,
+                (s + 1) & !MARK,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(cur) => s = cur,
+            }
+        }
+        w.count(1);
+        w.close();
     }
 
     /// The one common release path: drops one reference.
@@ -238,8 +260,11 @@ impl FrameDesc {
     /// Context: any, no sleep (wakes a draining latch holder).
     #[inline(always)]
     pub fn release(&self) -> Released {
-        self.counted(-1);
-        self.release_base()
+        let w = self.window();
+        w.count(-1);
+        let r = self.release_base();
+        w.close();
+        r
     }
 
     /// Drops the cache's own reference of a page taken out of its index
@@ -517,8 +542,10 @@ impl FrameDesc {
     /// its pin.
     #[inline]
     pub fn unlatch_dirty_release(&self) -> (State, Option<Released>) {
-        // Uncounted first (5.15 P3), counted again if the pin stays.
-        self.counted(-1);
+        // Uncounted first (5.15 P3), counted again if the pin stays, in a
+        // window (P6a).
+        let w = self.window();
+        w.count(-1);
         // Release: as `update` (the bytes written under the latch) and as
         // `release` (our reads happen-before whoever sees the count drop).
         let old = State(
@@ -531,9 +558,11 @@ impl FrameDesc {
         );
         self.wake_waiters(old.0);
         if !old.is_dirty() {
-            self.counted(1);
+            w.count(1);
+            w.close();
             return (old, None);
         }
+        w.close();
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
         (old, Some(self.after_drop_ref(old)))
     }
@@ -560,7 +589,9 @@ impl FrameDesc {
 
     #[inline(always)]
     fn unlatch_and_release(&self, set: u64) -> Released {
-        self.counted(-1);
+        // Uncounted first (5.15 P3), in a window (P6a).
+        let w = self.window();
+        w.count(-1);
         // Release: as `update` (the latch section's writes, UPTODATE) and
         // as `release` (our reads happen-before whoever sees the count
         // drop). The holder's pin keeps the count above zero until here.
@@ -573,6 +604,7 @@ impl FrameDesc {
                 })
                 .unwrap_or_else(|s| s),
         );
+        w.close();
         debug_assert!(old.is_latched(), "unlatch without the latch");
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
         self.wake_waiters(old.0);
@@ -654,7 +686,9 @@ impl FrameDesc {
     /// Context: no sleep; the caller froze it and holds the tree lock.
     pub fn unfreeze(&self, frozen: State) {
         // Release: as the freeze never happened; the refcount is back.
-        let old = self.state.fetch_or(frozen.0, Ordering::Release);
+        // MARK left out: a recount's CAS must fail across the freeze
+        // (5.15 P6b).
+        let old = self.state.fetch_or(frozen.0 & !MARK, Ordering::Release);
         debug_assert_eq!(old & !ACCESSED, 0, "unfreeze of a word that changed");
         self.counted(frozen.refs() as i32 - 1);
     }

@@ -7,6 +7,21 @@ use super::super::state::*;
 use super::FrameDesc;
 use crate::sync::Ordering;
 
+#[cfg(not(loom))]
+pub(super) use crate::frame::ledger::Window;
+
+/// No counts under loom (the ledger is in a segment).
+#[cfg(loom)]
+pub(super) struct Window;
+
+#[cfg(loom)]
+impl Window {
+    #[inline(always)]
+    pub(super) fn count(&self, _delta: i32) {}
+    #[inline(always)]
+    pub(super) fn close(self) {}
+}
+
 impl FrameDesc {
     /// This process's tag, for a frame of a cache shared by processes; 0
     /// otherwise (5.14 L1, W1).
@@ -27,6 +42,16 @@ impl FrameDesc {
         crate::frame::ledger::count(self.key(), delta);
         #[cfg(loom)]
         let _ = delta;
+    }
+
+    /// Opens a pin count's window on this frame (5.15 P6a): before the RMW
+    /// that takes or drops a counted pin. Nothing in a private cache.
+    #[inline(always)]
+    pub(super) fn window(&self) -> Window {
+        #[cfg(not(loom))]
+        return crate::frame::ledger::Window::open(self.key());
+        #[cfg(loom)]
+        Window
     }
 
     /// In a cache shared by processes, records that the calling thread's
@@ -52,6 +77,62 @@ impl FrameDesc {
             })
             .ok()?;
         Some(self.after_drop_ref(State(old)))
+    }
+
+    /// 5.15 P6d: drops the references of this frame that no process
+    /// counts (a dead process's pins, taken inside a window), `counted`
+    /// giving the pins counted in every table and row
+    /// (`ledger::Area::counted_pins`), looked at after the mark.
+    /// `Some(n)`: `n` dropped (0: there were none, or the frame is free, or
+    /// its page is out of its index, whose cache reference may be gone or
+    /// kept for a run: not recounted); `None`: not now (a pin taken or
+    /// released meanwhile, or a count under way). Context: no sleep.
+    pub fn drop_uncounted(&self, counted: impl FnOnce() -> Option<i64>) -> Option<u64> {
+        // Acquire: every window whose RMW came before this one is seen,
+        // its intent or its count (P6b).
+        let w0 = self.state.fetch_or(MARK, Ordering::Acquire) | MARK;
+        let s = State(w0);
+        if s.refs() == 0 || s.is_removed() {
+            return Some(0);
+        }
+        let c = counted()?;
+        // The cache's own reference is the one nobody counts.
+        let extra = s.refs() as i64 - 1 - c;
+        if extra < 0 {
+            return None;
+        }
+        // AcqRel: as a release (Release) and as the RMW whose value the
+        // look above described (Acquire). Fails if any pin was taken or
+        // released since `w0` (P6b): the look then described no moment
+        // (also when it found nothing to drop).
+        self.state
+            .compare_exchange(
+                w0,
+                (w0 - extra as u64) & !MARK,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .ok()?;
+        if extra > 0 && s.is_draining() {
+            self.wake_drainer();
+        }
+        Some(extra as u64)
+    }
+
+    /// Tests of 5.15 P6: takes a pin of this frame inside a window and
+    /// kills this process before the pin is counted (what a process
+    /// killed there leaves: its intent, and a reference nobody counts).
+    #[cfg(not(loom))]
+    pub fn die_in_pin_window(&self) -> ! {
+        let w = self.window();
+        // AcqRel: as `pin_cas`.
+        self.state.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: a signal to this process; no memory is touched.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        drop(w); // (never reached: not closed)
+        loop {
+            std::thread::park();
+        }
     }
 
     /// [`FrameDesc::my_tag`] in place in the state word (`HOLDER`).

@@ -49,14 +49,18 @@ impl FrameDesc {
         self.begin_change();
         self.set_identity(owner, index);
         self.end_change();
+        // A window (5.15 P6a): a recount of this frame (a stale suspect)
+        // must not take the pins below for a dead process's.
+        let w = self.window();
         // Release: identity and initial bytes written before are visible to
         // anyone whose pin CAS (Acquire) reads this value.
         self.state.store(s.0, Ordering::Release);
         // The assigner's pins among the references (all but the cache's),
         // counted after the store that made them (5.15 P3).
         if s.refs() > 1 {
-            self.counted(s.refs() as i32 - 1);
+            w.count(s.refs() as i32 - 1);
         }
+        w.close();
     }
 
     /// Records when the page went from clean to dirty (see the field).

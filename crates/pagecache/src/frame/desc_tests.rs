@@ -21,6 +21,7 @@ fn bits_do_not_overlap_the_refcount() {
         REMOVED,
         UNEVICTABLE,
         STABLE,
+        MARK,
     ] {
         assert_eq!(bit & REFS, 0);
         assert_eq!(bit.count_ones(), 1);

@@ -11,13 +11,14 @@
 //!
 //! * P1. Each thread that pins a frame of a shared cache has a *table* of
 //!   its own in the segment (4 KiB: the owner's tag, its intent word
-//!   (P5), then a list of 510 entries of frame and count), claimed from
+//!   (P5, P6), then a list of 510 entries of frame and count), claimed from
 //!   the segment's pool by a CAS of its owner word and kept for the
 //!   thread's life (in this process's thread-local storage). Only that
 //!   thread writes it (the intent word too): plain stores, no
 //!   read-modify-write, on a line no other thread writes. A pin appends an
 //!   entry; its release by the same thread, found among the last eight,
-//!   removes it, so the list's end stays on one or two lines.
+//!   clears it in place (P6c), and the list's end shrinks over cleared
+//!   entries, so it stays on one or two lines.
 //! * P2. Each process has a *row* in the segment (a signed count per frame,
 //!   claimed at attach like a table). A thread folds its table's frame
 //!   counts into the row (atomic adds) when the table is full and when
@@ -35,10 +36,11 @@
 //!   adds it to the row). The recovery of a dead process (5.14 D5) drops,
 //!   for each frame, the sum of its tables and row, clearing each entry
 //!   before it drops what the entry counted; then it frees the tables and
-//!   the row. What a death inside P3's window leaves is one pin for ever
-//!   (the frame cached, never evicted, and a writer of its page waiting
-//!   for the pin to drain): never a release too many, which would free a
-//!   page another process still reads.
+//!   the row. What a death inside P3's window leaves is one pin nobody
+//!   counts (the frame never evicted, a writer of its page waiting for the
+//!   pin to drain), never a release too many, which would free a page
+//!   another process still reads: P6 (`ledger_window.rs`) finds it by the
+//!   window's intent and drops it.
 //! * P5. An eviction freezes its victim (5.2 A: the count to zero) and
 //!   takes it out of its index (C) under the tree lock; a death between
 //!   would leave a frame with no reference in the index, its readers
@@ -96,10 +98,10 @@ pub struct Table {
     /// Entries in use, `entries[..used]` (the rest are 0): read and
     /// written by the owning thread only.
     used: AtomicU32,
-    /// P5: what the owning thread is in the middle of that a count cannot
-    /// say, for the recovery if it dies there: `(frame + 1) << 32 |
+    /// P5, P6: what the owning thread is in the middle of that a count
+    /// cannot say, for the recovery if it dies there: `(frame + 1) << 32 |
     /// INTENT_EVICT` while its eviction has the frame frozen and still in
-    /// its index; 0 otherwise.
+    /// its index, `| INTENT_PIN` inside a pin count's window; 0 otherwise.
     intent: AtomicU64,
     /// `(frame + 1) << 32 | count as u32` (an `i32`, mostly 1 or -1; a
     /// frame may have several), 0 empty.
@@ -168,6 +170,7 @@ impl Area {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
         let mut evicting = Vec::new();
+        let mut suspects = Vec::new();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -186,8 +189,10 @@ impl Area {
                 }
             }
             let intent = table.intent.swap(0, Relaxed);
-            if intent & 0xffff_ffff == INTENT_EVICT {
-                evicting.push((intent >> 32) as u32 - 1);
+            match intent & 0xffff_ffff {
+                INTENT_EVICT => evicting.push((intent >> 32) as u32 - 1),
+                window::INTENT_PIN => suspects.push((intent >> 32) as u32 - 1),
+                _ => {}
             }
             table.used.store(0, Relaxed);
             // Release: the cleared entries before the next claimant's
@@ -201,12 +206,20 @@ impl Area {
                     *sums.entry(f as u32).or_default() += c.swap(0, Relaxed) as i64;
                 }
             }
+            self.row_direct(r).store(0, Relaxed);
             self.row_owner(r).store(0, Release);
         }
         sums.retain(|&f, _| (f as usize) < self.frames);
         evicting.retain(|&f| (f as usize) < self.frames);
+        // An eviction's freeze uncounts its pin before its CAS (P5): a
+        // death there leaves that pin uncounted, as a window does.
+        suspects.extend(&evicting);
+        suspects.retain(|&f| (f as usize) < self.frames);
+        suspects.sort_unstable();
+        suspects.dedup();
         Taken {
             evicting,
+            suspects,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
         }
@@ -223,6 +236,9 @@ pub struct Taken {
     /// Frames its evictions had frozen and not yet taken out of their
     /// index (P5).
     pub evicting: Vec<u32>,
+    /// Frames it may hold a pin of that no count says (P6d): it died
+    /// inside a window on them (or in an eviction's), sorted.
+    pub suspects: Vec<u32>,
 }
 
 /// The key bit of a run's entry (the rest: the leaf's node id). Frame
@@ -375,6 +391,7 @@ pub unsafe fn unregister(descs: usize) {
                 slot.store(std::ptr::null_mut(), Release);
                 // Every thread's cached table of it is stale now.
                 EPOCH.fetch_add(1, Release);
+                let _q = reg.area.unquiet();
                 let _ = reg.area.take_process(reg.tag);
             }
         }
@@ -458,6 +475,8 @@ thread_local! {
 /// first; its run entries stay, moved to the front (each cleared before it
 /// is written again).
 fn fold(reg: &Reg, t: usize) {
+    // The moves into the row hold recounts off (P6c).
+    let _q = reg.area.unquiet();
     let table = reg.area.table(t);
     let row = reg.area.row(reg.row);
     let mut kept = 0;
@@ -555,10 +574,14 @@ pub(crate) fn intend_evict(desc: usize, evict: bool) {
     // from the index, in the instruction stream.
     compiler_fence(Ordering::SeqCst);
     with_table(reg, |t| {
-        // Relaxed: read by this thread, or by the recovery once its
+        // Release (and the fence after a record): as a window's (P6b),
+        // for a recount of the frame; the recovery reads it once the
         // process is dead (all its stores done, as the entries).
         if let Some(t) = t {
-            t.intent.store(v, Relaxed);
+            t.intent.store(v, Release);
+            if evict {
+                std::sync::atomic::fence(Release);
+            }
         }
         true
     });
@@ -639,19 +662,18 @@ fn add_run(table: &Table, node: u32, lo: u32, mask: u32, pin: bool) -> bool {
     true
 }
 
-/// Removes entry `i` of the `n` in use: the last moves into its place,
-/// cleared there first (P4: a death between the two undercounts).
+/// Removes entry `i` of the `n` in use: cleared in place (entries never
+/// move but in a fold, P6c), the end shrunk over the cleared entries
+/// before it.
 fn remove(table: &Table, i: usize, n: usize) {
-    let last = n - 1;
-    if i != last {
-        let v = table.entries[last].load(Relaxed);
-        table.entries[last].store(0, Relaxed);
-        compiler_fence(Ordering::SeqCst);
-        table.entries[i].store(v, Relaxed);
-    } else {
-        table.entries[i].store(0, Relaxed);
+    table.entries[i].store(0, Relaxed);
+    if i + 1 == n {
+        let mut end = i;
+        while end > 0 && table.entries[end - 1].load(Relaxed) == 0 {
+            end -= 1;
+        }
+        table.used.store(end as u32, Relaxed);
     }
-    table.used.store(last as u32, Relaxed);
 }
 
 /// The slow path of the counts: this thread's table of `reg`'s area
@@ -709,9 +731,8 @@ fn claim_table(reg: &Reg) -> Option<usize> {
 const SCAN: usize = 8;
 
 /// Counts `delta` pins of `frame` in `table`: a release of a pin counted
-/// among the table's last [`SCAN`] entries removes that entry (the last
-/// entry moved into its place, cleared there first: a death between the
-/// two undercounts, P4); anything else is a new entry at the end. False
+/// among the table's last [`SCAN`] entries removes that entry (cleared in
+/// place); anything else is a new entry at the end. False
 /// if the table is full. Only the owning thread writes the table (Relaxed
 /// throughout), and the entries it writes are at its end: the same one or
 /// two cache lines, pin after pin.
@@ -735,6 +756,12 @@ fn add(table: &Table, frame: usize, delta: i32) -> bool {
     table.used.store(n as u32 + 1, Relaxed);
     true
 }
+
+// P6: a pin count's window, and the recount of a frame a dead process
+// may have pinned in one.
+#[path = "ledger_window.rs"]
+mod window;
+pub(crate) use window::Window;
 
 // What an audit reads of the counts (tests, and a test's report of a
 // stuck cache).

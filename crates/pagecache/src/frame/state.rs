@@ -10,10 +10,10 @@
 //! # The state word
 //!
 //! ```text
-//!  63    43  42   41   40    39      38     37     36    35     34     33     32   31              0
-//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
-//! | HOLDER |AWAI|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |    refcount    |
-//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+----------------+
+//!  63    43  42   41   40    39      38     37     36    35     34     33     32    31   30            0
+//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+-----+-------------+
+//! | HOLDER |AWAI|STBL|UNEVI|REMOVED| ACC  |  WB  |DIRTY| UPTO |DRAIN |WAITER|LATCH |MARK |  refcount   |
+//! +--------+----+----+-----+-------+------+------+-----+------+------+------+------+-----+-------------+
 //! ```
 //!
 //! * `HOLDER` (bits 43-63): in a cache shared by processes, the tag of the
@@ -21,7 +21,11 @@
 //!   same RMW; 0 in a private cache), so that a waiter can tell a holder
 //!   whose process died (protocol 5.14 L1-L3).
 //!
-//! * `refcount` (bits 0-31): the cache's own reference (1 while the page is in
+//! * `MARK` (bit 31): in a cache shared by processes, set by a recount of
+//!   the frame's pins (5.15 P6) and cleared by every pin's RMW in the same
+//!   RMW, so that the recount's final compare-and-swap fails if any pin was
+//!   taken after it looked (never set in a private cache).
+//! * `refcount` (bits 0-30): the cache's own reference (1 while the page is in
 //!   its file's index) plus one per pin (`PageRef`, `PageMut`, internal pins of
 //!   write-back and eviction). 0 means free or frozen: nobody may take a new
 //!   reference (protocol 5.1 step 2 fails and retries from the root).
@@ -87,7 +91,8 @@ pub use super::desc::FrameDesc;
 #[cfg(not(loom))]
 pub use super::desc::DESC_WORDS;
 
-pub(super) const REFS: u64 = 0xffff_ffff;
+pub(super) const REFS: u64 = 0x7fff_ffff;
+pub(super) const MARK: u64 = 1 << 31;
 pub(crate) const LATCHED: u64 = 1 << 32;
 pub(super) const WAITERS: u64 = 1 << 33;
 pub(super) const DRAIN: u64 = 1 << 34;

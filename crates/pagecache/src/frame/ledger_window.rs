@@ -1,0 +1,254 @@
+//! P6 of protocol 5.15: the window between a pin's RMW and its count, and
+//! the recount that finds a pin a dead process took in it.
+//!
+//! * P6a. Every RMW that takes or drops a counted pin (a pin's CAS, a
+//!   clone's, a release, an unlatch that drops the holder's pin) runs in a
+//!   *window*: the thread's table's `intent` word names the frame
+//!   (`INTENT_PIN`) from before the RMW until after its count (a pin) or
+//!   from before its uncount until after the RMW (a release), then is
+//!   cleared with a Release store. A thread with no table marks its
+//!   process's row `direct` (for the row's life) before the RMW instead:
+//!   a window no intent shows.
+//! * P6b. A pin's RMW (`FrameDesc::pin_cas`, `pin_more`) is a CAS that
+//!   clears `MARK` in the state word and is AcqRel; a release's is a
+//!   Release RMW. So a recount that set `MARK` with an Acquire RMW sees
+//!   every window whose RMW came before its own (the intent store, and a
+//!   release's uncount, precede that RMW), and a compare-and-swap of the
+//!   word it read fails if any pin was taken since (`MARK` gone) or any
+//!   released (the count lower, and only a pin could raise it again). The
+//!   intent is stored with Release and a Release fence after it, and
+//!   cleared with Release; a look reads it with Acquire before and after
+//!   a table's entries (an Acquire fence between): a count it read that
+//!   a window still open made (an uncount whose RMW is yet to come) shows
+//!   that window's intent at the second read, and a later value orders
+//!   the window's RMW before the recount's CAS.
+//! * P6c. Entries do not move: a release clears its entry in place (the
+//!   table's end shrinks over cleared entries). Only a fold moves them (into
+//!   the row), and a recovery takes a dead process's away (before it drops
+//!   the pins they count): both run inside the area's `quiet` word's
+//!   count, a seqlock a recount reads before and after its look (odd or
+//!   changed: it tries again later). So a look sees each pin counted
+//!   throughout it exactly once.
+//! * P6d. A process that dies inside a window leaves its intent (or its
+//!   eviction's, P5) naming the frame: the recovery (`take_process`) lists
+//!   it as *suspect*, and recounts it: with `MARK` set (the word `w0`, its
+//!   references `r0`), the pins counted in every table and row in use,
+//!   `c`, none of them in a window on the frame (else it tries again
+//!   later), and no row `direct` (else it gives up). The page in its index
+//!   and not `REMOVED`, the cache's reference is one: `r0 - 1 - c`
+//!   references nobody counts are the dead process's, and one CAS from
+//!   `w0` drops them. By P6b the CAS succeeds only if no pin was taken or
+//!   released since `w0`, so `c` and `r0` describe one moment (a count
+//!   landing in the look was in a window the look saw, or had its RMW
+//!   before `w0` and shows).
+
+use super::*;
+
+/// An intent (P6a): the thread is inside a pin count's window on the frame.
+pub(super) const INTENT_PIN: u64 = 2;
+
+/// A pin count's window on one frame (P6a), opened before the RMW and
+/// closed after the count (a pin) or after the RMW (a release). Nothing
+/// in a private cache.
+#[must_use = "a window is closed after its RMW"]
+pub(crate) struct Window {
+    /// The descriptor, for counts that do not fit the table.
+    desc: usize,
+    /// This thread's table and the frame's number in it, if it has one.
+    table: Option<(&'static Table, usize)>,
+    /// The frame is in a shared cache.
+    shared: bool,
+}
+
+impl Window {
+    /// Opens the window on the frame whose descriptor is at `desc`.
+    #[inline(always)]
+    pub(crate) fn open(desc: usize) -> Window {
+        if in_shared(desc) {
+            open_shared(desc)
+        } else {
+            Window {
+                desc,
+                table: None,
+                shared: false,
+            }
+        }
+    }
+
+    /// Counts `delta` pins of the frame as the calling thread's: after the
+    /// RMW that took them, before the one that drops them (P3).
+    #[inline(always)]
+    pub(crate) fn count(&self, delta: i32) {
+        if let Some((t, frame)) = self.table {
+            compiler_fence(Ordering::SeqCst);
+            if add(t, frame, delta) {
+                compiler_fence(Ordering::SeqCst);
+                return;
+            }
+        }
+        if self.shared {
+            count_shared(self.desc, delta);
+        }
+    }
+
+    /// Closes the window.
+    #[inline(always)]
+    pub(crate) fn close(self) {
+        if let Some((t, _)) = self.table {
+            compiler_fence(Ordering::SeqCst);
+            // Release: the count (or the RMW) before a recount's Acquire
+            // load that sees the intent gone.
+            t.intent.store(0, Release);
+        }
+    }
+}
+
+#[inline(never)]
+fn open_shared(desc: usize) -> Window {
+    let mut w = Window {
+        desc,
+        table: None,
+        shared: true,
+    };
+    compiler_fence(Ordering::SeqCst);
+    let fast = FAST.try_with(Cell::get).ok();
+    let cached = fast.filter(|f| {
+        // Acquire: as in `count_shared`.
+        f.epoch == EPOCH.load(Acquire) && desc.wrapping_sub(f.lo) < f.len
+    });
+    match cached {
+        Some(f) => {
+            // SAFETY: as in `count_shared`.
+            let t = unsafe { &*(f.table as *const Table) };
+            w.table = Some((t, (desc - f.lo) / 64));
+        }
+        None => {
+            let Some(reg) = find(desc) else { return w };
+            let frame = (desc - reg.descs) / 64;
+            let found = Cell::new(None);
+            count_in(reg, |reg, t| {
+                match t {
+                    Some(t) => found.set(Some(t as *const Table as usize)),
+                    // No table: a window no intent shows (P6a).
+                    None => reg.area.row_direct(reg.row).store(1, Relaxed),
+                }
+                true
+            });
+            // SAFETY: a table of `reg`'s area, mapped while its pins are
+            // counted (the caller's).
+            w.table = found
+                .get()
+                .map(|t| (unsafe { &*(t as *const Table) }, frame));
+        }
+    }
+    if let Some((t, frame)) = w.table {
+        // Release, and the fence after: a look that reads a count made in
+        // the window (a release's uncount) then sees the intent, or a later
+        // value of the word, which a Release store wrote (P6b).
+        t.intent
+            .store((frame as u64 + 1) << 32 | INTENT_PIN, Release);
+        std::sync::atomic::fence(Release);
+    }
+    compiler_fence(Ordering::SeqCst);
+    w
+}
+
+/// Holds a recount off (P6c) while alive: a fold, or a recovery's taking
+/// and dropping of a dead process's pins.
+pub struct Unquiet<'a>(&'a AtomicU64);
+
+impl Drop for Unquiet<'_> {
+    fn drop(&mut self) {
+        // Release: the moves and drops before a recount's reading of the
+        // word (after its Acquire fence).
+        self.0.fetch_sub(1, Release);
+    }
+}
+
+impl Area {
+    /// The area's `quiet` word (P6c): high half, how many folds and
+    /// recoveries began; low half, how many are under way. In the area's
+    /// first 4 KiB, after the rows' `direct` marks.
+    fn quiet(&self) -> &AtomicU64 {
+        // SAFETY: at 3 KiB of the area's first 4 KiB (8-aligned).
+        unsafe { &*((self.base + 3072) as *const AtomicU64) }
+    }
+
+    /// Begins what a recount must not overlap (P6c) until the guard drops.
+    pub fn unquiet(&self) -> Unquiet<'_> {
+        let q = self.quiet();
+        // Acquire and a Release fence: a seqlock's writer (the moves after
+        // it are seen only with the count raised).
+        q.fetch_add(1 << 32 | 1, Acquire);
+        std::sync::atomic::fence(Release);
+        Unquiet(q)
+    }
+
+    /// A row's `direct` mark (P6a): its process counted a pin with no
+    /// table. In the area's first 4 KiB, after the rows' owners.
+    pub(super) fn row_direct(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: ROWS owner words, then at 2 KiB ROWS marks, all in the
+        // area's first 4 KiB.
+        unsafe { &*((self.base + 2048) as *const AtomicU32).add(r) }
+    }
+
+    /// P6d: the pins of `frame` counted in every table and row in use,
+    /// or `None` if a count of it may be under way (a window on it, or a
+    /// row marked `direct`). Tables first, then the rows (P6c). The
+    /// caller set `MARK` on the frame before (its Acquire RMW orders what
+    /// this reads).
+    pub fn counted_pins(&self, frame: u32) -> Option<i64> {
+        let key = frame as u64 + 1;
+        // Acquire: a seqlock's reader (pairs with `Unquiet`'s Release).
+        let q0 = self.quiet().load(Acquire);
+        if q0 & 0xffff_ffff != 0 {
+            return None;
+        }
+        let mut sum = 0i64;
+        for t in 0..TABLES {
+            let table = self.table(t);
+            // Relaxed: a table claimed during the look counts pins taken
+            // after the caller's mark, which its CAS catches (P6b).
+            if table.owner.load(Relaxed) == 0 {
+                continue;
+            }
+            // Acquire: pairs with a window's closing store, so the count
+            // made in it is read below.
+            if table.intent.load(Acquire) >> 32 == key {
+                return None;
+            }
+            let used = (table.used.load(Relaxed) as usize).min(ENTRIES);
+            for e in &table.entries[..used] {
+                if let Entry::Frame(f, n) = Entry::of(e.load(Relaxed)) {
+                    if f == frame {
+                        sum += n;
+                    }
+                }
+            }
+            // A count read above that was made in a window still open (a
+            // release's uncount before its RMW) shows its intent now: the
+            // window's fence after its intent pairs with this one.
+            // Acquire: a later value, written by a Release store, orders
+            // the window's RMW before this recount's CAS (which then fails).
+            std::sync::atomic::fence(Acquire);
+            if table.intent.load(Acquire) >> 32 == key {
+                return None;
+            }
+        }
+        for r in 0..ROWS {
+            // Acquire: the row's counts as its claimant's.
+            if self.row_owner(r).load(Acquire) == 0 {
+                continue;
+            }
+            if self.row_direct(r).load(Relaxed) != 0 {
+                return None;
+            }
+            if let Some(c) = self.row(r).get(frame as usize) {
+                sum += c.load(Relaxed) as i64;
+            }
+        }
+        // A seqlock's reader: the reads above before the second look.
+        std::sync::atomic::fence(Acquire);
+        (self.quiet().load(Relaxed) == q0).then_some(sum)
+    }
+}

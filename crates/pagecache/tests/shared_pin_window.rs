@@ -1,0 +1,92 @@
+//! A process of a shared cache killed between a pin's RMW and its count
+//! (protocol 5.15 P6): the pin is in the frame's count and in no process's,
+//! and the recovery's recount drops it, and nothing else: a pin another
+//! process holds meanwhile stays.
+#![cfg(not(loom))]
+
+mod common;
+use common::{reap, spawn_child, TempDir};
+use pagecache::{Config, PageCache, PolicyKind, SharedOptions};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PS: usize = 4096;
+
+fn shared(dir: &Path) -> PageCache {
+    PageCache::shared_with(
+        "w",
+        Config {
+            capacity: 64 * PS,
+            policy: PolicyKind::Clock,
+            dirty_expire: Duration::MAX,
+            readahead_max: 0,
+            ..Config::default()
+        },
+        &SharedOptions {
+            dir: Some(dir.to_path_buf()),
+            group: None,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "run by the tests in a second process"]
+fn child() {
+    let dir = PathBuf::from(std::env::var("PC_WINDOW_DIR").unwrap());
+    let c = shared(&dir);
+    let f = c.open(dir.join("f")).unwrap();
+    // A pin counted, then one more taken and never counted.
+    let p = f.page(1).unwrap();
+    f.die_in_pin_window(&p);
+}
+
+/// Waits until no dead process is left to recover.
+fn recovered(c: &PageCache) {
+    let seg =
+        pagecache::internals::segment::Segment::inspect(c.shared_path().unwrap(), None).unwrap();
+    common::wait_until("the dead process recovered", || {
+        seg.processes().iter().all(|&(_, live)| live) && seg.recovering() == 0
+    });
+}
+
+/// The dead process's uncounted pin is dropped by its recovery: a write
+/// of the page, which waits for its pins to drain, ends (without the
+/// recount it waits for ever: the watchdog aborts), and afterwards no
+/// frame holds a reference beyond the cache's own. This process held a
+/// pin of the page throughout, which the recount kept: its release after
+/// the recovery is the page's last pin, not one too many (a debug
+/// assertion, and `validate`).
+#[test]
+fn a_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
+    let td = TempDir::new("pin-window");
+    let path = td.path("f");
+    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
+    let c = shared(&td.0);
+    let f = c.open(&path).unwrap();
+    let mine = f.page(1).unwrap();
+    let child = spawn_child(&[("PC_WINDOW_DIR", td.0.to_str().unwrap())]);
+    let st = reap(child);
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
+    recovered(&c);
+    assert_eq!(mine[0], 7);
+    drop(mine);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            f.write_at(&[9u8; PS], PS as u64).unwrap();
+            tx.send(()).unwrap();
+        });
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            eprintln!("{}", c.describe_held());
+            eprintln!("the write waited for the dead process's uncounted pin");
+            std::process::abort();
+        }
+    });
+    let mut b = [0u8; 8];
+    f.read_at(&mut b, PS as u64).unwrap();
+    assert_eq!(b, [9u8; 8]);
+    drop(f);
+    c.validate();
+}
