@@ -831,7 +831,7 @@ fn writeback_pin_vs_rewrite() {
 #[test]
 fn recount_vs_a_pin_taken_and_one_released() {
     use loom::sync::atomic::{AtomicBool, AtomicI64};
-    use pagecache::internals::state::{FrameDesc, PinKind, Released, State};
+    use pagecache::internals::state::{FrameDesc, Held, PinKind, Released, State};
     struct Counts {
         intent: AtomicBool,
         count: AtomicI64,
@@ -885,7 +885,9 @@ fn recount_vs_a_pin_taken_and_one_released() {
                 assert_eq!(fc.release(), Released::Alive);
                 cc.intent.store(false, Ordering::Release);
             });
-            let dropped = f.drop_uncounted(|| Some(b.look()? + c.look()?));
+            let dropped = f
+                .drop_uncounted(Held::Indexed, || Some(b.look()? + c.look()?))
+                .map(|(n, _)| n);
             tb.join().unwrap();
             tc.join().unwrap();
             assert!(
@@ -894,7 +896,10 @@ fn recount_vs_a_pin_taken_and_one_released() {
             );
             // (A look that held: the next recount finds nothing.)
             if dropped.is_some() {
-                assert_eq!(f.drop_uncounted(|| Some(b.look()? + c.look()?)), Some(0));
+                assert_eq!(
+                    f.drop_uncounted(Held::Indexed, || Some(b.look()? + c.look()?)),
+                    Some((0, false))
+                );
             }
             let live = b.count.load(Ordering::Relaxed) + c.count.load(Ordering::Relaxed);
             let dead = if dropped.is_some() { 0 } else { 1 };

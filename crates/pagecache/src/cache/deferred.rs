@@ -184,12 +184,17 @@ impl DeferredQueue {
 
     /// D1: under the queue lock and after a SeqCst fence, takes out every
     /// entry `still_pinned` says no run holds any more (uncounting it in
-    /// `n`) and returns them. Context: no sleep; takes the queue lock.
+    /// `n`) and drops the frame's kept reference with `release`, still
+    /// under the lock (a kept reference is never in one thread's hands
+    /// alone, where its death would lose it: 5.15 P6e); returns the frames
+    /// whose last reference that was (`release` true), for the caller to
+    /// free. Context: no sleep; takes the queue lock.
     pub(crate) fn take_unpinned(
         &self,
         n: &crate::sync::AtomicUsize,
         still_pinned: impl Fn(&Deferred) -> bool,
-    ) -> Vec<Deferred> {
+        release: impl Fn(FrameNo) -> bool,
+    ) -> Vec<FrameNo> {
         let mut out = Vec::new();
         let _g = self.head.lock.lock();
         crate::sync::fence(Ordering::SeqCst);
@@ -207,7 +212,9 @@ impl DeferredQueue {
                 i += 1;
                 continue;
             }
-            out.push(d);
+            if release(d.frame) {
+                out.push(d.frame);
+            }
             // The last entry takes its place.
             len -= 1;
             if i < len {
@@ -224,6 +231,18 @@ impl DeferredQueue {
         }
         self.head.len.store(len as u32, Ordering::Relaxed);
         out
+    }
+
+    /// `f(queued)` under the queue lock, `queued` whether `frame` is
+    /// queued (its cache reference kept here). Context: no sleep; takes the
+    /// queue lock.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn with_queued<R>(&self, frame: FrameNo, f: impl FnOnce(bool) -> R) -> R {
+        let _g = self.head.lock.lock();
+        // Relaxed (all): under the queue lock.
+        let len = self.head.len.load(Ordering::Relaxed) as usize;
+        let queued = (0..len).any(|i| self.entry(i).frame.load(Ordering::Relaxed) == frame);
+        f(queued)
     }
 
     /// Entries queued now (`validate`). Context: takes the queue lock.

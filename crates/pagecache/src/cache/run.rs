@@ -464,39 +464,44 @@ impl Inner {
     }
 
     /// T3: queues the frames of truncated pages a run may still read (the
-    /// cache's reference of each is kept), then D1. Context: no sleep; no
-    /// tree lock held.
-    pub(crate) fn defer_frees(&self, entries: Vec<(&Node, usize, FrameNo)>) {
+    /// cache's reference of each is kept), under the tree lock that took
+    /// them out of their index (5.15 P6e: a kept reference is never in
+    /// one thread's hands alone); the caller runs D1 (`run_deferred`) once
+    /// that lock is released. Context: no sleep; the tree lock held; takes
+    /// the queue's lock (a leaf).
+    pub(crate) fn queue_frees(&self, entries: &[(&Node, usize, FrameNo)]) {
         if entries.is_empty() {
             return;
         }
         let q: Vec<Deferred> = entries
-            .into_iter()
-            .map(|(leaf, slot, frame)| Deferred {
+            .iter()
+            .map(|&(leaf, slot, frame)| Deferred {
                 leaf: self.nodes.id_of(leaf),
                 slot: slot as u32,
                 frame,
             })
             .collect();
         self.deferred.push(&q, &self.words.deferred_n);
-        self.run_deferred();
     }
 
     /// D1: drops the kept reference of every queued frame whose slot no
     /// run pins any more, whichever process queued it. Context: no sleep;
     /// takes the queue's lock, then (freeing) the policy's and pool's.
     pub(crate) fn run_deferred(&self) {
-        let done = self.deferred.take_unpinned(&self.words.deferred_n, |e| {
-            // A queued leaf stays linked while its slot is pinned (F2), and
-            // nodes are type-stable: the id names memory of the arena.
-            self.nodes
-                .get(e.leaf.into())
-                .is_some_and(|leaf| leaf.slot_pinned(e.slot as usize))
-        });
-        for e in done {
-            if self.desc(e.frame).release_base() == Released::Last {
-                self.free_frame(e.frame);
-            }
+        let done = self.deferred.take_unpinned(
+            &self.words.deferred_n,
+            |e| {
+                // A queued leaf stays linked while its slot is pinned (F2),
+                // and nodes are type-stable: the id names memory of the
+                // arena.
+                self.nodes
+                    .get(e.leaf.into())
+                    .is_some_and(|leaf| leaf.slot_pinned(e.slot as usize))
+            },
+            |f| self.desc(f).release_base() == Released::Last,
+        );
+        for f in done {
+            self.free_frame(f);
         }
     }
 }

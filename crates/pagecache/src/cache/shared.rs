@@ -48,7 +48,7 @@ mod imp {
     use super::super::file_table::FileTable;
     use super::super::{Inner, Tables, Words};
     use crate::frame::alloc::{PerCpuPool, Pool};
-    use crate::frame::state::FrameDesc;
+    use crate::frame::state::{FrameDesc, Held};
 
     /// How long a recovery recounts a frame a dead process may have pinned
     /// uncounted (5.15 P6d) before it leaves the pin.
@@ -373,9 +373,72 @@ mod imp {
                 }
             }
             drop(unquiet);
-            // The pins it took inside a window, which no count says (P6).
+            // The pins it took inside a window, which no count says (P6d),
+            // and what it held of removed pages (P6e).
             for &f in &taken.suspects {
                 self.drop_uncounted_pins(f);
+            }
+            self.recover_removed_frames();
+        }
+
+        /// 5.15 P6e: every frame of a page taken out of its index
+        /// (`REMOVED`) that still holds references: what neither a count,
+        /// nor the deferred-free queue, nor a live remover accounts for is
+        /// a dead process's (a pin taken in a window; the cache's reference
+        /// a remover or a D1 had in hand), dropped, and the frame freed if
+        /// that was its last. A live remover has such a reference in hand
+        /// only under the file's tree lock (T1-T3) or the queue's lock
+        /// (D1), which the recount holds; a region's page leaves its slot
+        /// with its reference dropped in the same RMW (`orphan`): none.
+        /// Context: may sleep (each recount retried up to `RECOUNT_FOR`);
+        /// the recovery's thread.
+        pub(crate) fn recover_removed_frames(&self) {
+            let Some(sh) = &self.shared else { return };
+            for f in 0..self.frames.len() as crate::frame::FrameNo {
+                let d = self.desc(f);
+                let s = d.snapshot();
+                if !s.is_removed() || s.refs() == 0 {
+                    continue;
+                }
+                let (owner, index) = d.identity();
+                let t0 = std::time::Instant::now();
+                let recount = || {
+                    let counted = || sh.seg.pins().counted_pins(f);
+                    if crate::anon::region_process(owner).is_some() {
+                        let held = Held::Removed {
+                            page: (owner, index),
+                            base: 0,
+                        };
+                        return d.drop_uncounted(held, counted);
+                    }
+                    let mut r = Some((0, false));
+                    self.with_slot(owner, |fs| {
+                        let _g = fs.tree.lock();
+                        // In its index: its readers or the next cut finish
+                        // the removal (`finish_removal`).
+                        if fs.tree.lookup(&self.nodes, index) == Some(f) {
+                            return;
+                        }
+                        r = self.deferred.with_queued(f, |queued| {
+                            let held = Held::Removed {
+                                page: (owner, index),
+                                base: queued as u64,
+                            };
+                            d.drop_uncounted(held, counted)
+                        });
+                    });
+                    r
+                };
+                let done = loop {
+                    match recount() {
+                        Some(r) => break Some(r),
+                        None if t0.elapsed() >= RECOUNT_FOR => break None,
+                        None => std::thread::sleep(std::time::Duration::from_millis(1)),
+                    }
+                };
+                if let Some((_, true)) = done {
+                    self.free_frame(f);
+                }
             }
         }
 
@@ -391,7 +454,9 @@ mod imp {
             let d = self.desc(f);
             let t0 = std::time::Instant::now();
             let mut latched = false;
-            while d.drop_uncounted(|| sh.seg.pins().counted_pins(f)).is_none()
+            while d
+                .drop_uncounted(Held::Indexed, || sh.seg.pins().counted_pins(f))
+                .is_none()
                 && t0.elapsed() < RECOUNT_FOR
             {
                 if !latched && !d.snapshot().is_latched() {

@@ -100,6 +100,16 @@ pub(crate) enum Cut {
     Busy(u64),
 }
 
+/// What [`Inner::unlinked`] left for after the tree lock.
+enum Unlinked {
+    /// Queued for a run (D1 to run).
+    Queued,
+    /// The cache's reference was the last: the frame to free.
+    Last,
+    /// Not taken out, or pinned still.
+    Kept,
+}
+
 /// The new last page's latch, or why there is none.
 enum Tail<'a> {
     /// Latched and drained: zero it after the shrink.
@@ -125,7 +135,7 @@ impl Inner {
         let mut victims = Vec::new();
         let mut to_free = Vec::new();
         let mut deferred = Vec::new();
-        {
+        let queued = {
             let mut g = fs.tree.lock();
             g.entries_from(&self.nodes, first, &mut victims);
             for &(index, f) in &victims {
@@ -159,11 +169,16 @@ impl Inner {
                     }
                 }
             }
-        }
+            // Queued under the lock that unlinked them (5.15 P6e).
+            self.queue_frees(&deferred);
+            !deferred.is_empty()
+        };
         for f in to_free {
             self.free_frame(f);
         }
-        self.defer_frees(deferred);
+        if queued {
+            self.run_deferred();
+        }
         // Release: the frees above happen-before a reclaimer's Acquire RMW
         // that reads this decrement (its next alloc finds them).
         self.own(&self.words.freeing)
@@ -193,29 +208,43 @@ impl Inner {
         crate::sync::fence(Ordering::SeqCst);
         let run = g.mark_run_stale(&self.nodes, index);
         let removed = g.remove(&self.nodes, index, f);
+        let after = self.unlinked(run, removed, index, f);
         drop(g);
-        self.after_unlink(run, removed, index, f);
+        self.after_unlink(after, f);
     }
 
     /// T3 for page `index` (frame `f`) just taken out of its index under
     /// the tree lock (`removed`), `run` the leaf whose slot a run pins, if
-    /// one does: the frame kept for the run until it ends, else the cache's
-    /// reference dropped (the frame freed if that was the last). Shared by
-    /// `drop_torn` and `finish_removal`. Context: no sleep; the tree lock
-    /// released.
-    fn after_unlink(
+    /// one does: the frame queued, kept for the run until it ends, else
+    /// the cache's reference dropped, both under the tree lock (5.15 P6e).
+    /// Shared by `drop_torn` and `finish_removal`; the caller then calls
+    /// [`Inner::after_unlink`] with what this returns, the lock released.
+    /// Context: no sleep; the tree lock held.
+    fn unlinked(
         &self,
         run: Option<&crate::index::Node>,
         removed: bool,
         index: u64,
         f: FrameNo,
-    ) {
+    ) -> Unlinked {
         match run {
             Some(leaf) if removed => {
-                self.defer_frees(vec![(leaf, (index % LEAF_PAGES) as usize, f)])
+                self.queue_frees(&[(leaf, (index % LEAF_PAGES) as usize, f)]);
+                Unlinked::Queued
             }
-            _ if removed && self.desc(f).release_base() == Released::Last => self.free_frame(f),
-            _ => {}
+            _ if removed && self.desc(f).release_base() == Released::Last => Unlinked::Last,
+            _ => Unlinked::Kept,
+        }
+    }
+
+    /// What follows [`Inner::unlinked`] with the tree lock released: D1
+    /// for a queued frame, the free of a frame whose last reference the
+    /// cache's was.
+    fn after_unlink(&self, after: Unlinked, f: FrameNo) {
+        match after {
+            Unlinked::Queued => self.run_deferred(),
+            Unlinked::Last => self.free_frame(f),
+            Unlinked::Kept => {}
         }
     }
 
@@ -244,6 +273,7 @@ impl Inner {
                 crate::sync::fence(Ordering::SeqCst);
                 let run = g.mark_run_stale(&self.nodes, index);
                 let removed = g.remove(&self.nodes, index, f);
+                let after = self.unlinked(run, removed, index, f);
                 drop(g);
                 if old.is_dirty() {
                     self.cleaned();
@@ -256,7 +286,7 @@ impl Inner {
                         Ordering::Relaxed,
                     );
                 }
-                self.after_unlink(run, removed, index, f);
+                self.after_unlink(after, f);
             } else {
                 drop(g);
             }
@@ -630,87 +660,5 @@ impl Inner {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use crate::{Config, PageCache};
-
-    /// A page left marked REMOVED in its index (a remover whose process
-    /// died between T1 and T2, made here by hand) is taken out by its next
-    /// reader, which then reads the file, instead of finding it for ever.
-    #[test]
-    fn a_removed_page_left_in_its_index_is_taken_out_by_its_reader() {
-        let dir = std::env::temp_dir().join(format!("pc-finish-removal-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f");
-        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
-        let c = PageCache::new(Config {
-            capacity: 16 * 4096,
-            ..Config::default()
-        })
-        .unwrap();
-        let f = c.open(&path).unwrap();
-        assert_eq!(f.page(1).unwrap()[0], 7);
-        let (inner, fs) = f.parts();
-        let fr = fs.tree.lookup(&inner.nodes, 1).unwrap();
-        {
-            let _g = fs.tree.lock();
-            inner.desc(fr).mark_removed();
-        }
-        let p = f.page(1).unwrap();
-        assert!(p.iter().all(|&b| b == 7));
-        // (Its frame may hold the page again, freed and taken anew.)
-        let now = fs.tree.lookup(&inner.nodes, 1).unwrap();
-        assert!(
-            !inner.desc(now).snapshot().is_removed(),
-            "the removed frame is out"
-        );
-        drop(p);
-        c.validate();
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// The same page left by a dead remover of a shared cache, reached
-    /// next by a cut instead of a reader: the cut finishes its removal
-    /// (no second T1 of a page already REMOVED, no dirty count given back
-    /// twice) and its frame comes back.
-    #[test]
-    fn a_cut_finishes_a_removal_a_dead_remover_left_in_a_shared_cache() {
-        let dir = std::env::temp_dir().join(format!("pc-cut-removed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f");
-        std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
-        let c = PageCache::shared_with(
-            "cut-removed",
-            Config {
-                capacity: 16 * 4096,
-                policy: crate::PolicyKind::Clock,
-                // No write-back by age: page 2 stays dirty until the cut.
-                dirty_expire: std::time::Duration::MAX,
-                ..Config::default()
-            },
-            &crate::SharedOptions {
-                dir: Some(dir.clone()),
-                group: None,
-            },
-        )
-        .unwrap();
-        let f = c.open(&path).unwrap();
-        assert_eq!(f.page(1).unwrap()[0], 7);
-        f.write_at(&[9u8; 8], 2 * 4096).unwrap();
-        let dirty = c.dirty_pages();
-        let (inner, fs) = f.parts();
-        let fr = fs.tree.lookup(&inner.nodes, 1).unwrap();
-        {
-            let _g = fs.tree.lock();
-            inner.desc(fr).mark_removed();
-        }
-        f.set_len(4096).unwrap();
-        assert_eq!(fs.tree.lookup(&inner.nodes, 1), None, "page 1 still cached");
-        assert_eq!(fs.tree.lookup(&inner.nodes, 2), None, "page 2 still cached");
-        // Page 2's DIRTY counted off once, by this cut.
-        assert_eq!(c.dirty_pages(), dirty - 1);
-        drop(f);
-        c.validate();
-        drop(c);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+#[path = "truncate_tests.rs"]
+mod tests;

@@ -24,6 +24,7 @@ mod writeback;
 // process, and the recovery of a dead one's (5.14).
 #[path = "desc_death.rs"]
 mod death;
+pub use death::Held;
 
 /// Rounds of `wait_unlatched_spin_as`'s spin before it parks: a pause
 /// each, about 1 µs in all where a pause takes ~140 cycles (Intel since

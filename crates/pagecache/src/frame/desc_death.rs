@@ -14,6 +14,22 @@ pub(super) use crate::frame::ledger::Window;
 #[cfg(loom)]
 pub(super) struct Window;
 
+/// The references of a frame that are held beyond the pins counted
+/// (5.15 P6d-e), for [`FrameDesc::drop_uncounted`].
+#[derive(Debug, Clone, Copy)]
+pub enum Held {
+    /// A page in its index: the cache's reference.
+    Indexed,
+    /// A page taken out of its index (`REMOVED`), looked at under the
+    /// file's tree lock and the deferred-free queue's lock.
+    Removed {
+        /// Its identity (owner, index).
+        page: (u64, u64),
+        /// 1 if the deferred-free queue keeps its cache reference, else 0.
+        base: u64,
+    },
+}
+
 #[cfg(loom)]
 impl Window {
     #[inline(always)]
@@ -79,32 +95,45 @@ impl FrameDesc {
         Some(self.after_drop_ref(State(old)))
     }
 
-    /// 5.15 P6d: drops the references of this frame that no process
-    /// counts (a dead process's pins, taken inside a window), `counted`
+    /// 5.15 P6d-e: drops the references of this frame that nobody holds
+    /// (a dead process's pins taken inside a window, or the cache's
+    /// reference of a removed page a dead remover had in hand), `counted`
     /// giving the pins counted in every table and row
-    /// (`ledger::Area::counted_pins`), looked at after the mark.
-    /// `Some(n)`: `n` dropped (0: there were none, or the frame is free, or
-    /// its page is out of its index, whose cache reference may be gone or
-    /// kept for a run: not recounted); `None`: not now (a pin taken or
-    /// released meanwhile, or a count under way). Context: no sleep.
-    pub fn drop_uncounted(&self, counted: impl FnOnce() -> Option<i64>) -> Option<u64> {
+    /// (`ledger::Area::counted_pins`), looked at after the mark, and
+    /// `held` the references held beyond those. `Some((n, last))`: `n`
+    /// dropped (0: there were none, or the frame is not what `held`
+    /// describes: free, or in its index where `held` says removed, or the
+    /// other way), `last` if the count is now zero (the caller frees the
+    /// frame); `None`: not now (a pin taken or released meanwhile, or a
+    /// count under way). Context: no sleep.
+    pub fn drop_uncounted(
+        &self,
+        held: Held,
+        counted: impl FnOnce() -> Option<i64>,
+    ) -> Option<(u64, bool)> {
         // Acquire: every window whose RMW came before this one is seen,
         // its intent or its count (P6b).
         let w0 = self.state.fetch_or(MARK, Ordering::Acquire) | MARK;
         let s = State(w0);
-        if s.refs() == 0 || s.is_removed() {
-            return Some(0);
+        let base = match held {
+            Held::Indexed if !s.is_removed() => 1,
+            // Identity is stable while the count is not zero, which the
+            // CAS below checks (5.4).
+            Held::Removed { page, base } if s.is_removed() && self.identity() == page => base,
+            _ => return Some((0, false)),
+        };
+        if s.refs() == 0 {
+            return Some((0, false));
         }
         let c = counted()?;
-        // The cache's own reference is the one nobody counts.
-        let extra = s.refs() as i64 - 1 - c;
+        let extra = s.refs() as i64 - base as i64 - c;
         if extra < 0 {
             return None;
         }
-        // AcqRel: as a release (Release) and as the RMW whose value the
-        // look above described (Acquire). Fails if any pin was taken or
-        // released since `w0` (P6b): the look then described no moment
-        // (also when it found nothing to drop).
+        // AcqRel: as a release (Release; and Acquire for the one that
+        // frees) and as the RMW whose value the look above described.
+        // Fails if any pin was taken or released since `w0` (P6b): the look
+        // then described no moment (also when it found nothing to drop).
         self.state
             .compare_exchange(
                 w0,
@@ -116,7 +145,7 @@ impl FrameDesc {
         if extra > 0 && s.is_draining() {
             self.wake_drainer();
         }
-        Some(extra as u64)
+        Some((extra as u64, s.refs() == extra as u64))
     }
 
     /// Tests of 5.15 P6: takes a pin of this frame inside a window and

@@ -87,9 +87,9 @@
 //! with `version` odd by the frame's exclusive owner, read by anyone under the
 //! seqlock or while holding a pin.
 
-pub use super::desc::FrameDesc;
 #[cfg(not(loom))]
 pub use super::desc::DESC_WORDS;
+pub use super::desc::{FrameDesc, Held};
 
 pub(super) const REFS: u64 = 0x7fff_ffff;
 pub(super) const MARK: u64 = 1 << 31;
