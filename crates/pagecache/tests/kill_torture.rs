@@ -354,6 +354,22 @@ fn processes_killed_at_random_moments_leave_no_hang_no_torn_page_and_no_pin() {
             let _ = writeln!(std::io::stderr().lock(), "{}", c.describe_held());
             let _ = writeln!(
                 std::io::stderr().lock(),
+                "free frames: {}; cached:\n{}",
+                c.free_frames(),
+                c.describe_cached()
+            );
+            // Every thread's stack, if gdb is here (CI's machine has it).
+            use std::os::fd::AsFd;
+            let _ = std::process::Command::new("timeout")
+                .args(["60", "gdb", "-batch", "-p", &std::process::id().to_string()])
+                .args(["-ex", "thread apply all bt"])
+                .stdout(match std::io::stderr().as_fd().try_clone_to_owned() {
+                    Ok(fd) => std::process::Stdio::from(fd),
+                    Err(_) => std::process::Stdio::inherit(),
+                })
+                .status();
+            let _ = writeln!(
+                std::io::stderr().lock(),
                 "the checks after the torture hung (a page still held): {}",
                 match at {
                     u64::MAX => "at the sync".to_string(),

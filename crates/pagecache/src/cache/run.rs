@@ -44,12 +44,13 @@
 //!  R4 when the queue is not empty): lock        non-zero -> set STALE (one
 //!  the queue; SeqCst fence; for each            RMW on the pin word: never
 //!  entry whose slot count is zero, drop         on a zero count); clear the
-//!  the kept reference (the last one frees       slot
-//!  the frame)                               T3. pinned -> keep the cache's
+//!  the kept reference, under the lock           slot
+//!  (the last one frees the frame, after)    T3. pinned -> keep the cache's
 //!                                               reference, queue (leaf,
-//!                                               slot, frame); then D1. Zero
-//!                                               -> drop it (the last frees
-//!                                               the frame)
+//!                                               slot, frame) under the tree
+//!                                               lock; D1 after it. Zero ->
+//!                                               drop it (the last frees the
+//!                                               frame)
 //! ```
 //!
 //! Why a page a run validated in R3 cannot change under it until R4:

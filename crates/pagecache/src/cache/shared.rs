@@ -50,8 +50,8 @@ mod imp {
     use crate::frame::alloc::{PerCpuPool, Pool};
     use crate::frame::state::{FrameDesc, Held};
 
-    /// How long a recovery recounts a frame a dead process may have pinned
-    /// uncounted (5.15 P6d) before it leaves the pin.
+    /// How long a recovery recounts the frames a dead process may have
+    /// pinned uncounted (5.15 P6d-e) before it leaves the pins.
     const RECOUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
     use crate::frame::FrameTable;
     use crate::index::NodeArena;
@@ -311,7 +311,7 @@ mod imp {
             let Some(sh) = &self.shared else { return };
             // Recounts (P6) wait until its pins are taken and dropped.
             let pins = sh.seg.pins();
-            let unquiet = pins.unquiet();
+            let unquiet = pins.unquiet_mine();
             let taken = pins.take_process(tag);
             // Its files' write-back counts: syncs wait for them (its
             // write-backs were ended by `recover_dead_pages`). Each file
@@ -375,10 +375,11 @@ mod imp {
             drop(unquiet);
             // The pins it took inside a window, which no count says (P6d),
             // and what it held of removed pages (P6e).
+            let until = std::time::Instant::now() + RECOUNT_FOR;
             for &f in &taken.suspects {
-                self.drop_uncounted_pins(f);
+                self.drop_uncounted_pins(f, until);
             }
-            self.recover_removed_frames();
+            self.recover_removed_frames(until);
         }
 
         /// 5.15 P6e: every frame of a page taken out of its index
@@ -390,9 +391,9 @@ mod imp {
         /// only under the file's tree lock (T1-T3) or the queue's lock
         /// (D1), which the recount holds; a region's page leaves its slot
         /// with its reference dropped in the same RMW (`orphan`): none.
-        /// Context: may sleep (each recount retried up to `RECOUNT_FOR`);
-        /// the recovery's thread.
-        pub(crate) fn recover_removed_frames(&self) {
+        /// Context: may sleep (a recount that does not hold is retried
+        /// until `until`); the recovery's thread.
+        pub(crate) fn recover_removed_frames(&self, until: std::time::Instant) {
             let Some(sh) = &self.shared else { return };
             for f in 0..self.frames.len() as crate::frame::FrameNo {
                 let d = self.desc(f);
@@ -401,7 +402,6 @@ mod imp {
                     continue;
                 }
                 let (owner, index) = d.identity();
-                let t0 = std::time::Instant::now();
                 let recount = || {
                     let counted = || sh.seg.pins().counted_pins(f);
                     if crate::anon::region_process(owner).is_some() {
@@ -432,7 +432,7 @@ mod imp {
                 let done = loop {
                     match recount() {
                         Some(r) => break Some(r),
-                        None if t0.elapsed() >= RECOUNT_FOR => break None,
+                        None if std::time::Instant::now() >= until => break None,
                         None => std::thread::sleep(std::time::Duration::from_millis(1)),
                     }
                 };
@@ -446,18 +446,17 @@ mod imp {
         /// inside a window: recounted until the recount holds, and the
         /// references nobody counts dropped. A page busy with pins is
         /// quieted by taking its latch (new pins then wait), when nobody
-        /// holds it. Gives up after `RECOUNT_FOR` (a pin left uncounted
-        /// stays). Context: may sleep; the recovery's thread.
-        fn drop_uncounted_pins(&self, f: crate::frame::FrameNo) {
+        /// holds it. Gives up at `until` (a pin left uncounted stays).
+        /// Context: may sleep; the recovery's thread.
+        fn drop_uncounted_pins(&self, f: crate::frame::FrameNo, until: std::time::Instant) {
             use crate::frame::state::Released;
             let Some(sh) = &self.shared else { return };
             let d = self.desc(f);
-            let t0 = std::time::Instant::now();
             let mut latched = false;
             while d
                 .drop_uncounted(Held::Indexed, || sh.seg.pins().counted_pins(f))
                 .is_none()
-                && t0.elapsed() < RECOUNT_FOR
+                && std::time::Instant::now() < until
             {
                 if !latched && !d.snapshot().is_latched() {
                     latched = d.try_pin_latch().is_ok();

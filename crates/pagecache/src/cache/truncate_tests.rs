@@ -125,7 +125,7 @@ fn the_reference_a_dead_remover_had_in_hand_is_dropped_and_its_frame_freed() {
         assert!(g.remove(&inner.nodes, 1, fr));
     }
     assert_eq!(inner.desc(fr).snapshot().refs(), 1);
-    inner.recover_removed_frames();
+    inner.recover_removed_frames(std::time::Instant::now() + std::time::Duration::from_secs(1));
     assert_eq!(inner.desc(fr).snapshot().refs(), 0, "the reference dropped");
     assert_eq!(f.page(1).unwrap()[0], 7);
     drop(f);
@@ -156,7 +156,7 @@ fn the_scan_keeps_a_queued_reference_and_a_counted_pin_of_removed_pages() {
     );
     assert!(inner.desc(f2).snapshot().is_removed() && r2 == 1, "queued");
     assert!(inner.desc(f3).snapshot().is_removed() && r3 == 1, "pinned");
-    inner.recover_removed_frames();
+    inner.recover_removed_frames(std::time::Instant::now() + std::time::Duration::from_secs(1));
     assert_eq!(inner.desc(f2).snapshot().refs(), r2);
     assert_eq!(inner.desc(f3).snapshot().refs(), r3);
     assert!(run.page(0).iter().all(|&b| b == 7));

@@ -207,6 +207,7 @@ impl Area {
                 }
             }
             self.row_direct(r).store(0, Relaxed);
+            suspects.extend(self.take_quiet(r));
             self.row_owner(r).store(0, Release);
         }
         sums.retain(|&f, _| (f as usize) < self.frames);
@@ -391,7 +392,7 @@ pub unsafe fn unregister(descs: usize) {
                 slot.store(std::ptr::null_mut(), Release);
                 // Every thread's cached table of it is stale now.
                 EPOCH.fetch_add(1, Release);
-                let _q = reg.area.unquiet();
+                // (No recount to hold off: this process holds no pin.)
                 let _ = reg.area.take_process(reg.tag);
             }
         }
@@ -476,7 +477,7 @@ thread_local! {
 /// is written again).
 fn fold(reg: &Reg, t: usize) {
     // The moves into the row hold recounts off (P6c).
-    let _q = reg.area.unquiet();
+    let _q = reg.area.unquiet(reg.row);
     let table = reg.area.table(t);
     let row = reg.area.row(reg.row);
     let mut kept = 0;
@@ -485,6 +486,11 @@ fn fold(reg: &Reg, t: usize) {
         let v = e.load(Relaxed);
         if v == 0 {
             continue;
+        }
+        let moving = reg.area.moving(reg.row);
+        if let Entry::Frame(f, _) = Entry::of(v) {
+            // P6c: for the recovery, if this process dies before the add.
+            moving.store(f + 1, Relaxed);
         }
         e.store(0, Relaxed);
         // Keeps the clear before the add (or the write) in the instruction
@@ -495,6 +501,8 @@ fn fold(reg: &Reg, t: usize) {
                 if let Some(r) = row.get(f as usize) {
                     r.fetch_add(c as i32, Relaxed);
                 }
+                compiler_fence(Ordering::SeqCst);
+                moving.store(0, Relaxed);
             }
             _ => {
                 table.entries[kept].store(v, Relaxed);

@@ -25,10 +25,14 @@
 //! * P6c. Entries do not move: a release clears its entry in place (the
 //!   table's end shrinks over cleared entries). Only a fold moves them (into
 //!   the row), and a recovery takes a dead process's away (before it drops
-//!   the pins they count): both run inside the area's `quiet` word's
-//!   count, a seqlock a recount reads before and after its look (odd or
-//!   changed: it tries again later). So a look sees each pin counted
-//!   throughout it exactly once.
+//!   the pins they count): both run inside their process's `quiet` word's
+//!   count, a seqlock per row that a recount reads, every row's, before
+//!   and after its look (a count under way, or a word changed: it tries
+//!   again later). So a look sees each pin counted throughout it exactly
+//!   once. A process that dies inside a fold leaves its word counting; its
+//!   recovery zeroes it, and takes the frame whose entry the fold was
+//!   moving (the row's `moving` word: cleared from the table, perhaps not
+//!   yet added to the row) as a suspect.
 //! * P6d. A process that dies inside a window leaves its intent (or its
 //!   eviction's, P5) naming the frame: the recovery (`take_process`) lists
 //!   it as *suspect*, and recounts it: with `MARK` set (the word `w0`, its
@@ -154,7 +158,7 @@ fn open_shared(desc: usize) -> Window {
 }
 
 /// Holds a recount off (P6c) while alive: a fold, or a recovery's taking
-/// and dropping of a dead process's pins.
+/// and dropping of a dead process's pins. Counted in the process's row.
 pub struct Unquiet<'a>(&'a AtomicU64);
 
 impl Drop for Unquiet<'_> {
@@ -166,22 +170,51 @@ impl Drop for Unquiet<'_> {
 }
 
 impl Area {
-    /// The area's `quiet` word (P6c): high half, how many folds and
-    /// recoveries began; low half, how many are under way. In the area's
-    /// first 4 KiB, after the rows' `direct` marks.
-    fn quiet(&self) -> &AtomicU64 {
-        // SAFETY: at 3 KiB of the area's first 4 KiB (8-aligned).
-        unsafe { &*((self.base + 3072) as *const AtomicU64) }
+    /// Row `r`'s `quiet` word (P6c): high half, how many folds and
+    /// recoveries its process began; low half, how many are under way. In
+    /// the area's first 4 KiB, after the rows' `direct` marks.
+    pub(super) fn quiet(&self, r: usize) -> &AtomicU64 {
+        // SAFETY: ROWS words from 3 KiB of the area's first 4 KiB.
+        unsafe { &*((self.base + 3072) as *const AtomicU64).add(r) }
     }
 
-    /// Begins what a recount must not overlap (P6c) until the guard drops.
-    pub fn unquiet(&self) -> Unquiet<'_> {
-        let q = self.quiet();
+    /// Row `r`'s `moving` word (P6c): the frame (+ 1) whose entry its
+    /// process's fold is moving into the row; 0 otherwise. After the
+    /// `quiet` words.
+    pub(super) fn moving(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: ROWS words from 3.5 KiB of the area's first 4 KiB.
+        unsafe { &*((self.base + 3584) as *const AtomicU32).add(r) }
+    }
+
+    /// A dead process's row `r`: its `quiet` count under way zeroed (its
+    /// generation moved on) and its `moving` frame, if any, returned.
+    pub(super) fn take_quiet(&self, r: usize) -> Option<u32> {
+        let q = self.quiet(r);
+        // Relaxed: its process is gone; a recount reads the change.
+        q.store(((q.load(Relaxed) >> 32) + 1) << 32, Release);
+        match self.moving(r).swap(0, Relaxed) {
+            0 => None,
+            f => Some(f - 1),
+        }
+    }
+
+    /// Begins, for the process whose row is `r`, what a recount must not
+    /// overlap (P6c), until the guard drops.
+    pub(super) fn unquiet(&self, r: usize) -> Unquiet<'_> {
+        let q = self.quiet(r);
         // Acquire and a Release fence: a seqlock's writer (the moves after
         // it are seen only with the count raised).
         q.fetch_add(1 << 32 | 1, Acquire);
         std::sync::atomic::fence(Release);
         Unquiet(q)
+    }
+
+    /// Holds recounts off for this process's recovery of a dead one (its
+    /// taking and dropping of the dead one's pins), counted in this
+    /// process's row; `None` if this process has no row in the area.
+    pub fn unquiet_mine(&self) -> Option<Unquiet<'_>> {
+        let reg = find_by(|r| r.area.base == self.base)?;
+        Some(self.unquiet(reg.row))
     }
 
     /// A row's `direct` mark (P6a): its process counted a pin with no
@@ -200,9 +233,12 @@ impl Area {
     pub fn counted_pins(&self, frame: u32) -> Option<i64> {
         let key = frame as u64 + 1;
         // Acquire: a seqlock's reader (pairs with `Unquiet`'s Release).
-        let q0 = self.quiet().load(Acquire);
-        if q0 & 0xffff_ffff != 0 {
-            return None;
+        let mut q0 = [0u64; ROWS];
+        for (r, q) in q0.iter_mut().enumerate() {
+            *q = self.quiet(r).load(Acquire);
+            if *q & 0xffff_ffff != 0 {
+                return None;
+            }
         }
         let mut sum = 0i64;
         for t in 0..TABLES {
@@ -249,6 +285,8 @@ impl Area {
         }
         // A seqlock's reader: the reads above before the second look.
         std::sync::atomic::fence(Acquire);
-        (self.quiet().load(Relaxed) == q0).then_some(sum)
+        (0..ROWS)
+            .all(|r| self.quiet(r).load(Relaxed) == q0[r])
+            .then_some(sum)
     }
 }
