@@ -380,6 +380,9 @@ mod imp {
                 self.drop_uncounted_pins(f, until);
             }
             self.recover_removed_frames(until);
+            // Only now: a recovery killed before here leaves the next one
+            // the suspects to recount (P6f).
+            pins.free_process(tag);
         }
 
         /// 5.15 P6e: every frame of a page taken out of its index

@@ -34,9 +34,9 @@
 //!   a sum that is its pins or one fewer (never more: a count always trails
 //!   the pin and leads the release, and a fold clears an entry before it
 //!   adds it to the row). The recovery of a dead process (5.14 D5) drops,
-//!   for each frame, the sum of its tables and row, clearing each entry
-//!   before it drops what the entry counted; then it frees the tables and
-//!   the row. What a death inside P3's window leaves is one pin nobody
+//!   for each frame, the sum of its tables and row, marking each entry
+//!   taken before it drops what the entry counted; then, after its
+//!   recounts (P6), it frees the tables and the row (P6f). What a death inside P3's window leaves is one pin nobody
 //!   counts (the frame never evicted, a writer of its page waiting for the
 //!   pin to drain), never a release too many, which would free a page
 //!   another process still reads: P6 (`ledger_window.rs`) finds it by the
@@ -162,10 +162,13 @@ impl Area {
     }
 
     /// The pins still counted for the process tagged `tag`, by frame (its
-    /// tables' and its row's sums, P4), each entry cleared as it is read;
-    /// its tables and its row freed. For a dead process (its threads run no
-    /// more) or for this one's detach (no pin held). Frames past the
-    /// cache's are ignored (a corrupt entry).
+    /// tables' and its row's sums, P4), each entry marked taken as it is
+    /// read (a second take does not count it again); its tables and its
+    /// row stay its until [`Area::free_process`], so that a recovery
+    /// killed before it dropped them leaves the next one, for each frame
+    /// counted or intended, a suspect to recount (P6f). For a dead process
+    /// (its threads run no more) or for this one's detach (no pin held).
+    /// Frames past the cache's are ignored (a corrupt entry).
     pub fn take_process(&self, tag: u32) -> Taken {
         let mut sums: std::collections::HashMap<u32, i64> = Default::default();
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
@@ -178,37 +181,47 @@ impl Area {
                 continue;
             }
             for e in &table.entries {
-                match Entry::of(e.swap(0, Relaxed)) {
+                let v = e.load(Relaxed);
+                match Entry::of(v) {
+                    Entry::Empty if v >> 32 & (RUN_KEY | HIGH_KEY) == HIGH_KEY => {
+                        // Taken by a recovery that did not finish.
+                        suspects.push((v >> 32 & !HIGH_KEY) as u32 - 1);
+                    }
                     Entry::Empty => {}
-                    Entry::Frame(f, n) => *sums.entry(f).or_default() += n,
+                    Entry::Frame(f, n) => {
+                        // Taken: skipped by counts and recounts from now.
+                        e.store(v | HIGH_KEY << 32, Relaxed);
+                        *sums.entry(f).or_default() += n;
+                    }
                     Entry::Run(node, lo, mask, n) => {
+                        e.store(0, Relaxed);
                         for s in run_slots(lo, mask) {
                             *runs.entry((node, s)).or_default() += n;
                         }
                     }
                 }
             }
-            let intent = table.intent.swap(0, Relaxed);
-            match intent & 0xffff_ffff {
+            let intent = table.intent.load(Relaxed);
+            match intent & 0xffff {
                 INTENT_EVICT => evicting.push((intent >> 32) as u32 - 1),
                 window::INTENT_PIN => suspects.push((intent >> 32) as u32 - 1),
                 _ => {}
             }
-            table.used.store(0, Relaxed);
-            // Release: the cleared entries before the next claimant's
-            // Acquire.
-            table.owner.store(0, Release);
+            // No live window: recounts look past it (P6f).
+            table.intent.store(intent | window::INTENT_TAKEN, Relaxed);
         }
         if let Some(r) = (0..ROWS).find(|&r| self.row_owner(r).load(Acquire) == tag) {
+            let taken = self.row_direct(r).fetch_or(window::ROW_TAKEN, Relaxed) & window::ROW_TAKEN;
             for (f, c) in self.row(r).iter().enumerate() {
                 // Relaxed: only its process counted here, and it is gone.
-                if c.load(Relaxed) != 0 {
-                    *sums.entry(f as u32).or_default() += c.swap(0, Relaxed) as i64;
+                let c = c.load(Relaxed);
+                if c != 0 && taken == 0 {
+                    *sums.entry(f as u32).or_default() += c as i64;
+                } else if c != 0 {
+                    suspects.push(f as u32);
                 }
             }
-            self.row_direct(r).store(0, Relaxed);
             suspects.extend(self.take_quiet(r));
-            self.row_owner(r).store(0, Release);
         }
         sums.retain(|&f, _| (f as usize) < self.frames);
         evicting.retain(|&f| (f as usize) < self.frames);
@@ -223,6 +236,33 @@ impl Area {
             suspects,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
+        }
+    }
+
+    /// Frees the tables and the row of the process tagged `tag`, taken
+    /// ([`Area::take_process`]) and what they counted dropped.
+    pub fn free_process(&self, tag: u32) {
+        for t in 0..TABLES {
+            let table = self.table(t);
+            if table.owner.load(Acquire) != tag {
+                continue;
+            }
+            for e in &table.entries {
+                e.store(0, Relaxed);
+            }
+            table.intent.store(0, Relaxed);
+            table.used.store(0, Relaxed);
+            // Release: the cleared entries before the next claimant's
+            // Acquire.
+            table.owner.store(0, Release);
+        }
+        if let Some(r) = (0..ROWS).find(|&r| self.row_owner(r).load(Acquire) == tag) {
+            for c in self.row(r) {
+                c.store(0, Relaxed);
+            }
+            self.row_direct(r).store(0, Relaxed);
+            let _ = self.take_quiet(r);
+            self.row_owner(r).store(0, Release);
         }
     }
 }
@@ -394,6 +434,7 @@ pub unsafe fn unregister(descs: usize) {
                 EPOCH.fetch_add(1, Release);
                 // (No recount to hold off: this process holds no pin.)
                 let _ = reg.area.take_process(reg.tag);
+                reg.area.free_process(reg.tag);
             }
         }
     }

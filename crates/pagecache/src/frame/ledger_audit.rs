@@ -53,7 +53,7 @@ impl Area {
         for r in 0..ROWS {
             let o = self.row_owner(r).load(Acquire);
             let c = self.row(r).get(f as usize).map_or(0, |c| c.load(Relaxed));
-            if o != 0 && c != 0 {
+            if o != 0 && c != 0 && !self.row_taken(r) {
                 out.push((o, true, c as i64));
             }
         }
@@ -95,7 +95,7 @@ impl Area {
             }
         });
         for r in 0..ROWS {
-            if self.row_owner(r).load(Acquire) != 0 {
+            if self.row_owner(r).load(Acquire) != 0 && !self.row_taken(r) {
                 for (f, c) in self.row(r).iter().enumerate() {
                     n[f] += c.load(Relaxed) as i64;
                 }

@@ -95,7 +95,7 @@ fn a_pin_released_by_another_thread_nets_to_zero_and_a_full_table_folds() {
 }
 
 #[test]
-fn a_processs_counts_are_taken_whole_and_its_tables_freed() {
+fn a_processs_counts_are_taken_whole_once_and_its_tables_freed_after() {
     let fake = Fake::new(100, 0xffff_b000_0000_0000);
     let d = fake.descs;
     count(fake.desc(5), 1);
@@ -108,8 +108,16 @@ fn a_processs_counts_are_taken_whole_and_its_tables_freed() {
     .unwrap();
     // Descriptors outside the area are not counted.
     count(fake.desc(100), 1);
-    assert_eq!(fake.area.take_process(7).frames, [(5, 1), (9, 1)]);
+    let taken = fake.area.take_process(7);
+    assert_eq!(taken.frames, [(5, 1), (9, 1)]);
+    assert_eq!(taken.suspects, []);
     assert_eq!(counts(&fake.area), []);
+    // Taken again (a recovery killed before it dropped them): nothing to
+    // drop, every frame counted a suspect to recount (P6f).
+    let again = fake.area.take_process(7);
+    assert_eq!(again.frames, []);
+    assert_eq!(again.suspects, [5, 9]);
+    fake.area.free_process(7);
     assert!((0..TABLES).all(|t| fake.area.table(t).owner.load(Relaxed) == 0));
     assert!((0..ROWS).all(|r| fake.area.row_owner(r).load(Relaxed) == 0));
 }

@@ -45,11 +45,28 @@
 //!   released since `w0`, so `c` and `r0` describe one moment (a count
 //!   landing in the look was in a window the look saw, or had its RMW
 //!   before `w0` and shows).
+//! * P6e. Removed pages (`cache/shared.rs`, `recover_removed_frames`): the
+//!   same recount under the file's tree lock and the deferred-free queue's
+//!   lock, the cache's reference counted 1 if the queue holds the frame,
+//!   else 0.
+//! * P6f. A recovery marks each entry it takes (a frame entry gets the
+//!   `HIGH_KEY` bit, which counts and recounts skip; a row's `direct` word
+//!   gets `ROW_TAKEN`; an intent gets `INTENT_TAKEN`) and frees the dead
+//!   process's tables and row only once it has dropped their pins and
+//!   recounted its suspects. A recovery killed before that leaves them so:
+//!   the next one (the dead process's slot is recovered again) finds
+//!   nothing left to drop and every frame they name a suspect, and its
+//!   recounts drop what the first did not.
 
 use super::*;
 
 /// An intent (P6a): the thread is inside a pin count's window on the frame.
 pub(super) const INTENT_PIN: u64 = 2;
+/// Or-ed into an intent a recovery took (P6f): no live window.
+pub(super) const INTENT_TAKEN: u64 = 1 << 16;
+/// In a row's `direct` word: a recovery took the row's counts (P6f); a
+/// recount skips the row.
+pub(super) const ROW_TAKEN: u32 = 2;
 
 /// A pin count's window on one frame (P6a), opened before the RMW and
 /// closed after the count (a pin) or after the RMW (a release). Nothing
@@ -217,6 +234,12 @@ impl Area {
         Some(self.unquiet(reg.row))
     }
 
+    /// Whether a recovery took row `r`'s counts (P6f): they count no
+    /// live pin.
+    pub(super) fn row_taken(&self, r: usize) -> bool {
+        self.row_direct(r).load(Relaxed) & ROW_TAKEN != 0
+    }
+
     /// A row's `direct` mark (P6a): its process counted a pin with no
     /// table. In the area's first 4 KiB, after the rows' owners.
     pub(super) fn row_direct(&self, r: usize) -> &AtomicU32 {
@@ -250,7 +273,8 @@ impl Area {
             }
             // Acquire: pairs with a window's closing store, so the count
             // made in it is read below.
-            if table.intent.load(Acquire) >> 32 == key {
+            let live = |i: u64| i >> 32 == key && i & INTENT_TAKEN == 0;
+            if live(table.intent.load(Acquire)) {
                 return None;
             }
             let used = (table.used.load(Relaxed) as usize).min(ENTRIES);
@@ -267,7 +291,7 @@ impl Area {
             // Acquire: a later value, written by a Release store, orders
             // the window's RMW before this recount's CAS (which then fails).
             std::sync::atomic::fence(Acquire);
-            if table.intent.load(Acquire) >> 32 == key {
+            if live(table.intent.load(Acquire)) {
                 return None;
             }
         }
@@ -276,8 +300,12 @@ impl Area {
             if self.row_owner(r).load(Acquire) == 0 {
                 continue;
             }
-            if self.row_direct(r).load(Relaxed) != 0 {
-                return None;
+            match self.row_direct(r).load(Relaxed) {
+                0 => {}
+                // Taken by a recovery: its pins are being dropped (under
+                // the recoverer's `quiet` count) or are suspects.
+                d if d & ROW_TAKEN != 0 => continue,
+                _ => return None,
             }
             if let Some(c) = self.row(r).get(frame as usize) {
                 sum += c.load(Relaxed) as i64;

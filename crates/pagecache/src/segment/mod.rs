@@ -591,6 +591,7 @@ impl Segment {
         if !unsafe { crate::frame::ledger::register(area, descs, tag, row) } {
             // The row back (no table was claimed yet).
             let _ = area.take_process(tag);
+            area.free_process(tag);
             return Err(io::Error::other(format!(
                 "shared cache {}: too many shared caches attached in this process",
                 self.path.display()
