@@ -140,6 +140,15 @@ impl Inner {
             g.entries_from(&self.nodes, first, &mut victims);
             for &(index, f) in &victims {
                 let d = self.desc(f);
+                // A frame with no reference in its index under this lock
+                // was frozen by an evictor whose process died before it
+                // took the page out (5.15 P5; a live one holds this lock
+                // from its freeze to its unlink): given its cache
+                // reference back, as the recovery would (a run may still
+                // read it, E3), and removed as any.
+                if d.snapshot().refs() == 0 {
+                    d.unfreeze(crate::frame::state::State::cached(1));
+                }
                 // T1 of protocol 5.7 (`run.rs`): REMOVED, keeping the
                 // cache's reference for now. A page REMOVED already was
                 // left in its index by a remover whose process died after

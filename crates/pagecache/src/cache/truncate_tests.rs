@@ -169,3 +169,29 @@ fn the_scan_keeps_a_queued_reference_and_a_counted_pin_of_removed_pages() {
     drop(c);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// 5.15 P5: a page an evictor froze (its count to zero) and died before
+/// it took it out of its index (made here by hand), reached by a cut
+/// before the recovery: the cut gives it its cache reference back and
+/// removes it as any page (it used to mark a frame with no reference and
+/// drop a reference it did not have), and its frame comes back.
+#[test]
+fn a_cut_removes_a_page_a_dead_evictor_left_frozen_in_its_index() {
+    let (dir, c, f) = shared_over("frozen-cut");
+    assert_eq!(f.page(2).unwrap()[0], 7);
+    let (inner, fs) = f.parts();
+    let fr = fs.tree.lookup(&inner.nodes, 2).unwrap();
+    {
+        let _g = fs.tree.lock();
+        inner.desc(fr).freeze(1).unwrap();
+    }
+    f.set_len(4096).unwrap();
+    assert_eq!(fs.tree.lookup(&inner.nodes, 2), None);
+    assert_eq!(inner.desc(fr).snapshot().refs(), 0);
+    f.set_len(4 * 4096).unwrap();
+    assert!(f.page(2).unwrap().iter().all(|&b| b == 0), "cut and grown");
+    drop(f);
+    c.validate();
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -683,14 +683,20 @@ impl FrameDesc {
     /// Protocol 5.7 E3: undoes a [`FrameDesc::freeze`] that found the page
     /// pinned by a run: restores the frozen state (`frozen`, what `freeze`
     /// returned). Nobody else changes a frozen word except to set
-    /// `ACCESSED` (an optimistic reader), which the OR keeps.
-    /// Context: no sleep; the caller froze it and holds the tree lock.
+    /// `ACCESSED` (an optimistic reader), which the OR keeps, and `MARK` (a
+    /// recount, 5.15 P6, which finds nothing to do on a frozen word).
+    /// Context: no sleep; the caller froze it (or, the evictor's process
+    /// dead, took it over: 5.15 P5) and holds the tree lock.
     pub fn unfreeze(&self, frozen: State) {
         // Release: as the freeze never happened; the refcount is back.
         // MARK left out: a recount's CAS must fail across the freeze
         // (5.15 P6b).
         let old = self.state.fetch_or(frozen.0 & !MARK, Ordering::Release);
-        debug_assert_eq!(old & !ACCESSED, 0, "unfreeze of a word that changed");
+        debug_assert_eq!(
+            old & !(ACCESSED | MARK),
+            0,
+            "unfreeze of a word that changed"
+        );
         self.counted(frozen.refs() as i32 - 1);
     }
 
