@@ -177,17 +177,38 @@ impl FrameDesc {
     }
 
     /// `try_pin`'s CAS; with `latch`, the latch claimed in the same CAS
-    /// (a user pin that never passes a claimed latch).
+    /// (a user pin that never passes a claimed latch). In a cache shared
+    /// by processes, counted, in a window (5.15 P3, P6a); a private cache's
+    /// pays the check only.
     #[inline(always)]
     fn pin_cas(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
+        if self.in_shared() {
+            return self.pin_cas_shared(kind, latch);
+        }
+        self.pin_cas_loop(kind, latch)
+    }
+
+    #[inline(never)]
+    fn pin_cas_shared(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
+        // 5.15 P6a: the count's window, from before the RMW.
+        let w = self.window();
+        let r = self.pin_cas_loop(kind, latch);
+        if r.is_ok() {
+            w.count(1);
+        }
+        w.close();
+        r
+    }
+
+    /// `pin_cas`'s RMW.
+    #[inline(always)]
+    fn pin_cas_loop(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
         let pass_pending_writer = kind == PinKind::Writeback && !latch;
         let mark = if kind == PinKind::User { ACCESSED } else { 0 }
             | if latch { LATCHED | self.holder() } else { 0 };
-        // 5.15 P6a: the count's window, from before the RMW.
-        let w = self.window();
         // Relaxed: the value only seeds the CAS, which re-validates it.
         let mut s = self.state.load(Ordering::Relaxed);
-        let r = loop {
+        loop {
             let st = State(s);
             let r = st.refs();
             if r == 0 {
@@ -213,15 +234,10 @@ impl FrameDesc {
                 .state
                 .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) => {
-                    w.count(1);
-                    break Ok(State(new));
-                }
+                Ok(_) => break Ok(State(new)),
                 Err(cur) => s = cur,
             }
-        };
-        w.close();
-        r
+        }
     }
 
     /// Adds a reference to a frame the caller already holds a reference to
@@ -261,6 +277,16 @@ impl FrameDesc {
     /// Context: any, no sleep (wakes a draining latch holder).
     #[inline(always)]
     pub fn release(&self) -> Released {
+        if self.in_shared() {
+            return self.release_shared();
+        }
+        self.release_base()
+    }
+
+    /// `release` in a cache shared by processes: uncounted first, in a
+    /// window (5.15 P3, P6a).
+    #[inline(never)]
+    fn release_shared(&self) -> Released {
         let w = self.window();
         w.count(-1);
         let r = self.release_base();

@@ -60,6 +60,16 @@ impl FrameDesc {
         let _ = delta;
     }
 
+    /// Whether this frame is in a cache shared by processes (its pins are
+    /// counted, 5.15): two loads of words nobody writes.
+    #[inline(always)]
+    pub(super) fn in_shared(&self) -> bool {
+        #[cfg(not(loom))]
+        return crate::frame::ledger::in_shared(self.key());
+        #[cfg(loom)]
+        false
+    }
+
     /// Opens a pin count's window on this frame (5.15 P6a): before the RMW
     /// that takes or drops a counted pin. Nothing in a private cache.
     #[inline(always)]

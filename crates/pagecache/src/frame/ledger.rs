@@ -446,7 +446,7 @@ pub(crate) fn count(desc: usize, delta: i32) {
 
 /// Whether `desc` lies within the shared caches' descriptors' bounds.
 #[inline(always)]
-fn in_shared(desc: usize) -> bool {
+pub(crate) fn in_shared(desc: usize) -> bool {
     desc >= DESCS_LO.load(Relaxed) && desc < DESCS_HI.load(Relaxed)
 }
 
