@@ -388,6 +388,9 @@ impl Inner {
         // W3.
         let d = self.desc(f);
         d.pin_more();
+        // A write-back parked on the latch before that reference may pass
+        // now (lock rule 7): it looks again.
+        d.wake_latch_waiters();
         let _timer = wait_timer(LockClass::PageDrainWait);
         let go_on = loop {
             leaf.add_pin_waiter(s);
@@ -448,6 +451,8 @@ impl Inner {
             if !*extra {
                 d.pin_more();
                 *extra = true;
+                // As `wait_run_pins`.
+                d.wake_latch_waiters();
             }
             leaf.add_pin_waiter(s);
             fence(Ordering::SeqCst);

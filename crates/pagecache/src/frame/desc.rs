@@ -188,18 +188,6 @@ impl FrameDesc {
         self.pin_cas_loop(kind, latch)
     }
 
-    #[inline(never)]
-    fn pin_cas_shared(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
-        // 5.15 P6a: the count's window, from before the RMW.
-        let w = self.window();
-        let r = self.pin_cas_loop(kind, latch);
-        if r.is_ok() {
-            w.count(1);
-        }
-        w.close();
-        r
-    }
-
     /// `pin_cas`'s RMW.
     #[inline(always)]
     fn pin_cas_loop(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
@@ -283,17 +271,6 @@ impl FrameDesc {
         self.release_base()
     }
 
-    /// `release` in a cache shared by processes: uncounted first, in a
-    /// window (5.15 P3, P6a).
-    #[inline(never)]
-    fn release_shared(&self) -> Released {
-        let w = self.window();
-        w.count(-1);
-        let r = self.release_base();
-        w.close();
-        r
-    }
-
     /// Drops the cache's own reference of a page taken out of its index
     /// (truncate, a torn page dropped, a deferred free): [`FrameDesc::release`]
     /// of a reference no holder counts (5.15). Context: as `release`.
@@ -340,7 +317,7 @@ impl FrameDesc {
     /// cache shared by processes (the latch is never taken over here). For
     /// a frame found without a pin, use [`FrameDesc::wait_unlatched_as`].
     pub fn wait_unlatched(&self) {
-        let torn = self.wait_clear(LATCHED, None, false);
+        let torn = self.wait_clear(LATCHED, None, false, false);
         debug_assert!(!torn);
     }
 
@@ -361,7 +338,7 @@ impl FrameDesc {
     /// (lock rule 3).
     #[must_use = "true: the caller holds a dead process's latch and must drop the page"]
     pub fn wait_unlatched_as(&self, owner: u64, index: u64) -> bool {
-        self.wait_clear(LATCHED, Some((owner, index)), true)
+        self.wait_clear(LATCHED, Some((owner, index)), true, false)
     }
 
     /// [`FrameDesc::wait_unlatched_as`] after a short spin: a holder
@@ -380,13 +357,15 @@ impl FrameDesc {
             }
             std::hint::spin_loop();
         }
-        self.wait_clear(LATCHED, Some((owner, index)), true)
+        self.wait_clear(LATCHED, Some((owner, index)), true, false)
     }
 
     /// Waits for `bit` to clear (while the frame holds `expect`); with
     /// `take`, in a cache shared by processes, takes over a latch whose
-    /// holder's process is gone (returns true: 5.14 L2-L3).
-    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>, take: bool) -> bool {
+    /// holder's process is gone (returns true: 5.14 L2-L3); with `pass`,
+    /// also ends while the latch holder holds more than `latch_base`.
+    fn wait_clear(&self, bit: u64, expect: Option<(u64, u64)>, take: bool, pass: bool) -> bool {
+        let passable = |s: u64| pass && State(s).refs() > State(s).latch_base();
         // Relaxed identity loads: a hint re-validated in the park's
         // re-check; a wrong answer only costs a retry from the root.
         let same = || expect.is_none_or(|e| self.identity() == e);
@@ -405,7 +384,7 @@ impl FrameDesc {
             // Acquire: if the bit is already clear we return and the caller
             // reads state published by the clearing unlatch (Release).
             let s = self.state.load(Ordering::Acquire);
-            if s & bit == 0 || !same() {
+            if s & bit == 0 || passable(s) || !same() {
                 return false;
             }
             // L2: the same holder for HOLDER_CHECK; is its process gone?
@@ -443,7 +422,7 @@ impl FrameDesc {
                 // P1-P3); the waker clears the bit before its own fence
                 // and unpark (K1), so one of the two sees the other.
                 let s = self.state.load(Ordering::Relaxed);
-                s & bit != 0 && s & WAITERS != 0 && same()
+                s & bit != 0 && s & WAITERS != 0 && !passable(s) && same()
             };
             #[cfg(not(loom))]
             if member.is_some() {

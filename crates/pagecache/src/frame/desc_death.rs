@@ -70,6 +70,31 @@ impl FrameDesc {
         false
     }
 
+    /// `pin_cas` in a cache shared by processes: counted, in a window
+    /// (5.15 P3, P6a).
+    #[inline(never)]
+    pub(super) fn pin_cas_shared(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
+        // 5.15 P6a: the count's window, from before the RMW.
+        let w = self.window();
+        let r = self.pin_cas_loop(kind, latch);
+        if r.is_ok() {
+            w.count(1);
+        }
+        w.close();
+        r
+    }
+
+    /// `release` in a cache shared by processes: uncounted first, in a
+    /// window (5.15 P3, P6a).
+    #[inline(never)]
+    pub(super) fn release_shared(&self) -> Released {
+        let w = self.window();
+        w.count(-1);
+        let r = self.release_base();
+        w.close();
+        r
+    }
+
     /// Opens a pin count's window on this frame (5.15 P6a): before the RMW
     /// that takes or drops a counted pin. Nothing in a private cache.
     #[inline(always)]

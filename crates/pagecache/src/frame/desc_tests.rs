@@ -241,3 +241,43 @@ fn snapshot_predicates_and_debug() {
     assert!(!State::ANON_FAULTED.is_evictable());
     assert_eq!(format!("{s:?}"), "State(refs=1 UPTODATE)");
 }
+
+/// Lock rule 7 (5.7 W3): a write-back that found a writer's latch with no
+/// reference to pass by (the writer drained, not yet waiting for a run)
+/// parks; the writer then takes the reference that lets write-back pins
+/// pass and wakes it, and its pin goes through. Without the wake-up it
+/// sleeps until the writer unlatches, and the writer waits for a run the
+/// syncing thread holds: a deadlock (the model check met it).
+#[test]
+fn a_write_back_parked_on_a_latch_passes_once_the_writer_waits_for_a_run() {
+    let f = std::sync::Arc::new(cached_frame());
+    f.try_pin(PinKind::User).unwrap();
+    assert!(f.try_latch());
+    f.wait_drained();
+    assert_eq!(f.try_pin(PinKind::Writeback), Err(PinFail::Latched));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = f.clone();
+    let t = std::thread::spawn(move || {
+        let torn = w.wait_latch_passable_as(7, 3);
+        tx.send(torn).unwrap();
+        w.try_pin(PinKind::Writeback).map(|_| ())
+    });
+    // Parked (or about to be): the latch is held and nothing passes it.
+    assert!(rx
+        .recv_timeout(std::time::Duration::from_millis(100))
+        .is_err());
+    // W3: the writer's extra reference, then the wake-up.
+    f.pin_more();
+    f.wake_latch_waiters();
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(10)),
+        Ok(false),
+        "the write-back still waits"
+    );
+    assert_eq!(t.join().unwrap(), Ok(()));
+    // (The write-back's pin and the writer's two, then the latch.)
+    assert_eq!(f.release(), Released::Alive);
+    assert_eq!(f.release(), Released::Alive);
+    assert_eq!(f.unlatch_release(), Released::Alive);
+    assert_eq!(f.snapshot().refs(), 1);
+}

@@ -90,6 +90,35 @@ impl FrameDesc {
     /// frame holds another page). Context: may sleep; no pin of this page
     /// held: the write's end needs no lock and waits for nothing.
     pub fn wait_writeback_as(&self, owner: u64, index: u64) {
-        let _ = self.wait_clear(WRITEBACK, Some((owner, index)), false);
+        let _ = self.wait_clear(WRITEBACK, Some((owner, index)), false, false);
+    }
+
+    /// [`FrameDesc::wait_unlatched_as`] for a write-back pin: also ends
+    /// once the holder holds more references than `latch_base`, which a
+    /// write-back pin passes (a writer draining, or waiting for a run in
+    /// W3, lock rule 7: that run's holder may be the one syncing). Context
+    /// and result: as `wait_unlatched_as`.
+    #[must_use = "true: the caller holds a dead process's latch and must drop the page"]
+    pub fn wait_latch_passable_as(&self, owner: u64, index: u64) -> bool {
+        self.wait_clear(LATCHED, Some((owner, index)), true, true)
+    }
+
+    /// Wakes the threads and futures waiting on this frame's latch without
+    /// releasing it, so that a write-back waiting to pass it looks again
+    /// (`wait_latch_passable_as`): after the holder took the reference
+    /// that lets write-back pins pass (W3). Context: no sleep; the caller
+    /// holds the latch.
+    pub fn wake_latch_waiters(&self) {
+        // SeqCst: 5.10's K1 (the reference taken before, by an RMW, then
+        // the look at the waiter bits), against a waiter's P1-P3.
+        crate::sync::fence(Ordering::SeqCst);
+        // Relaxed: after the fence.
+        let s = self.state.load(Ordering::Relaxed);
+        if s & WAITERS != 0 {
+            crate::sync::unpark_all(self.key());
+        }
+        if s & AWAITERS != 0 {
+            self.wake_futures();
+        }
     }
 }

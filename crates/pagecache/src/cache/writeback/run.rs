@@ -562,7 +562,10 @@ impl Inner {
                     d.wait_writeback_as(fs.id, index);
                 }
                 Err(PinFail::Latched) if wait => {
-                    if d.wait_unlatched_as(fs.id, index) {
+                    // Until unlatched, or passable: a writer that waits
+                    // for a run this thread may hold takes a reference
+                    // that lets this pin pass (W3, lock rule 7).
+                    if d.wait_latch_passable_as(fs.id, index) {
                         self.drop_torn(fs.id, index, f);
                     }
                 }
