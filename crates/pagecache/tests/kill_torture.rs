@@ -27,7 +27,7 @@
 
 mod common;
 use common::TempDir;
-use pagecache::{Config, PageCache, PolicyKind, SharedOptions};
+use pagecache::{Config, PageCache, PolicyKind};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -44,20 +44,16 @@ const WORKERS: usize = 4;
 const HUNG: Duration = Duration::from_secs(3);
 
 fn shared(dir: &Path) -> PageCache {
-    PageCache::shared_with(
+    common::shared_in(
         "torture",
+        dir,
         Config {
             capacity: FRAMES * PS,
             policy: PolicyKind::Clock,
             readahead_max: 0,
             ..Config::default()
         },
-        &SharedOptions {
-            dir: Some(dir.to_path_buf()),
-            group: None,
-        },
     )
-    .unwrap()
 }
 
 /// Page `page` as written by `who` (its `seq`-th write): every word the
@@ -375,16 +371,7 @@ fn processes_killed_at_random_moments_leave_no_hang_no_torn_page_and_no_pin() {
                 c.free_frames(),
                 c.describe_cached()
             );
-            // Every thread's stack, if gdb is here (CI's machine has it).
-            use std::os::fd::AsFd;
-            let _ = std::process::Command::new("timeout")
-                .args(["60", "gdb", "-batch", "-p", &std::process::id().to_string()])
-                .args(["-ex", "thread apply all bt"])
-                .stdout(match std::io::stderr().as_fd().try_clone_to_owned() {
-                    Ok(fd) => std::process::Stdio::from(fd),
-                    Err(_) => std::process::Stdio::inherit(),
-                })
-                .status();
+            common::print_stacks();
             let _ = writeln!(
                 std::io::stderr().lock(),
                 "the checks after the torture hung (a page still held): {}",

@@ -33,7 +33,6 @@ mod harness;
 use common::{make_file, TempDir, PS};
 use harness::{open, Choose, Harness, Log, Rng};
 use pagecache::{Config, PageCache};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -143,15 +142,7 @@ fn stuck(what: &str, now: u64, evidence: &Evidence) -> ! {
     };
     out += &format!("  frames held:\n{held}");
     let _ = std::io::stderr().write_all(out.as_bytes());
-    // Every thread's stack, if gdb is here (CI's machine has it).
-    let _ = std::process::Command::new("timeout")
-        .args(["60", "gdb", "-batch", "-p", &std::process::id().to_string()])
-        .args(["-ex", "thread apply all bt"])
-        .stdout(match std::io::stderr().as_fd().try_clone_to_owned() {
-            Ok(fd) => std::process::Stdio::from(fd),
-            Err(_) => std::process::Stdio::inherit(),
-        })
-        .status();
+    common::print_stacks();
     std::process::abort();
 }
 

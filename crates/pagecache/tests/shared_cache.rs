@@ -34,35 +34,20 @@ fn config(frames: usize) -> Config {
 }
 
 fn shared(dir: &Path, frames: usize) -> PageCache {
-    PageCache::shared_with(
-        "t",
-        config(frames),
-        &SharedOptions {
-            dir: Some(dir.to_path_buf()),
-            group: None,
-        },
-    )
-    .unwrap()
+    common::shared_in("t", dir, config(frames))
 }
 
-/// A shared cache whose pages are written back once dirty for 300 ms
-/// (the age bound, W1).
 fn aged(dir: &Path) -> PageCache {
-    PageCache::shared_with(
+    common::shared_in(
         "t",
+        dir,
         Config {
             dirty_expire: std::time::Duration::from_millis(300),
             ..config(64)
         },
-        &SharedOptions {
-            dir: Some(dir.to_path_buf()),
-            group: None,
-        },
     )
-    .unwrap()
 }
 
-/// Page `i` of the file on disk.
 fn on_disk(path: &Path, i: u64) -> Vec<u8> {
     let mut b = vec![0u8; PS];
     std::os::unix::fs::FileExt::read_exact_at(

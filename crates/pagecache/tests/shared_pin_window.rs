@@ -6,7 +6,7 @@
 
 mod common;
 use common::{reap, spawn_child, TempDir};
-use pagecache::{Config, PageCache, PolicyKind, SharedOptions};
+use pagecache::{Config, PageCache, PolicyKind};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,8 +14,9 @@ use std::time::Duration;
 const PS: usize = 4096;
 
 fn shared(dir: &Path) -> PageCache {
-    PageCache::shared_with(
+    common::shared_in(
         "w",
+        dir,
         Config {
             capacity: 64 * PS,
             policy: PolicyKind::Clock,
@@ -23,12 +24,7 @@ fn shared(dir: &Path) -> PageCache {
             readahead_max: 0,
             ..Config::default()
         },
-        &SharedOptions {
-            dir: Some(dir.to_path_buf()),
-            group: None,
-        },
     )
-    .unwrap()
 }
 
 #[test]

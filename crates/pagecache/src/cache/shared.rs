@@ -53,6 +53,26 @@ mod imp {
     /// How long a recovery recounts the frames a dead process may have
     /// pinned uncounted (5.15 P6d-e) before it leaves the pins.
     const RECOUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// `attempt` until it gives an answer or `until` passes (then `None`),
+    /// `between` and a millisecond's sleep between tries: a recount that
+    /// did not hold (5.15 P6d).
+    fn retry_until<T>(
+        until: std::time::Instant,
+        attempt: impl Fn() -> Option<T>,
+        between: impl Fn(),
+    ) -> Option<T> {
+        loop {
+            if let Some(r) = attempt() {
+                return Some(r);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            between();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
     use crate::frame::FrameTable;
     use crate::index::NodeArena;
     use crate::io::engine::Engine;
@@ -432,14 +452,7 @@ mod imp {
                     });
                     r
                 };
-                let done = loop {
-                    match recount() {
-                        Some(r) => break Some(r),
-                        None if std::time::Instant::now() >= until => break None,
-                        None => std::thread::sleep(std::time::Duration::from_millis(1)),
-                    }
-                };
-                if let Some((_, true)) = done {
+                if let Some((_, true)) = retry_until(until, recount, || {}) {
                     self.free_frame(f);
                 }
             }
@@ -455,17 +468,14 @@ mod imp {
             use crate::frame::state::Released;
             let Some(sh) = &self.shared else { return };
             let d = self.desc(f);
-            let mut latched = false;
-            while d
-                .drop_uncounted(Held::Indexed, || sh.seg.pins().counted_pins(f))
-                .is_none()
-                && std::time::Instant::now() < until
-            {
-                if !latched && !d.snapshot().is_latched() {
-                    latched = d.try_pin_latch().is_ok();
+            let latched = std::cell::Cell::new(false);
+            let recount = || d.drop_uncounted(Held::Indexed, || sh.seg.pins().counted_pins(f));
+            retry_until(until, recount, || {
+                if !latched.get() && !d.snapshot().is_latched() {
+                    latched.set(d.try_pin_latch().is_ok());
                 }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            });
+            let latched = latched.get();
             // (Its flags unchanged: nothing was written under it.)
             if latched && d.unlatch_release() == Released::Last {
                 self.free_frame(f);

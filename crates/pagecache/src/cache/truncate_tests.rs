@@ -43,26 +43,7 @@ fn a_removed_page_left_in_its_index_is_taken_out_by_its_reader() {
 /// twice) and its frame comes back.
 #[test]
 fn a_cut_finishes_a_removal_a_dead_remover_left_in_a_shared_cache() {
-    let dir = std::env::temp_dir().join(format!("pc-cut-removed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("f");
-    std::fs::write(&path, vec![7u8; 3 * 4096]).unwrap();
-    let c = PageCache::shared_with(
-        "cut-removed",
-        Config {
-            capacity: 16 * 4096,
-            policy: crate::PolicyKind::Clock,
-            // No write-back by age: page 2 stays dirty until the cut.
-            dirty_expire: std::time::Duration::MAX,
-            ..Config::default()
-        },
-        &crate::SharedOptions {
-            dir: Some(dir.clone()),
-            group: None,
-        },
-    )
-    .unwrap();
-    let f = c.open(&path).unwrap();
+    let (dir, c, f) = shared_over("cut-removed");
     assert_eq!(f.page(1).unwrap()[0], 7);
     f.write_at(&[9u8; 8], 2 * 4096).unwrap();
     let dirty = c.dirty_pages();
@@ -77,10 +58,22 @@ fn a_cut_finishes_a_removal_a_dead_remover_left_in_a_shared_cache() {
     assert_eq!(fs.tree.lookup(&inner.nodes, 2), None, "page 2 still cached");
     // Page 2's DIRTY counted off once, by this cut.
     assert_eq!(c.dirty_pages(), dirty - 1);
+    done(dir, c, f);
+}
+
+/// `validate` once the file is closed, then the cache dropped and its
+/// directory removed.
+fn done(dir: std::path::PathBuf, c: PageCache, f: crate::File) {
     drop(f);
     c.validate();
     drop(c);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The recovery's scan of removed pages (5.15 P6e), with a second to
+/// recount in.
+fn recover_removed(inner: &crate::cache::Inner) {
+    inner.recover_removed_frames(std::time::Instant::now() + std::time::Duration::from_secs(1));
 }
 
 /// A shared cache over a 4-page file of 7s in a fresh directory.
@@ -125,13 +118,10 @@ fn the_reference_a_dead_remover_had_in_hand_is_dropped_and_its_frame_freed() {
         assert!(g.remove(&inner.nodes, 1, fr));
     }
     assert_eq!(inner.desc(fr).snapshot().refs(), 1);
-    inner.recover_removed_frames(std::time::Instant::now() + std::time::Duration::from_secs(1));
+    recover_removed(inner);
     assert_eq!(inner.desc(fr).snapshot().refs(), 0, "the reference dropped");
     assert_eq!(f.page(1).unwrap()[0], 7);
-    drop(f);
-    c.validate();
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
+    done(dir, c, f);
 }
 
 /// The references of removed pages that something does account for stay:
@@ -156,7 +146,7 @@ fn the_scan_keeps_a_queued_reference_and_a_counted_pin_of_removed_pages() {
     );
     assert!(inner.desc(f2).snapshot().is_removed() && r2 == 1, "queued");
     assert!(inner.desc(f3).snapshot().is_removed() && r3 == 1, "pinned");
-    inner.recover_removed_frames(std::time::Instant::now() + std::time::Duration::from_secs(1));
+    recover_removed(inner);
     assert_eq!(inner.desc(f2).snapshot().refs(), r2);
     assert_eq!(inner.desc(f3).snapshot().refs(), r3);
     assert!(run.page(0).iter().all(|&b| b == 7));
@@ -164,10 +154,7 @@ fn the_scan_keeps_a_queued_reference_and_a_counted_pin_of_removed_pages() {
     drop((run, pinned));
     assert_eq!(inner.desc(f2).snapshot().refs(), 0);
     assert_eq!(inner.desc(f3).snapshot().refs(), 0);
-    drop(f);
-    c.validate();
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
+    done(dir, c, f);
 }
 
 /// 5.15 P5: a page an evictor froze (its count to zero) and died before
@@ -190,8 +177,5 @@ fn a_cut_removes_a_page_a_dead_evictor_left_frozen_in_its_index() {
     assert_eq!(inner.desc(fr).snapshot().refs(), 0);
     f.set_len(4 * 4096).unwrap();
     assert!(f.page(2).unwrap().iter().all(|&b| b == 0), "cut and grown");
-    drop(f);
-    c.validate();
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
+    done(dir, c, f);
 }

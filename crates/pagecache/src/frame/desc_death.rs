@@ -75,7 +75,7 @@ impl FrameDesc {
     #[inline(never)]
     pub(super) fn pin_cas_shared(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
         // 5.15 P6a: the count's window, from before the RMW.
-        let w = self.window();
+        let w = self.shared_window();
         let r = self.pin_cas_loop(kind, latch);
         if r.is_ok() {
             w.count(1);
@@ -88,11 +88,20 @@ impl FrameDesc {
     /// window (5.15 P3, P6a).
     #[inline(never)]
     pub(super) fn release_shared(&self) -> Released {
-        let w = self.window();
+        let w = self.shared_window();
         w.count(-1);
         let r = self.release_base();
         w.close();
         r
+    }
+
+    /// [`FrameDesc::window`] of a frame known to be in a shared cache.
+    #[inline(always)]
+    fn shared_window(&self) -> Window {
+        #[cfg(not(loom))]
+        return crate::frame::ledger::Window::open_shared(self.key());
+        #[cfg(loom)]
+        Window
     }
 
     /// Opens a pin count's window on this frame (5.15 P6a): before the RMW

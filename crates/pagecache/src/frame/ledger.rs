@@ -166,8 +166,9 @@ impl Area {
 /// keys stay below it and [`HIGH_KEY`]: a shared cache has fewer than
 /// 2^30 frames (`segment::layout` refuses more).
 const RUN_KEY: u64 = 1 << 31;
-/// A key bit no entry has (frames stay below it): an entry with it is
-/// skipped.
+/// The key bit a recovery sets on a frame entry it took (P6f; frames stay
+/// below it): counts, recounts and folds skip such an entry, and a second
+/// take lists its frame as a suspect.
 const HIGH_KEY: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
 pub const MAX_FRAMES: u64 = HIGH_KEY - 1;

@@ -86,7 +86,7 @@ impl Window {
     #[inline(always)]
     pub(crate) fn open(desc: usize) -> Window {
         if in_shared(desc) {
-            open_shared(desc)
+            Self::open_shared(desc)
         } else {
             Window {
                 desc,
@@ -124,7 +124,15 @@ impl Window {
     }
 }
 
-#[inline(never)]
+impl Window {
+    /// [`Window::open`] of a frame the caller knows is in a shared cache
+    /// (`in_shared`, checked once on the caller's path).
+    #[inline(never)]
+    pub(crate) fn open_shared(desc: usize) -> Window {
+        open_shared(desc)
+    }
+}
+
 fn open_shared(desc: usize) -> Window {
     let mut w = Window {
         desc,

@@ -188,3 +188,35 @@ pub fn reap(mut c: Child) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Every thread's stack of this process, printed to stderr by gdb if it
+/// is installed (CI's machine has it): what a test that found itself hung
+/// prints before it aborts.
+#[allow(dead_code)]
+pub fn print_stacks() {
+    use std::os::fd::AsFd;
+    let _ = Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-p", &std::process::id().to_string()])
+        .args(["-ex", "thread apply all bt"])
+        .stdout(match std::io::stderr().as_fd().try_clone_to_owned() {
+            Ok(fd) => std::process::Stdio::from(fd),
+            Err(_) => std::process::Stdio::inherit(),
+        })
+        .status();
+}
+
+/// The cache shared by processes named `name` whose segment lies in
+/// `dir`, with `config` (created or attached).
+#[cfg(not(loom))]
+#[allow(dead_code)]
+pub fn shared_in(name: &str, dir: &Path, config: Config) -> PageCache {
+    PageCache::shared_with(
+        name,
+        config,
+        &pagecache::SharedOptions {
+            dir: Some(dir.to_path_buf()),
+            group: None,
+        },
+    )
+    .unwrap()
+}
