@@ -163,9 +163,10 @@ pub mod internals {
     }
 
     /// The index node arena (`index/arena.rs`): its free list (protocol
-    /// 5.12), for its loom model and for placing it in a segment.
+    /// 5.12), for its loom model and for placing it in a segment; and its
+    /// nodes, whose run pins (5.7, 5.15 P7) have a loom model too.
     pub mod nodes {
-        pub use crate::index::NodeArena;
+        pub use crate::index::{Node, NodeArena};
     }
 
     /// The per-file size lock (`size_lock.rs`), for its loom model.

@@ -828,40 +828,52 @@ fn writeback_pin_vs_rewrite() {
 /// descriptor. The recount drops the dead pin or nothing, never a live
 /// one: without `MARK` cleared by the pin's CAS, loom finds it dropping
 /// two (B's count read before its pin, C's after its release).
+/// One thread's count of its pins (or run pins) of one frame (or leaf
+/// slot) and its intent, as `ledger_window.rs` keeps them (intent stored
+/// before the RMW, count after a pin and before a release, intent cleared
+/// with Release), for the recount models (5.15 P6, P7).
+struct Counts {
+    intent: loom::sync::atomic::AtomicBool,
+    count: loom::sync::atomic::AtomicI64,
+}
+
+impl Counts {
+    fn new(n: i64) -> Arc<Counts> {
+        Arc::new(Counts {
+            intent: loom::sync::atomic::AtomicBool::new(false),
+            count: loom::sync::atomic::AtomicI64::new(n),
+        })
+    }
+
+    /// `Area::look` at one table: `None` inside a window.
+    fn look(&self) -> Option<i64> {
+        if self.intent.load(Ordering::Acquire) {
+            return None;
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        loom::sync::atomic::fence(Ordering::Acquire);
+        (!self.intent.load(Ordering::Acquire)).then_some(n)
+    }
+
+    /// `Window::open`, `RunWindow::open`.
+    fn open(&self) {
+        self.intent.store(true, Ordering::Release);
+        loom::sync::atomic::fence(Ordering::Release);
+    }
+
+    fn add(&self, d: i64) {
+        let n = self.count.load(Ordering::Relaxed);
+        self.count.store(n + d, Ordering::Relaxed);
+    }
+
+    fn close(&self) {
+        self.intent.store(false, Ordering::Release);
+    }
+}
+
 #[test]
 fn recount_vs_a_pin_taken_and_one_released() {
-    use loom::sync::atomic::{AtomicBool, AtomicI64};
     use pagecache::internals::state::{FrameDesc, Held, PinKind, Released, State};
-    struct Counts {
-        intent: AtomicBool,
-        count: AtomicI64,
-    }
-    impl Counts {
-        fn new(n: i64) -> Arc<Counts> {
-            Arc::new(Counts {
-                intent: AtomicBool::new(false),
-                count: AtomicI64::new(n),
-            })
-        }
-        /// `counted_pins`' look at one table: `None` inside a window.
-        fn look(&self) -> Option<i64> {
-            if self.intent.load(Ordering::Acquire) {
-                return None;
-            }
-            let n = self.count.load(Ordering::Relaxed);
-            loom::sync::atomic::fence(Ordering::Acquire);
-            (!self.intent.load(Ordering::Acquire)).then_some(n)
-        }
-        /// `Window::open`.
-        fn open(&self) {
-            self.intent.store(true, Ordering::Release);
-            loom::sync::atomic::fence(Ordering::Release);
-        }
-        fn add(&self, d: i64) {
-            let n = self.count.load(Ordering::Relaxed);
-            self.count.store(n + d, Ordering::Relaxed);
-        }
-    }
     for clone in [true, false] {
         model(3, move || {
             let f = Arc::new(FrameDesc::new());
@@ -876,14 +888,14 @@ fn recount_vs_a_pin_taken_and_one_released() {
                     fb.try_pin(PinKind::User).unwrap();
                 }
                 bb.add(1);
-                bb.intent.store(false, Ordering::Release);
+                bb.close();
             });
             let (fc, cc) = (f.clone(), c.clone());
             let tc = thread::spawn(move || {
                 cc.open();
                 cc.add(-1);
                 assert_eq!(fc.release(), Released::Alive);
-                cc.intent.store(false, Ordering::Release);
+                cc.close();
             });
             let dropped = f
                 .drop_uncounted(Held::Indexed, || Some(b.look()? + c.look()?))
@@ -906,6 +918,62 @@ fn recount_vs_a_pin_taken_and_one_released() {
             assert_eq!(f.snapshot().refs() as i64, 1 + live + dead);
         });
     }
+}
+
+/// 5.15 P7: the recount of a leaf slot a dead process pinned with a run
+/// uncounted (two pins on the slot: the dead one, one counted by thread
+/// B), while B runs over the slot again and thread C of B's process ends
+/// a run (one run's pin moving from one thread's count to another's).
+/// The counts and windows are modelled as in the frame model above; the
+/// leaf's pin word is the real one. The recount drops the dead pin or
+/// nothing, never a live one: with `MARK` cleared by neither R1's CAS nor
+/// R4's RMW, loom finds it dropping two (B's count read before its run's
+/// pin, C's after its unpin: the word back where it was). Either one
+/// clearing it is enough (the word comes back to what was marked only
+/// through both); both do.
+#[test]
+fn run_recount_vs_a_run_taken_and_one_ended() {
+    use pagecache::internals::nodes::Node;
+    model(3, || {
+        let leaf = Arc::new(Node::empty());
+        assert!(leaf.pin_slots(0, 1) && leaf.pin_slots(0, 1));
+        let (b, c) = (Counts::new(1), Counts::new(0));
+        let (lb, bb) = (leaf.clone(), b.clone());
+        let tb = thread::spawn(move || {
+            bb.open();
+            assert!(lb.pin_slots(0, 1));
+            bb.add(1);
+            bb.close();
+        });
+        let (lc, cc) = (leaf.clone(), c.clone());
+        let tc = thread::spawn(move || {
+            cc.open();
+            cc.add(-1);
+            lc.unpin_slots(0, 1);
+            cc.close();
+        });
+        let recount = || {
+            let w0 = leaf.mark_word(0);
+            let have = Node::word_counts(w0)[0] as i64;
+            let counted = b.look()? + c.look()?;
+            leaf.drop_word_pins(0, w0, &[(have - counted).clamp(0, have) as u8])
+        };
+        let dropped = recount();
+        tb.join().unwrap();
+        tc.join().unwrap();
+        assert!(
+            matches!(dropped, None | Some(1)),
+            "dropped {dropped:?}: the dead pin is one, of slot 0"
+        );
+        // (A recount that held: the next one finds nothing.)
+        if dropped.is_some() {
+            assert_eq!(recount(), Some(0));
+        }
+        let live = b.count.load(Ordering::Relaxed) + c.count.load(Ordering::Relaxed);
+        let dead = if dropped.is_some() { 0 } else { 1 };
+        let have = Node::word_counts(leaf.pin_word(0))[0] as i64;
+        assert_eq!(have, live + dead);
+    });
 }
 
 /// 5.7 vs 5.5: a run (one leaf pin, no pin of the frame) holds page 0

@@ -1,7 +1,8 @@
 //! A process of a shared cache killed between a pin's RMW and its count
-//! (protocol 5.15 P6): the pin is in the frame's count and in no process's,
-//! and the recovery's recount drops it, and nothing else: a pin another
-//! process holds meanwhile stays.
+//! (protocol 5.15 P6), or between a run's RMW on its leaf and its count
+//! (P7): the pin is in the frame's (or the slot's) count and in no
+//! process's, and the recovery's recount drops it, and nothing else: a pin
+//! (or a run) another process holds meanwhile stays.
 #![cfg(not(loom))]
 
 mod common;
@@ -33,9 +34,17 @@ fn child() {
     let dir = PathBuf::from(std::env::var("PC_WINDOW_DIR").unwrap());
     let c = shared(&dir);
     let f = c.open(dir.join("f")).unwrap();
-    // A pin counted, then one more taken and never counted.
-    let p = f.page(1).unwrap();
-    f.die_in_pin_window(&p);
+    match std::env::var("PC_WINDOW").as_deref() {
+        // A run's slot pinned, never counted (R1's window).
+        Ok("run") => f.die_in_run_window(1, false),
+        // A run's slot uncounted, never unpinned (R4's window).
+        Ok("unrun") => f.die_in_run_window(1, true),
+        _ => {
+            // A pin counted, then one more taken and never counted.
+            let p = f.page(1).unwrap();
+            f.die_in_pin_window(&p);
+        }
+    }
 }
 
 /// Waits until no dead process is left to recover.
@@ -69,6 +78,14 @@ fn a_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
     recovered(&c);
     assert_eq!(mine[0], 7);
     drop(mine);
+    write_ends(&c, &f, t0, "pin");
+    drop(f);
+    c.validate();
+}
+
+/// Writes page 1 and reads it back; the write must end within 20 s (it
+/// waits for the page's pins and its slot's run pins to go).
+fn write_ends(c: &PageCache, f: &pagecache::File, t0: std::time::Instant, what: &str) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -77,17 +94,54 @@ fn a_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
         });
         if rx.recv_timeout(Duration::from_secs(20)).is_err() {
             eprintln!("{}", c.describe_held());
-            eprintln!("the write waited for the dead process's uncounted pin");
+            eprintln!("the write waited for the dead process's uncounted {what}");
             std::process::abort();
         }
     });
     eprintln!(
-        "the write past the dead process's uncounted pin: {:?} after its death",
+        "the write past the dead process's uncounted {what}: {:?} after its death",
         t0.elapsed()
     );
     let mut b = [0u8; 8];
     f.read_at(&mut b, PS as u64).unwrap();
     assert_eq!(b, [9u8; 8]);
+}
+
+/// A run's slot pin the dead process took (`mode` "run") or uncounted
+/// (`mode` "unrun") in a window, and nobody counts, is dropped by its
+/// recovery: a write of the page, which waits for runs on its slot (5.7
+/// W3), ends. This process held a run over the page throughout, which the
+/// recount kept: its end after the recovery is the slot's last pin, not
+/// one too many (a debug assertion, and `validate`: no leaf run-pinned).
+fn a_run_pin_in_a_window_is_dropped_and_no_other(mode: &str) {
+    let td = TempDir::new("run-window");
+    let path = td.path("f");
+    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
+    let c = shared(&td.0);
+    let f = c.open(&path).unwrap();
+    drop(f.page(1).unwrap());
+    let run = f.run(0, 4).unwrap();
+    assert_eq!(run.len(), 4, "pages 0..4 in one run");
+    let child = spawn_child(&[
+        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
+        ("PC_WINDOW", mode),
+    ]);
+    let st = reap(child);
+    let t0 = std::time::Instant::now();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
+    recovered(&c);
+    drop(run);
+    write_ends(&c, &f, t0, &format!("{mode} window's run pin"));
     drop(f);
     c.validate();
+}
+
+#[test]
+fn a_run_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
+    a_run_pin_in_a_window_is_dropped_and_no_other("run");
+}
+
+#[test]
+fn a_run_pin_a_process_uncounted_and_died_before_dropping_is_dropped_and_no_other() {
+    a_run_pin_in_a_window_is_dropped_and_no_other("unrun");
 }

@@ -95,4 +95,20 @@ impl super::File {
     pub fn die_in_pin_window(&self, p: &super::PageRef<'_>) -> ! {
         self.cache.desc(p.frame_hint()).die_in_pin_window()
     }
+
+    /// Tests of a cache shared by processes (5.15 P7): inside a run
+    /// count's window on the leaf of page `index` (cached), pins its slot
+    /// and kills this process before the pin is counted, or, with
+    /// `unpin`, takes a run of the page and kills this process after its
+    /// unpin is uncounted and before the slot is unpinned. Never returns.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn die_in_run_window(&self, index: u64, unpin: bool) -> ! {
+        if unpin {
+            let run = self.run(index, 1).expect("a run of a cached page");
+            assert_eq!(run.len(), 1, "page {index} is cached and idle");
+            std::mem::forget(run);
+        }
+        self.inner().die_in_run_window(&self.shared, index, unpin)
+    }
 }

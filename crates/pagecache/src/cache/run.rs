@@ -16,7 +16,7 @@
 //!  R1. had_runs = true (once per file);     W1. try_latch (RMW on state)
 //!      leaf = walk(start); +1 on the slot   W2. SeqCst fence; had_runs
 //!      counts of start..start+n (CAS per        false -> go on; leaf of the
-//!      16 slots; a count at 7 refuses:          page (a walk; checked as in
+//!      16 slots; a count at 3 refuses:          page (a walk; checked as in
 //!      per-page pins instead); SeqCst fence     R2); slot count zero -> go
 //!  R2. leaf.owner/pos == (file, start's         on; then the page's state:
 //!      leaf) else unpin, per-page pins          REMOVED -> unlatch, retry
@@ -142,6 +142,33 @@ fn prefetch(d: &crate::frame::state::FrameDesc) {
     let _ = d;
 }
 
+/// A run count's window (5.15 P7, `frame/ledger_runs.rs`) in a shared
+/// cache; nothing in a private one.
+struct RunWindow(#[cfg(not(loom))] Option<crate::frame::ledger::RunWindow>);
+
+impl RunWindow {
+    /// Counts the run's pin (after R1's RMWs) or unpin (before R4's) of
+    /// slots `lo..lo + n` as this thread's.
+    #[inline]
+    fn count(&self, lo: usize, n: usize, pin: bool) {
+        #[cfg(not(loom))]
+        if let Some(w) = &self.0 {
+            w.count(lo, n, pin);
+        }
+        #[cfg(loom)]
+        let _ = (lo, n, pin);
+    }
+
+    /// Closes the window.
+    #[inline]
+    fn close(self) {
+        #[cfg(not(loom))]
+        if let Some(w) = self.0 {
+            w.close();
+        }
+    }
+}
+
 /// Whether a run holds a latched page (protocol 5.7 W2).
 #[derive(Debug)]
 pub(crate) enum RunHold<'a> {
@@ -184,11 +211,15 @@ impl Inner {
         if !fs.had_runs.load(Ordering::Relaxed) {
             fs.had_runs.store(true, Ordering::Relaxed);
         }
+        // 5.15 P7: R1's RMWs and their count in a window (a shared cache).
+        let w = self.run_window(leaf);
         if !leaf.pin_slots(lo, n) {
+            w.close();
             return None;
         }
-        // 5.15: counted as this thread's (a shared cache) after R1's RMWs.
-        self.count_run(leaf, lo, n, true);
+        // Counted as this thread's after R1's RMWs.
+        w.count(lo, n, true);
+        w.close();
         fence(Ordering::SeqCst);
         // R2.
         if !leaf.is_leaf_of(fs.tree.owner(), start - lo as u64) {
@@ -260,9 +291,11 @@ impl Inner {
         prune: bool,
     ) {
         let lo = (start % LEAF_PAGES) as usize;
-        // 5.15: uncounted before R4's RMWs.
-        self.count_run(leaf, lo, n, false);
+        // 5.15 P7: uncounted before R4's RMWs, in a window.
+        let w = self.run_window(leaf);
+        w.count(lo, n, false);
         leaf.unpin_slots(lo, n);
+        w.close();
         self.run_unpinned(leaf, lo, n);
         if prune && leaf.is_empty() {
             fs.tree.lock().prune(&self.nodes, start);
@@ -276,7 +309,7 @@ impl Inner {
 
     /// R4 after the unpin of slots `lo..lo + n` of `leaf`: the fence, and
     /// writers waiting for those slots woken.
-    fn run_unpinned(&self, leaf: &Node, lo: usize, n: usize) {
+    pub(crate) fn run_unpinned(&self, leaf: &Node, lo: usize, n: usize) {
         fence(Ordering::SeqCst);
         let mut w = leaf.take_pin_waiters(lo, n);
         while w != 0 {
@@ -296,6 +329,16 @@ impl Inner {
     pub(crate) fn run_unpin_dead(&self, leaf: &Node, s: usize) {
         leaf.unpin_slots(s, 1);
         self.run_unpinned(leaf, s, 1);
+        self.run_unpinned_dead(leaf);
+    }
+
+    /// R4's end for run pins of `leaf` a dead process held, dropped (by
+    /// `run_unpin_dead` or a recount, 5.15 P7) and their writers woken:
+    /// the leaf pruned if empty (its file reached through the file table
+    /// if not open here), pending deferred frees run. Context: as
+    /// `run_unpin`; the recovery's thread.
+    #[cfg(not(loom))]
+    pub(crate) fn run_unpinned_dead(&self, leaf: &Node) {
         if leaf.is_empty() {
             let (owner, pos) = leaf.placement();
             self.with_slot(owner, |fs| {
@@ -310,17 +353,45 @@ impl Inner {
         }
     }
 
-    /// Counts a run's pin (or unpin) of slots `lo..lo + n` of `leaf` as
-    /// this thread's, in a shared cache (5.15); nothing otherwise.
+    /// A run count's window on `leaf` (5.15 P7), in a shared cache; an
+    /// empty one otherwise.
     #[inline]
-    fn count_run(&self, leaf: &Node, lo: usize, n: usize, pin: bool) {
+    fn run_window(&self, leaf: &Node) -> RunWindow {
         #[cfg(not(loom))]
         if self.file_table().is_some() {
             let descs = self.desc(0) as *const crate::frame::state::FrameDesc as usize;
-            crate::frame::ledger::count_run(descs, self.nodes.id_of(leaf), lo, n, pin);
+            return RunWindow(crate::frame::ledger::RunWindow::open(
+                descs,
+                self.nodes.id_of(leaf),
+            ));
         }
-        #[cfg(loom)]
-        let _ = (leaf, lo, n, pin);
+        let _ = leaf;
+        RunWindow(
+            #[cfg(not(loom))]
+            None,
+        )
+    }
+
+    /// Tests of 5.15 P7 (`File::die_in_run_window`): kills this process
+    /// inside a run count's window on page `index`'s slot: after R1's RMW
+    /// and before its count, or (`unpin`, a run of the page held) after
+    /// R4's uncount and before its RMW.
+    #[cfg(not(loom))]
+    pub(crate) fn die_in_run_window(&self, fs: &FileShared, index: u64, unpin: bool) -> ! {
+        let leaf = fs.tree.leaf(&self.nodes, index).expect("a cached page");
+        let lo = (index % LEAF_PAGES) as usize;
+        let w = self.run_window(leaf);
+        if unpin {
+            w.count(lo, 1, false);
+        } else {
+            assert!(leaf.pin_slots(lo, 1), "slot {lo} pinned three times");
+        }
+        // SAFETY: a signal to this process; no memory is touched.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        w.close(); // (never reached)
+        loop {
+            std::thread::park();
+        }
     }
 
     /// W2: the caller just claimed the latch of page `index` (frame `f`,

@@ -393,9 +393,13 @@ mod imp {
                 }
             }
             drop(unquiet);
-            // The pins it took inside a window, which no count says (P6d),
-            // and what it held of removed pages (P6e).
+            // The run pins it took or left inside a window, which no count
+            // says (P7), the pins likewise (P6d), and what it held of
+            // removed pages (P6e).
             let until = std::time::Instant::now() + RECOUNT_FOR;
+            for &node in &taken.run_suspects {
+                self.drop_uncounted_runs(node, until);
+            }
             for &f in &taken.suspects {
                 self.drop_uncounted_pins(f, until);
             }
@@ -479,6 +483,49 @@ mod imp {
             // (Its flags unchanged: nothing was written under it.)
             if latched && d.unlatch_release() == Released::Last {
                 self.free_frame(f);
+            }
+        }
+
+        /// 5.15 P7: leaf node `node`, whose slots a dead process may have
+        /// pinned with a run inside a window: each pin word recounted
+        /// until the recount holds, the pins nobody counts dropped, their
+        /// writers woken, the leaf pruned if empty. Gives up on a word at
+        /// `until` (a run pin left uncounted stays). Context: may sleep;
+        /// the recovery's thread.
+        fn drop_uncounted_runs(&self, node: u32, until: std::time::Instant) {
+            use crate::index::{Node, PIN_SLOTS, PIN_WORDS};
+            let Some(sh) = &self.shared else { return };
+            let Some(leaf) = self.nodes.get(node as u64) else {
+                return;
+            };
+            let mut dropped = false;
+            for w in 0..PIN_WORDS {
+                let recount = || {
+                    let w0 = leaf.mark_word(w);
+                    let have = Node::word_counts(w0);
+                    let counted = sh.seg.pins().counted_run_pins(node)?;
+                    let extra: Vec<u8> = Node::word_slots(w)
+                        .zip(have)
+                        .map(|(s, h)| (h as i64 - counted[s]).clamp(0, h as i64) as u8)
+                        .collect();
+                    leaf.drop_word_pins(w, w0, &extra)
+                };
+                // A word no run pins: nothing to recount.
+                if Node::word_counts(leaf.pin_word(w)) == [0; PIN_SLOTS] {
+                    continue;
+                }
+                let Some(mut slots) = retry_until(until, recount, || {}) else {
+                    continue;
+                };
+                while slots != 0 {
+                    let s = slots.trailing_zeros() as usize;
+                    slots &= slots - 1;
+                    self.run_unpinned(leaf, s, 1);
+                    dropped = true;
+                }
+            }
+            if dropped {
+                self.run_unpinned_dead(leaf);
             }
         }
 

@@ -11,7 +11,7 @@
 //!
 //! * P1. Each thread that pins a frame of a shared cache has a *table* of
 //!   its own in the segment (4 KiB: the owner's tag, its intent word
-//!   (P5, P6), then a list of 510 entries of frame and count), claimed from
+//!   (P5-P7), then a list of 510 entries of frame and count), claimed from
 //!   the segment's pool by a CAS of its owner word and kept for the
 //!   thread's life (in this process's thread-local storage). Only that
 //!   thread writes it (the intent word too): plain stores, no
@@ -51,14 +51,9 @@
 //!   finds there with no reference (a run's pin on the slot meanwhile: it
 //!   stays, cached and clean).
 //!
-//! A run (5.7) pins index leaf slots, not frames: its pin of slots
-//! `lo..lo + n` of leaf node `id` is an entry of its own in the table (the
-//! key's top bit set, the slots as `lo` and a mask), counted after R1's
-//! RMWs and narrowed or removed before R4's; one released by another
-//! thread is a negative entry. A fold keeps run entries in the table
-//! (moved to its front, each cleared before it is written again: P4), and
-//! the recovery unpins, slot by slot, what a dead process's run entries
-//! add up to.
+//! A run (5.7) pins index leaf slots, not frames: its entries, their
+//! window and their recount are P7 (`ledger_runs.rs`); the recovery
+//! unpins, slot by slot, what a dead process's run entries add up to.
 //!
 //! What else a process raises while it works and lowers when done is not
 //! counted here: the cache-wide counts of fills, reclaims and removals in
@@ -166,12 +161,14 @@ impl Area {
 /// keys stay below it and [`HIGH_KEY`]: a shared cache has fewer than
 /// 2^30 frames (`segment::layout` refuses more).
 const RUN_KEY: u64 = 1 << 31;
-/// The key bit a recovery sets on a frame entry it took (P6f; frames stay
-/// below it): counts, recounts and folds skip such an entry, and a second
-/// take lists its frame as a suspect.
+/// The key bit a recovery sets on an entry it took (P6f; frames and leaf
+/// nodes stay below it): counts, recounts and folds skip such an entry,
+/// and a second take lists its frame or leaf as a suspect.
 const HIGH_KEY: u64 = 1 << 30;
 /// Frames a shared cache may have at most.
 pub const MAX_FRAMES: u64 = HIGH_KEY - 1;
+/// Index nodes a shared cache may have at most (a run entry's key).
+pub const MAX_NODES: u64 = HIGH_KEY - 1;
 /// The value bit of a run entry released by another thread.
 const RUN_NEG: u64 = 1 << 31;
 
@@ -187,13 +184,12 @@ enum Entry {
 
 impl Entry {
     fn of(v: u64) -> Entry {
-        if v == 0 {
+        if v == 0 || v >> 32 & HIGH_KEY != 0 {
+            // (A taken entry, P6f.)
             Entry::Empty
         } else if v >> 32 & RUN_KEY != 0 {
             let (node, lo, mask, sign) = run_entry(v);
             Entry::Run(node, lo, mask, sign)
-        } else if v >> 32 & HIGH_KEY != 0 {
-            Entry::Empty
         } else {
             Entry::Frame((v >> 32) as u32 - 1, v as u32 as i32 as i64)
         }
@@ -410,9 +406,16 @@ fn fold(reg: &Reg, t: usize) {
             continue;
         }
         let moving = reg.area.moving(reg.row);
-        if let Entry::Frame(f, _) = Entry::of(v) {
+        match Entry::of(v) {
             // P6c: for the recovery, if this process dies before the add.
-            moving.store(f + 1, Relaxed);
+            Entry::Frame(f, _) => moving.store(f + 1, Relaxed),
+            // Already in its place.
+            _ if i == kept => {
+                kept += 1;
+                continue;
+            }
+            // P7: likewise, before it is written again (`RUN_KEY | node`).
+            _ => moving.store((v >> 32) as u32, Relaxed),
         }
         e.store(0, Relaxed);
         // Keeps the clear before the add (or the write) in the instruction
@@ -429,6 +432,8 @@ fn fold(reg: &Reg, t: usize) {
             _ => {
                 table.entries[kept].store(v, Relaxed);
                 kept += 1;
+                compiler_fence(Ordering::SeqCst);
+                moving.store(0, Relaxed);
             }
         }
     }
@@ -528,24 +533,6 @@ fn with_table(reg: &'static Reg, op: impl Fn(Option<&Table>) -> bool) {
     }
 }
 
-/// Counts a run's pin of slots `lo..lo + n` of index node `node` (`pin`:
-/// after R1's RMWs) or its unpin (before R4's), in the cache whose
-/// descriptors start at `descs`, if that is a shared cache.
-pub(crate) fn count_run(descs: usize, node: u32, lo: usize, n: usize, pin: bool) {
-    if AREAS_N.load(Relaxed) == 0 || n == 0 || n > 16 || lo + n > 64 {
-        return;
-    }
-    compiler_fence(Ordering::SeqCst);
-    let mask = ((1u64 << n) - 1) as u32;
-    let Some(reg) = find(descs) else { return };
-    with_table(reg, |t| match t {
-        Some(t) => add_run(t, node, lo as u32, mask, pin),
-        // No table: not counted (a dead process's run would stay).
-        None => true,
-    });
-    compiler_fence(Ordering::SeqCst);
-}
-
 /// This thread's table of `reg`'s area, if it is the one cached.
 #[inline]
 fn cached_table(reg: &Reg) -> Option<&'static Table> {
@@ -555,41 +542,6 @@ fn cached_table(reg: &Reg) -> Option<&'static Table> {
     // (its segment attached while the caller counts in it).
     (f.epoch == EPOCH.load(Acquire) && f.lo == reg.descs)
         .then(|| unsafe { &*(f.table as *const Table) })
-}
-
-/// A run's entry: one pin (or, with `RUN_NEG`, one release) of slots
-/// `lo + k` for each bit `k` of `mask`, in leaf node `node`. Appended at a
-/// pin; at an unpin, the entry that covers the slots is narrowed (or
-/// removed), else a negative entry appended. False if the table is full.
-fn add_run(table: &Table, node: u32, lo: u32, mask: u32, pin: bool) -> bool {
-    let key = (RUN_KEY | node as u64) << 32;
-    let n = table.used.load(Relaxed) as usize;
-    if !pin {
-        for i in (0..n).rev() {
-            let v = table.entries[i].load(Relaxed);
-            if v >> 32 != key >> 32 || v & RUN_NEG != 0 {
-                continue;
-            }
-            let (_, elo, emask, _) = run_entry(v);
-            if lo < elo || lo - elo >= 16 || (emask >> (lo - elo)) & mask != mask {
-                continue;
-            }
-            let left = emask & !(mask << (lo - elo));
-            if left != 0 {
-                table.entries[i].store(key | elo as u64 | (left as u64) << 6, Relaxed);
-            } else {
-                remove(table, i, n);
-            }
-            return true;
-        }
-    }
-    if n >= ENTRIES {
-        return false;
-    }
-    let neg = if pin { 0 } else { RUN_NEG };
-    table.entries[n].store(key | neg | lo as u64 | (mask as u64) << 6, Relaxed);
-    table.used.store(n as u32 + 1, Relaxed);
-    true
 }
 
 /// Removes entry `i` of the `n` in use: cleared in place (entries never
@@ -696,6 +648,14 @@ mod take;
 #[path = "ledger_window.rs"]
 mod window;
 pub(crate) use window::Window;
+
+// A run's entries, and P7: a run count's window, and the recount of a leaf
+// a dead process may have pinned in one.
+#[path = "ledger_runs.rs"]
+mod runs;
+#[cfg(test)]
+use runs::count_run;
+pub(crate) use runs::RunWindow;
 
 // What an audit reads of the counts (tests, and a test's report of a
 // stuck cache).

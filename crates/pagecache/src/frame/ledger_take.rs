@@ -17,6 +17,7 @@ impl Area {
         let mut runs: std::collections::HashMap<(u32, u32), i64> = Default::default();
         let mut evicting = Vec::new();
         let mut suspects = Vec::new();
+        let mut run_suspects = Vec::new();
         for t in 0..TABLES {
             let table = self.table(t);
             // Acquire: what its owner wrote (it is dead or done).
@@ -26,9 +27,12 @@ impl Area {
             for e in &table.entries {
                 let v = e.load(Relaxed);
                 match Entry::of(v) {
+                    // Taken by a recovery that did not finish.
                     Entry::Empty if v >> 32 & (RUN_KEY | HIGH_KEY) == HIGH_KEY => {
-                        // Taken by a recovery that did not finish.
                         suspects.push((v >> 32 & !HIGH_KEY) as u32 - 1);
+                    }
+                    Entry::Empty if v >> 32 & HIGH_KEY != 0 => {
+                        run_suspects.push((v >> 32 & !(RUN_KEY | HIGH_KEY)) as u32);
                     }
                     Entry::Empty => {}
                     Entry::Frame(f, n) => {
@@ -37,7 +41,8 @@ impl Area {
                         *sums.entry(f).or_default() += n;
                     }
                     Entry::Run(node, lo, mask, n) => {
-                        e.store(0, Relaxed);
+                        // Taken, likewise (P7d).
+                        e.store(v | HIGH_KEY << 32, Relaxed);
                         for s in run_slots(lo, mask) {
                             *runs.entry((node, s)).or_default() += n;
                         }
@@ -48,6 +53,7 @@ impl Area {
             match intent & 0xffff {
                 INTENT_EVICT => evicting.push((intent >> 32) as u32 - 1),
                 window::INTENT_PIN => suspects.push((intent >> 32) as u32 - 1),
+                runs::INTENT_RUN => run_suspects.push((intent >> 32 & !RUN_KEY) as u32),
                 _ => {}
             }
             // No live window: recounts look past it (P6f).
@@ -64,7 +70,11 @@ impl Area {
                     suspects.push(f as u32);
                 }
             }
-            suspects.extend(self.take_quiet(r));
+            match self.take_quiet(r) {
+                Some(window::Moving::Frame(f)) => suspects.push(f),
+                Some(window::Moving::Run(node)) => run_suspects.push(node),
+                None => {}
+            }
         }
         sums.retain(|&f, _| (f as usize) < self.frames);
         evicting.retain(|&f| (f as usize) < self.frames);
@@ -74,11 +84,15 @@ impl Area {
         suspects.retain(|&f| (f as usize) < self.frames);
         suspects.sort_unstable();
         suspects.dedup();
+        run_suspects.retain(|&n| n as u64 <= MAX_NODES);
+        run_suspects.sort_unstable();
+        run_suspects.dedup();
         Taken {
             evicting,
             suspects,
             frames: nonzero(sums, |f, n| (f, n)),
             runs: nonzero(runs, |(node, slot), n| (node, slot, n)),
+            run_suspects,
         }
     }
 
@@ -123,4 +137,7 @@ pub struct Taken {
     /// Frames it may hold a pin of that no count says (P6d): it died
     /// inside a window on them (or in an eviction's), sorted.
     pub suspects: Vec<u32>,
+    /// Leaf nodes it may hold a run pin of that no count says (P7d), or
+    /// whose run pins a recovery took and may not have dropped, sorted.
+    pub run_suspects: Vec<u32>,
 }

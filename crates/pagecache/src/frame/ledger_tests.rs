@@ -145,3 +145,35 @@ fn a_runs_pins_are_counted_by_slot_and_narrowed_by_its_unpins() {
     count_run(d, 5, 0, 16, false);
     assert_eq!(fake.area.other_counts().len(), 0);
 }
+
+#[test]
+fn a_runs_window_its_fold_and_its_taken_entries_make_its_leaf_a_suspect() {
+    let fake = Fake::new(100, 0xffff_d000_0000_0000);
+    let d = fake.descs;
+    count_run(d, 3, 4, 8, true);
+    count_run(d, 9, 0, 2, true);
+    let on3 = fake.area.counted_run_pins(3).unwrap();
+    assert_eq!(on3[3..13], [0, 1, 1, 1, 1, 1, 1, 1, 1, 0]);
+    // A thread dead inside a run window on leaf 5 (P7b).
+    let w = RunWindow::open(d, 5).unwrap();
+    assert_eq!(fake.area.counted_run_pins(5), None, "a window on the leaf");
+    assert!(fake.area.counted_run_pins(3).is_some(), "not on another");
+    // Never closed: the thread died inside it.
+    let _never_closed = w;
+    // And inside a fold moving a run entry of leaf 11 (P7a).
+    fake.area.moving(0).store((RUN_KEY | 11) as u32, Relaxed);
+    let t = fake.area.take_process(7);
+    assert_eq!(t.runs.len(), 10);
+    assert_eq!(t.run_suspects, [5, 11]);
+    assert_eq!(
+        fake.area.counted_run_pins(3),
+        Some([0; 64]),
+        "taken entries count no live run"
+    );
+    // Taken again (a recovery killed before it dropped them): nothing to
+    // unpin, every leaf they or the intent name a suspect (P7d).
+    let again = fake.area.take_process(7);
+    assert_eq!(again.runs, []);
+    assert_eq!(again.run_suspects, [3, 5, 9]);
+    fake.area.free_process(7);
+}

@@ -182,6 +182,13 @@ fn open_shared(desc: usize) -> Window {
     w
 }
 
+/// What a dead process's fold was moving (P6c, P7).
+pub(super) enum Moving {
+    Frame(u32),
+    /// A run entry of this leaf node.
+    Run(u32),
+}
+
 /// Holds a recount off (P6c) while alive: a fold, or a recovery's taking
 /// and dropping of a dead process's pins. Counted in the process's row.
 pub struct Unquiet<'a>(&'a AtomicU64);
@@ -204,22 +211,25 @@ impl Area {
     }
 
     /// Row `r`'s `moving` word (P6c): the frame (+ 1) whose entry its
-    /// process's fold is moving into the row; 0 otherwise. After the
-    /// `quiet` words.
+    /// process's fold is moving into the row, or `RUN_KEY |` the leaf
+    /// node of a run entry it is moving to its table's front (P7); 0
+    /// otherwise. After the `quiet` words.
     pub(super) fn moving(&self, r: usize) -> &AtomicU32 {
         // SAFETY: ROWS words from 3.5 KiB of the area's first 4 KiB.
         unsafe { &*((self.base + 3584) as *const AtomicU32).add(r) }
     }
 
     /// A dead process's row `r`: its `quiet` count under way zeroed (its
-    /// generation moved on) and its `moving` frame, if any, returned.
-    pub(super) fn take_quiet(&self, r: usize) -> Option<u32> {
+    /// generation moved on) and what its fold was moving returned, if
+    /// anything: a frame, or a run's leaf (P7).
+    pub(super) fn take_quiet(&self, r: usize) -> Option<Moving> {
         let q = self.quiet(r);
         // Relaxed: its process is gone; a recount reads the change.
         q.store(((q.load(Relaxed) >> 32) + 1) << 32, Release);
         match self.moving(r).swap(0, Relaxed) {
             0 => None,
-            f => Some(f - 1),
+            v if v as u64 & RUN_KEY != 0 => Some(Moving::Run(v & !(RUN_KEY as u32))),
+            f => Some(Moving::Frame(f - 1)),
         }
     }
 
@@ -258,11 +268,39 @@ impl Area {
 
     /// P6d: the pins of `frame` counted in every table and row in use,
     /// or `None` if a count of it may be under way (a window on it, or a
-    /// row marked `direct`). Tables first, then the rows (P6c). The
-    /// caller set `MARK` on the frame before (its Acquire RMW orders what
-    /// this reads).
+    /// row marked `direct`). The caller set `MARK` on the frame before
+    /// (its Acquire RMW orders what this reads).
     pub fn counted_pins(&self, frame: u32) -> Option<i64> {
-        let key = frame as u64 + 1;
+        let sum = Cell::new(0i64);
+        self.look(
+            frame as u64 + 1,
+            |e| {
+                if let Entry::Frame(f, n) = e {
+                    if f == frame {
+                        sum.set(sum.get() + n);
+                    }
+                }
+            },
+            |row| {
+                if let Some(c) = row.get(frame as usize) {
+                    sum.set(sum.get() + c.load(Relaxed) as i64);
+                }
+            },
+        )?;
+        Some(sum.get())
+    }
+
+    /// A recount's look (P6b-c, P7): every entry of every table in use to
+    /// `entry`, then every row in use to `row`, unless a window whose
+    /// intent's high half is `key` is open in a table (`None`), a row in
+    /// use is marked `direct` (`None`), or a fold or a recovery moves
+    /// entries meanwhile (`None`). Tables first, then the rows (P6c).
+    pub(super) fn look(
+        &self,
+        key: u64,
+        mut entry: impl FnMut(Entry),
+        mut row: impl FnMut(&[AtomicI32]),
+    ) -> Option<()> {
         // Acquire: a seqlock's reader (pairs with `Unquiet`'s Release).
         let mut q0 = [0u64; ROWS];
         for (r, q) in q0.iter_mut().enumerate() {
@@ -271,7 +309,7 @@ impl Area {
                 return None;
             }
         }
-        let mut sum = 0i64;
+        let live = |i: u64| i >> 32 == key && i & INTENT_TAKEN == 0;
         for t in 0..TABLES {
             let table = self.table(t);
             // Relaxed: a table claimed during the look counts pins taken
@@ -281,17 +319,12 @@ impl Area {
             }
             // Acquire: pairs with a window's closing store, so the count
             // made in it is read below.
-            let live = |i: u64| i >> 32 == key && i & INTENT_TAKEN == 0;
             if live(table.intent.load(Acquire)) {
                 return None;
             }
             let used = (table.used.load(Relaxed) as usize).min(ENTRIES);
             for e in &table.entries[..used] {
-                if let Entry::Frame(f, n) = Entry::of(e.load(Relaxed)) {
-                    if f == frame {
-                        sum += n;
-                    }
-                }
+                entry(Entry::of(e.load(Relaxed)));
             }
             // A count read above that was made in a window still open (a
             // release's uncount before its RMW) shows its intent now: the
@@ -315,14 +348,12 @@ impl Area {
                 d if d & ROW_TAKEN != 0 => continue,
                 _ => return None,
             }
-            if let Some(c) = self.row(r).get(frame as usize) {
-                sum += c.load(Relaxed) as i64;
-            }
+            row(self.row(r));
         }
         // A seqlock's reader: the reads above before the second look.
         std::sync::atomic::fence(Acquire);
         (0..ROWS)
             .all(|r| self.quiet(r).load(Relaxed) == q0[r])
-            .then_some(sum)
+            .then_some(())
     }
 }

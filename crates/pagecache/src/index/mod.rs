@@ -27,6 +27,8 @@ mod dirty;
 mod pins;
 pub use arena::NodeArena;
 pub(crate) use pins::SlotRuns;
+#[cfg(not(loom))]
+pub(crate) use pins::{PIN_SLOTS, PIN_WORDS};
 
 use crate::frame::FrameNo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -58,9 +60,10 @@ pub struct Node {
     /// (T) where the node sits: the first index it covers, plus its level
     /// (a leaf's low [`SHIFT`] bits are 0). Fixed while linked.
     pos: AtomicU64,
-    /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 16` of word
-    /// `s / 16`: a 3-bit count and `STALE`), see `pins.rs`.
-    pins: [AtomicU64; 4],
+    /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 15` of word
+    /// `s / 15`: a 3-bit count and `STALE`; each word's top bit is a
+    /// recount's `MARK`), see `pins.rs`.
+    pins: [AtomicU64; pins::PIN_WORDS],
     /// (A) slots whose writer waits for their run pins to go.
     pin_waiters: AtomicU64,
 }
@@ -197,7 +200,7 @@ impl Tree {
 impl Node {
     /// An empty node, not linked anywhere.
     #[cfg(any(loom, test))]
-    pub(crate) fn empty() -> Node {
+    pub fn empty() -> Node {
         Node {
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
             dirty: AtomicU64::new(0),

@@ -2,9 +2,9 @@
 //!
 //! A run (`File::run`) pins a range of a leaf's slots with one RMW per 16
 //! slots instead of one pin per page. Each slot has a nibble in
-//! [`Node::pins`]: a 3-bit count of the runs pinning it (a pin that would
-//! take it past 7 is refused: the run falls back to per-page pins) and a
-//! `STALE` bit. Writers, the evictor and truncate consult a page's slot
+//! [`Node::pins`]: a 2-bit count of the runs pinning it (a pin that would
+//! take it past 3 is refused: the run falls back to per-page pins), a
+//! `MARK` bit and a `STALE` bit. Writers, the evictor and truncate consult a page's slot
 //! after changing the page's state word (see the protocol in
 //! `cache/run.rs`).
 //!
@@ -16,6 +16,14 @@
 //! page waits for no run (W2). Count and bit share one word so that a
 //! run's pin and truncate's mark are ordered by it.
 //!
+//! `MARK` (5.15 P7) is set in every nibble of a word by a recovery's
+//! recount of the word, and cleared in every nibble by every RMW that
+//! changes a count (R1, R4), so that the recount's compare-and-swap from
+//! the word it marked fails if any run pinned or unpinned a slot of the
+//! word since. It takes a bit from the count (which held up to 7) rather
+//! than a nibble from the word: a word of 15 slots would make most runs
+//! of 16 pages two RMWs instead of one (about 30 ns more per run, C1).
+//!
 //! A leaf is freed only when no run pins it ([`NodeArena::retire`]), so a
 //! pinned leaf keeps its place in the tree, and so its identity
 //! ([`Node::owner`], [`Node::pos`]), for as long as the pin lives; an
@@ -26,12 +34,19 @@ use crate::sync::{fence, Ordering};
 
 /// Slots per pin word.
 const PER_WORD: usize = 16;
+/// [`PER_WORD`], for callers.
+pub const PIN_SLOTS: usize = PER_WORD;
+/// Pin words per node.
+pub(crate) const PIN_WORDS: usize = FANOUT / PER_WORD;
+/// The most runs that pin one slot at once.
+const MAX_RUNS: u64 = 3;
 /// One in the low bit of every nibble.
 const ONES: u64 = 0x1111_1111_1111_1111;
 /// The count bits of every nibble.
-const COUNTS: u64 = ONES * 7;
-/// The `STALE` bit of every nibble.
-const STALES: u64 = ONES << 3;
+const COUNTS: u64 = ONES * MAX_RUNS;
+/// The recount's mark of every nibble (5.15 P7): set by `mark_word`,
+/// cleared by every RMW that changes a count.
+const MARKS: u64 = ONES << 2;
 
 /// The nibble masks (word, one per slot) of slots `lo..lo + n`.
 #[inline]
@@ -51,18 +66,26 @@ fn words(lo: usize, n: usize) -> impl Iterator<Item = (usize, u64)> {
     })
 }
 
-/// The bits of `x` set where a nibble's count is 7 (at the nibble's top
-/// bit).
+/// The bits of `x` set where a nibble's count is [`MAX_RUNS`] (at the
+/// nibble's `MARK` bit).
 #[inline]
 fn full_counts(x: u64) -> u64 {
-    ((x & COUNTS) + ONES) & STALES
+    ((x & COUNTS) + ONES) & MARKS
+}
+
+/// `old` less one pin of each slot in mask `m`, `STALE` cleared where a
+/// count reaches zero.
+#[inline]
+fn unpinned(old: u64, m: u64) -> u64 {
+    let new = old - m;
+    new & !((zero_counts(new) & m) << 3)
 }
 
 /// The bits set (at each nibble's low bit) where a nibble's count is zero.
 #[inline]
 fn zero_counts(x: u64) -> u64 {
     let c = x & COUNTS;
-    !(c | c >> 1 | c >> 2) & ONES
+    !(c | c >> 1) & ONES
 }
 
 /// Whether a run pins slot `s` of a leaf, and whose page it may hold.
@@ -90,16 +113,16 @@ fn slot_bits(lo: usize, n: usize) -> u64 {
 
 impl Node {
     /// Protocol 5.7 R1: adds one run pin to each of slots `lo..lo + n`.
-    /// Fails (changing nothing) if a slot has 15 already. The caller issues
+    /// Fails (changing nothing) if a slot has 3 already. The caller issues
     /// the SeqCst fence of R1 after it. Context: any, no sleep.
-    pub(crate) fn pin_slots(&self, lo: usize, n: usize) -> bool {
-        let mut done: [(usize, u64); 4] = [(0, 0); 4];
+    pub fn pin_slots(&self, lo: usize, n: usize) -> bool {
+        let mut done: [(usize, u64); PIN_WORDS] = [(0, 0); PIN_WORDS];
         for (k, (w, m)) in words(lo, n).enumerate() {
             let word = &self.pins[w];
             // Relaxed: seeds the CAS.
             let mut cur = word.load(Ordering::Relaxed);
             loop {
-                if full_counts(cur) & (m << 3) != 0 {
+                if full_counts(cur) & (m << 2) != 0 {
                     for &(w, m) in &done[..k] {
                         self.unpin_word(w, m);
                     }
@@ -107,8 +130,14 @@ impl Node {
                 }
                 // Acquire: pairs with unpinners' Release (not needed for
                 // the protocol, which rests on the fence; cheap here).
-                match word.compare_exchange_weak(cur, cur + m, Ordering::Acquire, Ordering::Relaxed)
-                {
+                // Release: the run's window (5.15 P7) before a recount's
+                // mark that reads this pin. Clears `MARK` (P7).
+                match word.compare_exchange_weak(
+                    cur,
+                    (cur & !MARKS) + m,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => break,
                     Err(c) => cur = c,
                 }
@@ -120,22 +149,71 @@ impl Node {
 
     /// Protocol 5.7 R4: drops one run pin from each of slots `lo..lo + n`.
     /// The caller issues the SeqCst fence of R4 after it. Context: any.
-    pub(crate) fn unpin_slots(&self, lo: usize, n: usize) {
+    pub fn unpin_slots(&self, lo: usize, n: usize) {
         for (w, m) in words(lo, n) {
             self.unpin_word(w, m);
         }
     }
 
     /// Drops one pin of each slot in mask `m` of pin word `w`, and clears
-    /// `STALE` of those whose count reaches zero, in one RMW.
+    /// `STALE` of those whose count reaches zero, and `MARK`, in one RMW.
     fn unpin_word(&self, w: usize, m: u64) {
         // Release: the run's reads of the pages happen-before a writer,
         // evictor or truncate that sees the count drop (Acquire load).
         let _ = self.pins[w].fetch_update(Ordering::Release, Ordering::Relaxed, |old| {
             debug_assert_eq!(!zero_counts(old) & m, m, "unpin of an unpinned slot");
-            let new = old - m;
-            Some(new & !((zero_counts(new) & m) << 3))
+            Some(unpinned(old & !MARKS, m))
         });
+    }
+
+    /// 5.15 P7: marks pin word `w` for a recount; returns the word marked
+    /// (its counts: `word_counts`). Acquire: every run whose R1 or R4
+    /// RMW on the word came before is seen with its window (`ledger`).
+    /// Context: any; the recovery's thread.
+    pub fn mark_word(&self, w: usize) -> u64 {
+        self.pins[w].fetch_or(MARKS, Ordering::Acquire) | MARKS
+    }
+
+    /// 5.15 P7: drops `extra[k]` pins of slot `w * 16 + k` (runs of a dead
+    /// process that nobody counts), from `w0`, the word `mark_word`
+    /// returned, in one compare-and-swap that also clears `MARK` (also when
+    /// nothing is dropped: the word then described no moment). `None` if
+    /// the word changed since (the recount does not hold; try again), else
+    /// the slots whose pins were dropped, one bit per slot from slot 0 of
+    /// the node. Context: any; the recovery's thread.
+    pub fn drop_word_pins(&self, w: usize, w0: u64, extra: &[u8]) -> Option<u64> {
+        let mut new = w0 & !MARKS;
+        let mut slots = 0u64;
+        for (k, &e) in extra.iter().enumerate().take(PER_WORD) {
+            let have = (w0 >> (k * 4)) & MAX_RUNS;
+            for _ in 0..(e as u64).min(have) {
+                new = unpinned(new, 1 << (k * 4));
+                slots |= 1 << (w * PER_WORD + k);
+            }
+        }
+        // AcqRel: as an unpin's Release (what the dead run read happens
+        // before whoever sees the count drop), and fails if a run pinned
+        // or unpinned since the mark (P7).
+        self.pins[w]
+            .compare_exchange(w0, new, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| slots)
+    }
+
+    /// Pin word `w` as it is now (Acquire: as `slot_runs`).
+    pub fn pin_word(&self, w: usize) -> u64 {
+        self.pins[w].load(Ordering::Acquire)
+    }
+
+    /// The run pins of each slot of a pin word's value `v`.
+    pub fn word_counts(v: u64) -> [u8; PIN_SLOTS] {
+        std::array::from_fn(|k| ((v >> (k * 4)) & MAX_RUNS) as u8)
+    }
+
+    /// The slots pin word `w` holds: `w * 16..`, 16 of them.
+    #[cfg(not(loom))]
+    pub(crate) fn word_slots(w: usize) -> std::ops::Range<usize> {
+        w * PER_WORD..(w + 1) * PER_WORD
     }
 
     /// Protocol 5.7 T2-T3: truncate took slot `s`'s page out (T1, fenced):
@@ -151,7 +229,7 @@ impl Node {
         // before the caller's free).
         self.pins[s / PER_WORD]
             .fetch_update(Ordering::Release, Ordering::Acquire, |w| {
-                ((w >> shift) & 7 != 0).then_some(w | 8 << shift)
+                ((w >> shift) & MAX_RUNS != 0).then_some(w | 8 << shift)
             })
             .is_ok()
     }
@@ -189,17 +267,22 @@ impl Node {
     #[inline]
     pub(crate) fn slot_runs(&self, s: usize) -> SlotRuns {
         let w = self.pins[s / PER_WORD].load(Ordering::Acquire);
-        match (w >> ((s % PER_WORD) * 4)) & 15 {
-            0 => SlotRuns::None,
-            n if n & 8 != 0 => SlotRuns::Stale,
-            _ => SlotRuns::Current,
+        let n = (w >> ((s % PER_WORD) * 4)) & 15;
+        if n & MAX_RUNS == 0 {
+            SlotRuns::None
+        } else if n & 8 != 0 {
+            SlotRuns::Stale
+        } else {
+            SlotRuns::Current
         }
     }
 
     /// Whether any slot is pinned (after a SeqCst fence).
     pub(crate) fn any_pinned(&self) -> bool {
         // Acquire: as in `slot_pinned`.
-        self.pins.iter().any(|w| w.load(Ordering::Acquire) != 0)
+        self.pins
+            .iter()
+            .any(|w| w.load(Ordering::Acquire) & COUNTS != 0)
     }
 
     /// Whether this node is, right now, the leaf of tree `owner` that
@@ -304,18 +387,20 @@ mod tests {
         assert_eq!(words(0, 16).collect::<Vec<_>>(), vec![(0, ONES)]);
         assert_eq!(words(48, 16).collect::<Vec<_>>(), vec![(3, ONES)]);
         assert_eq!(words(0, 64).count(), 4);
+        assert_eq!(PIN_WORDS, 4);
         assert_eq!(slot_bits(3, 2), 0b11000);
         assert_eq!(slot_bits(0, 64), u64::MAX);
     }
 
     #[test]
-    fn full_counts_finds_seven_only() {
-        assert_eq!(full_counts(0x7), 0x8);
-        assert_eq!(full_counts(0xf), 0x8, "a stale slot at 7 is full");
+    fn full_counts_finds_three_only() {
+        assert_eq!(full_counts(0x3), 0x4);
+        assert_eq!(full_counts(0xb), 0x4, "a stale slot at 3 is full");
+        assert_eq!(full_counts(0x7), 0x4, "a marked slot at 3 is full");
         assert_eq!(full_counts(0xe), 0);
-        assert_eq!(full_counts(0x6), 0);
-        assert_eq!(full_counts(0x7070), 0x8080);
-        assert_eq!(full_counts(u64::MAX), STALES);
+        assert_eq!(full_counts(0x2), 0);
+        assert_eq!(full_counts(0x3030), 0x4040);
+        assert_eq!(full_counts(u64::MAX), MARKS);
     }
 
     #[test]
@@ -331,14 +416,56 @@ mod tests {
         assert_eq!(n.slot_runs(4), SlotRuns::Stale, "one pin left");
         n.unpin_slots(4, 1);
         assert!(!n.any_pinned());
-        for _ in 0..7 {
+        for _ in 0..3 {
             assert!(n.pin_slots(0, 16));
         }
-        assert!(!n.pin_slots(15, 2), "slot 15 is at 7");
+        assert!(!n.pin_slots(15, 2), "slot 15 is at 3");
         assert_eq!(
             n.slot_runs(16),
             SlotRuns::None,
             "the refused pin left nothing"
         );
+    }
+
+    #[test]
+    fn a_recount_drops_from_the_word_it_marked_and_only_from_it() {
+        let n = crate::index::Node::empty();
+        assert!(n.pin_slots(15, 3) && n.pin_slots(16, 1));
+        assert!(n.mark_stale(17));
+        let w0 = n.mark_word(1);
+        assert_eq!(Node::word_counts(w0)[..3], [2, 1, 0]);
+        assert_eq!(Node::word_slots(1), 16..32);
+        assert_eq!(n.slot_runs(18), SlotRuns::None, "a mark is no pin");
+        // A pin since the mark: the recount does not hold.
+        assert!(n.pin_slots(20, 1));
+        assert_eq!(n.drop_word_pins(1, w0, &[1, 1]), None);
+        n.unpin_slots(20, 1);
+        let w0 = n.mark_word(1);
+        assert!(n.any_pinned());
+        assert_eq!(
+            n.drop_word_pins(1, w0, &[1, 1]),
+            Some(1 << 16 | 1 << 17),
+            "one of slot 16's two, and slot 17's one"
+        );
+        assert_eq!(n.slot_runs(16), SlotRuns::Current);
+        assert_eq!(n.slot_runs(17), SlotRuns::None, "count 0 clears STALE");
+        // Never below zero, and no mark left behind.
+        let w0 = n.mark_word(1);
+        assert_eq!(n.drop_word_pins(1, w0, &[5, 5]), Some(1 << 16));
+        n.unpin_slots(15, 1);
+        let w0 = n.mark_word(0);
+        assert_eq!(n.drop_word_pins(0, w0, &[]), Some(0));
+        assert!(!n.any_pinned());
+        assert_eq!(n.mark_word(2), MARKS);
+        assert!(!n.any_pinned(), "a mark is no pin");
+        assert!(n.pin_slots(32, 1));
+        assert_eq!(
+            n.pins[2].load(Ordering::Relaxed),
+            1,
+            "a pin clears the mark"
+        );
+        assert_eq!(n.mark_word(2), MARKS | 1);
+        n.unpin_slots(32, 1);
+        assert_eq!(n.pins[2].load(Ordering::Relaxed), 0, "so does an unpin");
     }
 }

@@ -124,8 +124,10 @@ pub fn layout(g: Geometry) -> io::Result<([Extent; MAX_TABLES], u64)> {
             .ok_or_else(bad)?,
         4096,
     )?;
-    let max_nodes =
-        NodeArena::max_nodes(g.frames as usize, g.page_size as usize).map_err(|_| bad())?;
+    let max_nodes = NodeArena::max_nodes(g.frames as usize, g.page_size as usize)
+        .ok()
+        .filter(|&n| n as u64 <= crate::frame::ledger::MAX_NODES)
+        .ok_or_else(bad)?;
     let nodes = put(NodeArena::bytes(max_nodes) as u64, HUGE)?;
     let pool = put(
         PerCpuPool::placed_bytes(g.frames as usize) as u64,
