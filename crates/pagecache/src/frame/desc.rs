@@ -233,7 +233,17 @@ impl FrameDesc {
     /// while the caller's own pin lives. Context: any, no sleep.
     #[inline]
     pub fn pin_more(&self) {
-        let w = self.window();
+        // In a shared cache, counted after the RMW, in a window (5.15 P3,
+        // P6a); a private cache's pays the check only.
+        if self.in_shared() {
+            return self.counted_shared(|| self.pin_more_rmw());
+        }
+        self.pin_more_rmw()
+    }
+
+    /// `pin_more`'s RMW.
+    #[inline(always)]
+    fn pin_more_rmw(&self) {
         // A CAS, not an add: it clears MARK as `pin_cas` does (5.15 P6b).
         // Relaxed: seeds the CAS.
         let mut s = self.state.load(Ordering::Relaxed);
@@ -252,8 +262,6 @@ impl FrameDesc {
                 Err(cur) => s = cur,
             }
         }
-        w.count(1);
-        w.close();
     }
 
     /// The one common release path: drops one reference.
@@ -548,27 +556,29 @@ impl FrameDesc {
     /// its pin.
     #[inline]
     pub fn unlatch_dirty_release(&self) -> (State, Option<Released>) {
-        // Uncounted first (5.15 P3), counted again if the pin stays, in a
-        // window (P6a).
-        let w = self.window();
-        w.count(-1);
         // Release: as `update` (the bytes written under the latch) and as
         // `release` (our reads happen-before whoever sees the count drop).
-        let old = State(
-            self.state
-                .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                    let new = (s | DIRTY | UPTODATE) & !(LATCHED | HOLDER | WAITERS | AWAITERS);
-                    Some(if s & DIRTY != 0 { new - 1 } else { new })
-                })
-                .unwrap_or_else(|s| s),
-        );
+        let rmw = || {
+            State(
+                self.state
+                    .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                        let new = (s | DIRTY | UPTODATE) & !(LATCHED | HOLDER | WAITERS | AWAITERS);
+                        Some(if s & DIRTY != 0 { new - 1 } else { new })
+                    })
+                    .unwrap_or_else(|s| s),
+            )
+        };
+        // In a shared cache, uncounted first and counted again if the pin
+        // stays, in a window (5.15 P3, P6a).
+        let old = if self.in_shared() {
+            self.uncounted_shared(rmw, |old| !old.is_dirty())
+        } else {
+            rmw()
+        };
         self.wake_waiters(old.0);
         if !old.is_dirty() {
-            w.count(1);
-            w.close();
             return (old, None);
         }
-        w.close();
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
         (old, Some(self.after_drop_ref(old)))
     }
@@ -595,22 +605,26 @@ impl FrameDesc {
 
     #[inline(always)]
     fn unlatch_and_release(&self, set: u64) -> Released {
-        // Uncounted first (5.15 P3), in a window (P6a).
-        let w = self.window();
-        w.count(-1);
         // Release: as `update` (the latch section's writes, UPTODATE) and
         // as `release` (our reads happen-before whoever sees the count
         // drop). The holder's pin keeps the count above zero until here.
-        let old = State(
-            self.state
-                .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                    // DRAIN too: a holder that gives the latch up while
-                    // waiting for the drain (a future dropped, 5.9).
-                    Some(((s | set) & !(LATCHED | HOLDER | WAITERS | AWAITERS | DRAIN)) - 1)
-                })
-                .unwrap_or_else(|s| s),
-        );
-        w.close();
+        let rmw = || {
+            State(
+                self.state
+                    .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                        // DRAIN too: a holder that gives the latch up while
+                        // waiting for the drain (a future dropped, 5.9).
+                        Some(((s | set) & !(LATCHED | HOLDER | WAITERS | AWAITERS | DRAIN)) - 1)
+                    })
+                    .unwrap_or_else(|s| s),
+            )
+        };
+        // In a shared cache, uncounted first, in a window (5.15 P3, P6a).
+        let old = if self.in_shared() {
+            self.uncounted_shared(rmw, |_| false)
+        } else {
+            rmw()
+        };
         debug_assert!(old.is_latched(), "unlatch without the latch");
         debug_assert!(old.refs() > 0, "release of a frame with no reference");
         self.wake_waiters(old.0);

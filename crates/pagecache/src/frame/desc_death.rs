@@ -95,6 +95,37 @@ impl FrameDesc {
         r
     }
 
+    /// `rmw`, which takes a counted pin, in a cache shared by processes:
+    /// counted after it, in a window (5.15 P3, P6a).
+    #[inline(never)]
+    pub(super) fn counted_shared<T>(&self, rmw: impl FnOnce() -> T) -> T {
+        let w = self.shared_window();
+        let r = rmw();
+        w.count(1);
+        w.close();
+        r
+    }
+
+    /// `rmw`, which drops a counted pin (unless `kept` says of its result
+    /// that the pin stayed), in a cache shared by processes: uncounted
+    /// before it (and counted again after it if kept), in a window (5.15
+    /// P3, P6a).
+    #[inline(never)]
+    pub(super) fn uncounted_shared<T>(
+        &self,
+        rmw: impl FnOnce() -> T,
+        kept: impl FnOnce(&T) -> bool,
+    ) -> T {
+        let w = self.shared_window();
+        w.count(-1);
+        let r = rmw();
+        if kept(&r) {
+            w.count(1);
+        }
+        w.close();
+        r
+    }
+
     /// [`FrameDesc::window`] of a frame known to be in a shared cache.
     #[inline(always)]
     fn shared_window(&self) -> Window {
