@@ -4,9 +4,9 @@
 //! slots instead of one pin per page. Each slot has a nibble in
 //! [`Node::pins`]: a 2-bit count of the runs pinning it (a pin that would
 //! take it past 3 is refused: the run falls back to per-page pins), a
-//! `MARK` bit and a `STALE` bit. Writers, the evictor and truncate consult a page's slot
-//! after changing the page's state word (see the protocol in
-//! `cache/run.rs`).
+//! `MARK` bit and a `STALE` bit. Writers, the evictor and truncate consult
+//! a page's slot after changing the page's state word (see the protocol
+//! in `cache/run.rs`).
 //!
 //! `STALE` says that the slot's pins may be holding a page truncate took
 //! out of the slot (T3), not the page the slot holds now: truncate sets it
@@ -20,9 +20,10 @@
 //! recount of the word, and cleared in every nibble by every RMW that
 //! changes a count (R1, R4), so that the recount's compare-and-swap from
 //! the word it marked fails if any run pinned or unpinned a slot of the
-//! word since. It takes a bit from the count (which held up to 7) rather
-//! than a nibble from the word: a word of 15 slots would make most runs
-//! of 16 pages two RMWs instead of one (about 30 ns more per run, C1).
+//! word since. It takes a bit from the count (three bits would allow
+//! seven runs) rather than a nibble from the word: a word of 15 slots
+//! would make most runs of 16 pages two RMWs instead of one (about 30 ns
+//! more per run, C1).
 //!
 //! A leaf is freed only when no run pins it ([`NodeArena::retire`]), so a
 //! pinned leaf keeps its place in the tree, and so its identity
