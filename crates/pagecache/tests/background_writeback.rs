@@ -251,9 +251,17 @@ fn past_the_limit_a_hot_dirty_set_larger_than_a_take_is_written_down() {
     for i in 0..6000u64 {
         f.write_at(&[i as u8; 8], i * PS as u64).unwrap();
     }
-    wait_until(
+    wait_until_or(
         "the flusher writes down to the background threshold",
         || c.dirty_pages() <= 819,
+        || {
+            format!(
+                "dirty count {}; {}; cached:\n{}",
+                c.dirty_pages(),
+                c.stats(),
+                c.describe_cached()
+            )
+        },
     );
     c.validate();
     f.sync().unwrap();

@@ -146,13 +146,19 @@ pub fn current_thread() -> tokio::runtime::Runtime {
 
 /// Polls `f` every few milliseconds until it holds; fails the test naming
 /// `what` after 20 s.
-pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    wait_until_or(what, f, String::new);
+}
+
+/// [`wait_until`], printing `report` (what the cache looks like) first
+/// when it times out.
+pub fn wait_until_or(what: &str, mut f: impl FnMut() -> bool, report: impl FnOnce() -> String) {
     let t0 = Instant::now();
     while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "timed out waiting: {what}"
-        );
+        if t0.elapsed() >= Duration::from_secs(20) {
+            eprintln!("{}", report());
+            panic!("timed out waiting: {what}");
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
 }
