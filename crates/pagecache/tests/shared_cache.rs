@@ -37,6 +37,8 @@ fn shared(dir: &Path, frames: usize) -> PageCache {
     common::shared_in("t", dir, config(frames))
 }
 
+/// A shared cache whose pages are written back once dirty for 300 ms
+/// (the age bound, W1).
 fn aged(dir: &Path) -> PageCache {
     common::shared_in(
         "t",
@@ -48,6 +50,7 @@ fn aged(dir: &Path) -> PageCache {
     )
 }
 
+/// Page `i` of the file on disk.
 fn on_disk(path: &Path, i: u64) -> Vec<u8> {
     let mut b = vec![0u8; PS];
     std::os::unix::fs::FileExt::read_exact_at(

@@ -49,14 +49,26 @@ mod imp {
     use super::super::{Inner, Tables, Words};
     use crate::frame::alloc::{PerCpuPool, Pool};
     use crate::frame::state::{FrameDesc, Held};
+    use crate::frame::FrameTable;
+    use crate::index::NodeArena;
+    use crate::io::engine::Engine;
+    use crate::io::Backend;
+    use crate::placed::Placed;
+    use crate::reclaim::Clock;
+    use crate::segment::{Geometry, Segment, TableId};
+    use std::io;
+    use std::path::Path;
+    use std::ptr::NonNull;
+    use std::sync::Arc;
 
-    /// How long a recovery recounts the frames a dead process may have
-    /// pinned uncounted (5.15 P6d-e) before it leaves the pins.
+    /// How long a recovery recounts the frames and leaves a dead process
+    /// may have pinned uncounted (5.15 P6d-e, P7) before it leaves the
+    /// pins.
     const RECOUNT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
     /// `attempt` until it gives an answer or `until` passes (then `None`),
     /// `between` and a millisecond's sleep between tries: a recount that
-    /// did not hold (5.15 P6d).
+    /// did not hold (5.15 P6d, P7).
     fn retry_until<T>(
         until: std::time::Instant,
         attempt: impl Fn() -> Option<T>,
@@ -73,17 +85,6 @@ mod imp {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
-    use crate::frame::FrameTable;
-    use crate::index::NodeArena;
-    use crate::io::engine::Engine;
-    use crate::io::Backend;
-    use crate::placed::Placed;
-    use crate::reclaim::Clock;
-    use crate::segment::{Geometry, Segment, TableId};
-    use std::io;
-    use std::path::Path;
-    use std::ptr::NonNull;
-    use std::sync::Arc;
 
     /// What a shared cache's `Inner` holds beyond a private one's.
     #[derive(Debug)]
@@ -493,27 +494,18 @@ mod imp {
         /// `until` (a run pin left uncounted stays). Context: may sleep;
         /// the recovery's thread.
         fn drop_uncounted_runs(&self, node: u32, until: std::time::Instant) {
-            use crate::index::{Node, PIN_SLOTS, PIN_WORDS};
             let Some(sh) = &self.shared else { return };
             let Some(leaf) = self.nodes.get(node as u64) else {
                 return;
             };
             let mut dropped = false;
-            for w in 0..PIN_WORDS {
+            // Each word a run pins (a word with none has nothing to drop).
+            for w in (0..crate::index::PIN_WORDS).filter(|&w| leaf.word_pinned(w)) {
                 let recount = || {
                     let w0 = leaf.mark_word(w);
-                    let have = Node::word_counts(w0);
                     let counted = sh.seg.pins().counted_run_pins(node)?;
-                    let extra: Vec<u8> = Node::word_slots(w)
-                        .zip(have)
-                        .map(|(s, h)| (h as i64 - counted[s]).clamp(0, h as i64) as u8)
-                        .collect();
-                    leaf.drop_word_pins(w, w0, &extra)
+                    leaf.drop_word_pins(w, w0, |s| counted[s])
                 };
-                // A word no run pins: nothing to recount.
-                if Node::word_counts(leaf.pin_word(w)) == [0; PIN_SLOTS] {
-                    continue;
-                }
                 let Some(mut slots) = retry_until(until, recount, || {}) else {
                     continue;
                 };

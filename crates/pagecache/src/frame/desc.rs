@@ -183,7 +183,7 @@ impl FrameDesc {
     #[inline(always)]
     fn pin_cas(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
         if self.in_shared() {
-            return self.pin_cas_shared(kind, latch);
+            return self.counted_shared(|| self.pin_cas_loop(kind, latch), Result::is_ok);
         }
         self.pin_cas_loop(kind, latch)
     }
@@ -236,7 +236,7 @@ impl FrameDesc {
         // In a shared cache, counted after the RMW, in a window (5.15 P3,
         // P6a); a private cache's pays the check only.
         if self.in_shared() {
-            return self.counted_shared(|| self.pin_more_rmw());
+            return self.counted_shared(|| self.pin_more_rmw(), |_| true);
         }
         self.pin_more_rmw()
     }
@@ -274,7 +274,7 @@ impl FrameDesc {
     #[inline(always)]
     pub fn release(&self) -> Released {
         if self.in_shared() {
-            return self.release_shared();
+            return self.uncounted_shared(|| self.release_base(), |_| false);
         }
         self.release_base()
     }

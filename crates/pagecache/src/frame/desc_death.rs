@@ -70,38 +70,20 @@ impl FrameDesc {
         false
     }
 
-    /// `pin_cas` in a cache shared by processes: counted, in a window
-    /// (5.15 P3, P6a).
+    /// `rmw`, which takes a counted pin (if `took` says so of its result),
+    /// in a cache shared by processes: counted after it, in a window (5.15
+    /// P3, P6a). The shared path of `pin_cas` and `pin_more`.
     #[inline(never)]
-    pub(super) fn pin_cas_shared(&self, kind: PinKind, latch: bool) -> Result<State, PinFail> {
-        // 5.15 P6a: the count's window, from before the RMW.
-        let w = self.shared_window();
-        let r = self.pin_cas_loop(kind, latch);
-        if r.is_ok() {
-            w.count(1);
-        }
-        w.close();
-        r
-    }
-
-    /// `release` in a cache shared by processes: uncounted first, in a
-    /// window (5.15 P3, P6a).
-    #[inline(never)]
-    pub(super) fn release_shared(&self) -> Released {
-        let w = self.shared_window();
-        w.count(-1);
-        let r = self.release_base();
-        w.close();
-        r
-    }
-
-    /// `rmw`, which takes a counted pin, in a cache shared by processes:
-    /// counted after it, in a window (5.15 P3, P6a).
-    #[inline(never)]
-    pub(super) fn counted_shared<T>(&self, rmw: impl FnOnce() -> T) -> T {
+    pub(super) fn counted_shared<T>(
+        &self,
+        rmw: impl FnOnce() -> T,
+        took: impl FnOnce(&T) -> bool,
+    ) -> T {
         let w = self.shared_window();
         let r = rmw();
-        w.count(1);
+        if took(&r) {
+            w.count(1);
+        }
         w.close();
         r
     }
@@ -109,7 +91,8 @@ impl FrameDesc {
     /// `rmw`, which drops a counted pin (unless `kept` says of its result
     /// that the pin stayed), in a cache shared by processes: uncounted
     /// before it (and counted again after it if kept), in a window (5.15
-    /// P3, P6a).
+    /// P3, P6a). The shared path of `release` and of the unlatches that
+    /// drop the holder's pin.
     #[inline(never)]
     pub(super) fn uncounted_shared<T>(
         &self,

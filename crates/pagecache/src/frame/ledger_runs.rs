@@ -12,19 +12,20 @@
 //! * P7b. R1's RMWs and their count, and R4's uncount and its RMWs, run in
 //!   a *run window*: the thread's `intent` names the leaf (`RUN_KEY |
 //!   node`, `INTENT_RUN`) from before the first until after the last,
-//!   stored as a pin window's (P6a: Release, and a Release fence after
-//!   it; cleared with Release). A thread with no table marks its row
-//!   `direct`: its runs are not counted, and recounts give up.
-//! * P7c. Each pin word of a leaf holds 15 slots and `MARK` (its top bit,
-//!   `index/pins.rs`), which every RMW that changes a count clears: R1's
-//!   CAS (AcqRel) and R4's (Release). The recount of a word sets `MARK`
-//!   with an Acquire RMW, then looks at every table and row (the look of
-//!   P6b-c: a window on the leaf open, a fold under way or a row `direct`,
-//!   and it tries again later) and sums the run entries of each slot: a
-//!   slot's count above its sum is pins nobody counts, a dead process's,
-//!   dropped with one CAS from the word it marked, which fails if a run
-//!   pinned or unpinned a slot of the word since. P6b's argument holds
-//!   word for word, the leaf's word in place of the frame's state word.
+//!   stored and cleared as a pin window's (`open_intent`, `close_intent`).
+//!   A thread with no table marks its row `direct`: its runs are not
+//!   counted, and recounts give up.
+//! * P7c. Each slot's nibble in a leaf's pin words has a `MARK` bit
+//!   (`index/pins.rs`), which every RMW that changes a count clears in
+//!   every nibble of its word: R1's CAS (AcqRel) and R4's (Release). The
+//!   recount of a word sets `MARK` in every nibble with an Acquire RMW,
+//!   then looks at every table and row (the look of P6b-c: a window on the
+//!   leaf open, a fold under way or a row `direct`, and it tries again
+//!   later) and sums the run entries of each slot: a slot's count above
+//!   its sum is pins nobody counts, a dead process's, dropped with one CAS
+//!   from the word it marked, which fails if a run pinned or unpinned a
+//!   slot of the word since. P6b's argument holds word for word, the
+//!   leaf's word in place of the frame's state word.
 //! * P7d. The recovery recounts every leaf a dead process's intent names
 //!   (it died in a run window), whose run entry its fold was moving, or
 //!   whose run entries a recovery took and did not finish dropping (a taken
@@ -69,25 +70,9 @@ impl RunWindow {
         }
         let reg = find(descs)?;
         compiler_fence(Ordering::SeqCst);
-        let table = cached_table(reg).or_else(|| {
-            let found = Cell::new(None);
-            count_in(reg, |reg, t| {
-                match t {
-                    Some(t) => found.set(Some(t as *const Table as usize)),
-                    // No table: a window no intent shows (P7b).
-                    None => reg.area.row_direct(reg.row).store(1, Relaxed),
-                }
-                true
-            });
-            // SAFETY: a table of `reg`'s area, mapped while its pins are
-            // counted (the caller's).
-            found.get().map(|t| unsafe { &*(t as *const Table) })
-        });
+        let table = window::table_or_direct(reg);
         if let Some(t) = table {
-            // Release, and the fence after: as a pin window's (P6b).
-            t.intent
-                .store((RUN_KEY | node as u64) << 32 | INTENT_RUN, Release);
-            std::sync::atomic::fence(Release);
+            window::open_intent(t, (RUN_KEY | node as u64) << 32 | INTENT_RUN);
         }
         compiler_fence(Ordering::SeqCst);
         Some(RunWindow { reg, table, node })
@@ -118,9 +103,7 @@ impl RunWindow {
     /// Closes the window.
     pub(crate) fn close(self) {
         if let Some(t) = self.table {
-            compiler_fence(Ordering::SeqCst);
-            // Release: as a pin window's.
-            t.intent.store(0, Release);
+            window::close_intent(t);
         }
     }
 }

@@ -116,10 +116,7 @@ impl Window {
     #[inline(always)]
     pub(crate) fn close(self) {
         if let Some((t, _)) = self.table {
-            compiler_fence(Ordering::SeqCst);
-            // Release: the count (or the RMW) before a recount's Acquire
-            // load that sees the intent gone.
-            t.intent.store(0, Release);
+            close_intent(t);
         }
     }
 }
@@ -154,32 +151,52 @@ fn open_shared(desc: usize) -> Window {
         None => {
             let Some(reg) = find(desc) else { return w };
             let frame = (desc - reg.descs) / 64;
-            let found = Cell::new(None);
-            count_in(reg, |reg, t| {
-                match t {
-                    Some(t) => found.set(Some(t as *const Table as usize)),
-                    // No table: a window no intent shows (P6a).
-                    None => reg.area.row_direct(reg.row).store(1, Relaxed),
-                }
-                true
-            });
-            // SAFETY: a table of `reg`'s area, mapped while its pins are
-            // counted (the caller's).
-            w.table = found
-                .get()
-                .map(|t| (unsafe { &*(t as *const Table) }, frame));
+            w.table = table_or_direct(reg).map(|t| (t, frame));
         }
     }
     if let Some((t, frame)) = w.table {
-        // Release, and the fence after: a look that reads a count made in
-        // the window (a release's uncount) then sees the intent, or a later
-        // value of the word, which a Release store wrote (P6b).
-        t.intent
-            .store((frame as u64 + 1) << 32 | INTENT_PIN, Release);
-        std::sync::atomic::fence(Release);
+        open_intent(t, (frame as u64 + 1) << 32 | INTENT_PIN);
     }
     compiler_fence(Ordering::SeqCst);
     w
+}
+
+/// This thread's table of `reg`'s area, claimed if it has none; `None` if
+/// none can be had, its process's row then marked `direct` (a window no
+/// intent shows: P6a, P7b).
+pub(super) fn table_or_direct(reg: &'static Reg) -> Option<&'static Table> {
+    cached_table(reg).or_else(|| {
+        let found = Cell::new(None);
+        count_in(reg, |reg, t| {
+            match t {
+                Some(t) => found.set(Some(t as *const Table as usize)),
+                None => reg.area.row_direct(reg.row).store(1, Relaxed),
+            }
+            true
+        });
+        // SAFETY: a table of `reg`'s area, mapped while its pins are
+        // counted (the caller's).
+        found.get().map(|t| unsafe { &*(t as *const Table) })
+    })
+}
+
+/// Opens a window (P6a, P7b): `intent` stored in the thread's table.
+#[inline(always)]
+pub(super) fn open_intent(t: &Table, intent: u64) {
+    // Release, and the fence after: a look that reads a count made in the
+    // window (a release's uncount) then sees the intent, or a later value
+    // of the word, which a Release store wrote (P6b).
+    t.intent.store(intent, Release);
+    std::sync::atomic::fence(Release);
+}
+
+/// Closes a window (P6a, P7b).
+#[inline(always)]
+pub(super) fn close_intent(t: &Table) {
+    compiler_fence(Ordering::SeqCst);
+    // Release: the count (or the RMW) before a recount's Acquire load that
+    // sees the intent gone.
+    t.intent.store(0, Release);
 }
 
 /// What a dead process's fold was moving (P6c, P7).

@@ -28,7 +28,7 @@ mod pins;
 pub use arena::NodeArena;
 pub(crate) use pins::SlotRuns;
 #[cfg(not(loom))]
-pub(crate) use pins::{PIN_SLOTS, PIN_WORDS};
+pub(crate) use pins::PIN_WORDS;
 
 use crate::frame::FrameNo;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -60,9 +60,9 @@ pub struct Node {
     /// (T) where the node sits: the first index it covers, plus its level
     /// (a leaf's low [`SHIFT`] bits are 0). Fixed while linked.
     pos: AtomicU64,
-    /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 15` of word
-    /// `s / 15`: a 3-bit count and `STALE`; each word's top bit is a
-    /// recount's `MARK`), see `pins.rs`.
+    /// (A) run pins, 4 bits per slot (slot `s` is nibble `s % 16` of word
+    /// `s / 16`: a 2-bit count, a recount's `MARK` and `STALE`), see
+    /// `pins.rs`.
     pins: [AtomicU64; pins::PIN_WORDS],
     /// (A) slots whose writer waits for their run pins to go.
     pin_waiters: AtomicU64,

@@ -35,8 +35,6 @@ use crate::sync::{fence, Ordering};
 
 /// Slots per pin word.
 const PER_WORD: usize = 16;
-/// [`PER_WORD`], for callers.
-pub const PIN_SLOTS: usize = PER_WORD;
 /// Pin words per node.
 pub(crate) const PIN_WORDS: usize = FANOUT / PER_WORD;
 /// The most runs that pin one slot at once.
@@ -167,29 +165,31 @@ impl Node {
         });
     }
 
-    /// 5.15 P7: marks pin word `w` for a recount; returns the word marked
-    /// (its counts: `word_counts`). Acquire: every run whose R1 or R4
-    /// RMW on the word came before is seen with its window (`ledger`).
-    /// Context: any; the recovery's thread.
+    /// 5.15 P7: marks pin word `w` for a recount; returns the word
+    /// marked. Acquire: every run whose R1 or R4 RMW on the word came
+    /// before is seen with its window (`ledger`). Context: any; the
+    /// recovery's thread.
     pub fn mark_word(&self, w: usize) -> u64 {
         self.pins[w].fetch_or(MARKS, Ordering::Acquire) | MARKS
     }
 
-    /// 5.15 P7: drops `extra[k]` pins of slot `w * 16 + k` (runs of a dead
-    /// process that nobody counts), from `w0`, the word `mark_word`
-    /// returned, in one compare-and-swap that also clears `MARK` (also when
-    /// nothing is dropped: the word then described no moment). `None` if
-    /// the word changed since (the recount does not hold; try again), else
-    /// the slots whose pins were dropped, one bit per slot from slot 0 of
-    /// the node. Context: any; the recovery's thread.
-    pub fn drop_word_pins(&self, w: usize, w0: u64, extra: &[u8]) -> Option<u64> {
+    /// 5.15 P7: drops, from each slot `s` of pin word `w`, the pins `w0`
+    /// (the word `mark_word` returned) counts beyond `counted(s)` (runs of
+    /// a dead process that nobody counts), in one compare-and-swap from
+    /// `w0` that also clears `MARK` (also when nothing is dropped: the word
+    /// then described no moment). `None` if the word changed since (the
+    /// recount does not hold; try again), else the slots whose pins were
+    /// dropped, one bit per slot from slot 0 of the node. Context: any;
+    /// the recovery's thread.
+    pub fn drop_word_pins(&self, w: usize, w0: u64, counted: impl Fn(usize) -> i64) -> Option<u64> {
         let mut new = w0 & !MARKS;
         let mut slots = 0u64;
-        for (k, &e) in extra.iter().enumerate().take(PER_WORD) {
-            let have = (w0 >> (k * 4)) & MAX_RUNS;
-            for _ in 0..(e as u64).min(have) {
+        for k in 0..PER_WORD {
+            let have = ((w0 >> (k * 4)) & MAX_RUNS) as i64;
+            let s = w * PER_WORD + k;
+            for _ in 0..(have - counted(s)).clamp(0, have) {
                 new = unpinned(new, 1 << (k * 4));
-                slots |= 1 << (w * PER_WORD + k);
+                slots |= 1 << s;
             }
         }
         // AcqRel: as an unpin's Release (what the dead run read happens
@@ -201,20 +201,15 @@ impl Node {
             .map(|_| slots)
     }
 
-    /// Pin word `w` as it is now (Acquire: as `slot_runs`).
-    pub fn pin_word(&self, w: usize) -> u64 {
-        self.pins[w].load(Ordering::Acquire)
+    /// Whether a run pins a slot of pin word `w` (Acquire: as
+    /// `slot_runs`).
+    pub fn word_pinned(&self, w: usize) -> bool {
+        self.pins[w].load(Ordering::Acquire) & COUNTS != 0
     }
 
-    /// The run pins of each slot of a pin word's value `v`.
-    pub fn word_counts(v: u64) -> [u8; PIN_SLOTS] {
-        std::array::from_fn(|k| ((v >> (k * 4)) & MAX_RUNS) as u8)
-    }
-
-    /// The slots pin word `w` holds: `w * 16..`, 16 of them.
-    #[cfg(not(loom))]
-    pub(crate) fn word_slots(w: usize) -> std::ops::Range<usize> {
-        w * PER_WORD..(w + 1) * PER_WORD
+    /// How many runs pin slot `s` (Acquire: as `slot_runs`).
+    pub fn slot_pins(&self, s: usize) -> u64 {
+        (self.pins[s / PER_WORD].load(Ordering::Acquire) >> ((s % PER_WORD) * 4)) & MAX_RUNS
     }
 
     /// Protocol 5.7 T2-T3: truncate took slot `s`'s page out (T1, fenced):
@@ -281,9 +276,7 @@ impl Node {
     /// Whether any slot is pinned (after a SeqCst fence).
     pub(crate) fn any_pinned(&self) -> bool {
         // Acquire: as in `slot_pinned`.
-        self.pins
-            .iter()
-            .any(|w| w.load(Ordering::Acquire) & COUNTS != 0)
+        (0..PIN_WORDS).any(|w| self.word_pinned(w))
     }
 
     /// Whether this node is, right now, the leaf of tree `owner` that
@@ -434,17 +427,19 @@ mod tests {
         assert!(n.pin_slots(15, 3) && n.pin_slots(16, 1));
         assert!(n.mark_stale(17));
         let w0 = n.mark_word(1);
-        assert_eq!(Node::word_counts(w0)[..3], [2, 1, 0]);
-        assert_eq!(Node::word_slots(1), 16..32);
+        let counts: Vec<u64> = (16..19).map(|s| n.slot_pins(s)).collect();
+        assert_eq!(counts, [2, 1, 0], "a mark changes no count");
         assert_eq!(n.slot_runs(18), SlotRuns::None, "a mark is no pin");
+        // Slot 16 counted once, slot 17 not at all.
+        let counted = |s: usize| if s == 16 { 1 } else { 0 };
         // A pin since the mark: the recount does not hold.
         assert!(n.pin_slots(20, 1));
-        assert_eq!(n.drop_word_pins(1, w0, &[1, 1]), None);
+        assert_eq!(n.drop_word_pins(1, w0, counted), None);
         n.unpin_slots(20, 1);
         let w0 = n.mark_word(1);
         assert!(n.any_pinned());
         assert_eq!(
-            n.drop_word_pins(1, w0, &[1, 1]),
+            n.drop_word_pins(1, w0, counted),
             Some(1 << 16 | 1 << 17),
             "one of slot 16's two, and slot 17's one"
         );
@@ -452,10 +447,10 @@ mod tests {
         assert_eq!(n.slot_runs(17), SlotRuns::None, "count 0 clears STALE");
         // Never below zero, and no mark left behind.
         let w0 = n.mark_word(1);
-        assert_eq!(n.drop_word_pins(1, w0, &[5, 5]), Some(1 << 16));
+        assert_eq!(n.drop_word_pins(1, w0, |_| -4), Some(1 << 16));
         n.unpin_slots(15, 1);
         let w0 = n.mark_word(0);
-        assert_eq!(n.drop_word_pins(0, w0, &[]), Some(0));
+        assert_eq!(n.drop_word_pins(0, w0, |_| 3), Some(0));
         assert!(!n.any_pinned());
         assert_eq!(n.mark_word(2), MARKS);
         assert!(!n.any_pinned(), "a mark is no pin");
