@@ -47,7 +47,7 @@ mod imp {
     use super::super::deferred::DeferredQueue;
     use super::super::file_table::FileTable;
     use super::super::{Inner, Tables, Words};
-    use crate::frame::alloc::{PerCpuPool, Pool};
+    use crate::frame::alloc::{Hand, PerCpuPool, Pool};
     use crate::frame::state::{FrameDesc, Held};
     use crate::frame::FrameTable;
     use crate::index::NodeArena;
@@ -253,6 +253,11 @@ mod imp {
             let nodes = unsafe { NodeArena::over(seg.table(TableId::Nodes), max_nodes) };
             // SAFETY: the pool, as above (its head is checked on attach).
             let pool = unsafe { PerCpuPool::over(seg.table(TableId::Pool), nframes)? };
+            // What the pool writes in the frames it hands out (5.15 P8b).
+            let holder = frames.desc(0).hand_holder();
+            // SAFETY: the descriptors are contiguous and live in `seg`,
+            // which outlives the pool (as above).
+            let pool = pool.with_hand(unsafe { Hand::new(frames.desc(0), nframes, holder) });
             let alloc = Pool::PerCpu(pool);
             // SAFETY: the words, as above.
             let words: Placed<Words> = unsafe { Placed::at(seg.table(TableId::Words).cast()) };
@@ -405,6 +410,8 @@ mod imp {
                 self.drop_uncounted_pins(f, until);
             }
             self.recover_removed_frames(until);
+            // The frames it held with no reference (P8).
+            self.recover_lost_frames(tag);
             // Only now: a recovery killed before here leaves the next one
             // the suspects to recount (P6f).
             pins.free_process(tag);
@@ -460,6 +467,21 @@ mod imp {
                 if let Some((_, true)) = retry_until(until, recount, || {}) {
                     self.free_frame(f);
                 }
+            }
+        }
+
+        /// 5.15 P8c: the frames the process tagged `tag` (dead, its pins
+        /// dropped and its evictions finished) held with no reference, and
+        /// any batch a dead process left between two stacks of the pool:
+        /// found by a census under every pool lock and freed. Context: no
+        /// lock held; takes the pool's locks, then the free's.
+        pub(crate) fn recover_lost_frames(&self, tag: u32) {
+            let crate::frame::alloc::Pool::PerCpu(pool) = &self.alloc else {
+                return;
+            };
+            let me = self.desc(0).hand_holder();
+            for f in pool.census(me, |d| d.lost_in_hand(tag)) {
+                self.free_frame(f);
             }
         }
 
@@ -557,6 +579,47 @@ mod imp {
                     sh.seg.pins().holders(f as u32),
                     s.refs(),
                     d.identity()
+                );
+            }
+        }
+
+        /// For `validate` (tests, no pin held and no frame taken in any
+        /// process): every frame is in a stack of the pool with no
+        /// reference, or holds a page of its file's index (or of an
+        /// anonymous region): none lost (5.15 P8).
+        pub(crate) fn validate_frames(&self) {
+            let Pool::PerCpu(pool) = &self.alloc else {
+                return;
+            };
+            let pages = pool.with_stacked(|stacked| {
+                let mut pages = Vec::new();
+                for (f, &stacked) in stacked.iter().enumerate() {
+                    let d = self.desc(f as crate::frame::FrameNo);
+                    let s = d.snapshot();
+                    let (owner, index) = d.identity();
+                    if stacked {
+                        assert_eq!(s.refs(), 0, "frame {f} is free and held: {s:?}");
+                    } else {
+                        assert!(
+                            s.refs() > 0,
+                            "frame {f} is lost: in no stack, no reference ({s:?}, page {index} of {owner})"
+                        );
+                        if crate::anon::region_process(owner).is_none() {
+                            pages.push((f as crate::frame::FrameNo, owner, index));
+                        }
+                    }
+                }
+                pages
+            });
+            for (f, owner, index) in pages {
+                let mut found = false;
+                self.with_slot(owner, |fs| {
+                    found = fs.tree.lookup(&self.nodes, index) == Some(f)
+                });
+                assert!(
+                    found,
+                    "frame {f} holds page {index} of file {owner}, in no index ({:?})",
+                    self.desc(f).snapshot()
                 );
             }
         }

@@ -30,7 +30,8 @@ impl Inner {
         // held, in any process (5.15).
         #[cfg(not(loom))]
         if self.file_table().is_some() {
-            return self.validate_pins();
+            self.validate_pins();
+            return self.validate_frames();
         }
         let reg = self.registry.read();
         let mut in_index = vec![false; self.frames.len()];

@@ -20,33 +20,46 @@
 //! * [`GlobalPool`], the baseline the lab compares against (seed 002's
 //!   "before"): one LIFO list under one lock.
 //!
-//! Neither touches descriptors or frame bytes (zeroing and any other
-//! per-frame work happen in the caller, outside every allocator lock), does
-//! I/O, or wakes anybody under a lock; and no code path holds two allocator
-//! locks at once (refill, drain and steal release one before taking the
-//! next), so they add no edge to the lock order.
+//! Neither touches frame bytes (zeroing and any other per-frame work
+//! happen in the caller, outside every allocator lock), does I/O, or wakes
+//! anybody under a lock. Only a shared cache's pool writes descriptors:
+//! one word of the frame it pops or pushes (5.15 P8b, below).
 //!
 //! # Protocol: refill and drain
 //!
 //! ```text
 //!  alloc on shard i                          free on shard i
 //!  1. lock(i); pop -> done                   1. lock(i); push
-//!  2. unlock(i); lock(G); take k = min(B,    2. len > high: remove the k =
-//!     |G|) from G's top; unlock(G)              min(B, len) oldest; unlock(i)
-//!  3. k > 0: keep one, lock(i), push the     3. lock(G); push them; unlock(G)
-//!     rest (past high: free's 2-3) -> done
-//!  4. k == 0: for each other shard j:
-//!     lock(j); take ceil(len/2); unlock(j);
-//!     found -> keep one, push rest as 3
+//!  2. lock(G) (i still held); move k =       2. len > high: lock(G) (i still
+//!     min(B, |G|) from G's top to i;            held); move the k = min(B,
+//!     unlock(G)                                 len) oldest to G; unlock both
+//!  3. k > 0: pop -> done; unlock(i)
+//!  4. k == 0: unlock(i); for each other
+//!     shard j: lock both (lower number
+//!     first); i empty: move ceil(|j|/2)
+//!     from j to i; pop -> done
 //!  5. none -> None (the caller reclaims)
 //! ```
 //!
-//! Frames in flight between two locks (the batch in a local array) belong to
-//! the thread moving them; they are counted by nobody, so `free_count` is a
-//! snapshot that may miss them, never count them twice. The loom model
-//! `percpu_refill_and_drain` checks that no frame is ever handed to two
-//! owners and none is lost.
+//! Two locks are held at once only as here: a shard before the global
+//! pool, two shards in the order of their numbers; a census takes them
+//! all in that order (5.15 P8c). No other lock is taken under them. A
+//! batch moves inside both locks with its source's length committed
+//! first, so no frame is ever in two stacks, and none in flight between
+//! two lock holds: a census holding every lock sees each free frame in a
+//! stack. (Moving batches between two separate holds, as Linux's
+//! `rmqueue_bulk` and `free_pcppages_bulk` do with the zone lock, leaves
+//! frames that no stack and no holder names while no lock is held.)
+//! The loom model `percpu_refill_and_drain` checks that no frame is ever
+//! handed to two owners and none is lost.
+//!
+//! In a cache shared by processes (5.15 P8, `desc_hand.rs`), a pop writes
+//! the taker's tag in the frame's state word under the stack's lock
+//! before the pop is committed, and a push writes 0 after it is, so that
+//! the frames a dead process held with no reference can be told from
+//! every other ([`PerCpuPool::census`]).
 
+use super::desc::FrameDesc;
 use super::FrameNo;
 use crate::sync::{LockClass, Mutex};
 
@@ -108,6 +121,49 @@ pub struct PerCpuPool {
     /// the batch per refill or drain. A shard drains once it holds more
     /// than two batches ([`PerCpuPool::high`]).
     stacks: Stacks,
+    /// In a cache shared by processes, the descriptors the pool marks as
+    /// frames leave and enter its stacks (5.15 P8b); `None` otherwise.
+    hand: Option<Hand>,
+}
+
+/// The descriptors of a shared cache's frames and this process's tag in
+/// place (`HOLDER`), which its pool writes in the frames it hands out
+/// (`docs/design.md`, 5.15 P8).
+#[derive(Debug, Clone, Copy)]
+pub struct Hand {
+    descs: std::ptr::NonNull<FrameDesc>,
+    frames: usize,
+    holder: u64,
+}
+
+// SAFETY: descriptors are atomics, shared by design; `Hand::new`'s caller
+// keeps them alive as long as the pool.
+unsafe impl Send for Hand {}
+// SAFETY: as above.
+unsafe impl Sync for Hand {}
+
+impl Hand {
+    /// The `frames` descriptors from `first` on, for the process whose tag
+    /// in place is `holder` (`FrameDesc::hand_holder`).
+    ///
+    /// # Safety
+    ///
+    /// `first` is the first of `frames` contiguous descriptors that outlive
+    /// the pool given this hand.
+    pub unsafe fn new(first: &FrameDesc, frames: usize, holder: u64) -> Hand {
+        Hand {
+            descs: std::ptr::NonNull::from(first),
+            frames,
+            holder,
+        }
+    }
+
+    #[inline]
+    fn desc(&self, f: FrameNo) -> &FrameDesc {
+        assert!((f as usize) < self.frames, "frame {f} out of range");
+        // SAFETY: in range, alive (`new`'s contract).
+        unsafe { &*self.descs.as_ptr().add(f as usize) }
+    }
 }
 
 impl PerCpuPool {
@@ -122,6 +178,16 @@ impl PerCpuPool {
     pub fn with_shards(n: usize, shards: usize) -> Self {
         PerCpuPool {
             stacks: Stacks::new(n, shards),
+            hand: None,
+        }
+    }
+
+    /// This pool marking the descriptors of `hand` (a shared cache's pool,
+    /// 5.15 P8b).
+    pub fn with_hand(self, hand: Hand) -> Self {
+        PerCpuPool {
+            hand: Some(hand),
+            ..self
         }
     }
 
@@ -161,7 +227,7 @@ impl PerCpuPool {
     pub unsafe fn over(base: std::ptr::NonNull<u8>, n: usize) -> std::io::Result<Self> {
         // SAFETY: the caller's promise.
         let stacks = unsafe { Stacks::over(base, n)? };
-        Ok(PerCpuPool { stacks })
+        Ok(PerCpuPool { stacks, hand: None })
     }
 
     /// Frames per refill or drain.
@@ -189,49 +255,65 @@ impl PerCpuPool {
 
     /// Allocation on shard `i` (protocol steps 1-5).
     pub fn alloc_on(&self, i: usize) -> Option<FrameNo> {
+        self.alloc_as(i, self.hand.map_or(0, |h| h.holder))
+    }
+
+    /// [`PerCpuPool::alloc_on`] for the process whose tag in place is
+    /// `holder` (what the frame's word names while it is in that
+    /// process's hands, 5.15 P8b).
+    pub fn alloc_as(&self, i: usize, holder: u64) -> Option<FrameNo> {
+        let mut s = self.stacks.shard(i);
         // 1.
-        if let Some(f) = self.stacks.shard(i).pop() {
+        if let Some(f) = self.pop(&mut s, holder) {
             return Some(f);
         }
-        let mut buf = [0 as FrameNo; MAX_BATCH];
-        // 2. one acquisition of the global lock for a whole batch
-        let k = {
+        // 2-3. one acquisition of the global lock for a whole batch, moved
+        // under both locks (the shard's, then the global one)
+        {
             let mut g = self.stacks.global();
             let k = self.batch().min(g.len());
-            g.take_top(&mut buf[..k])
-        };
-        if k > 0 {
-            return Some(self.keep_hottest(i, &buf[..k])); // 3.
+            if k > 0 {
+                move_top(&mut g, &mut s, k);
+                drop(g);
+                return self.pop(&mut s, holder);
+            }
         }
-        // 4. the global pool is dry: take half of another shard's frames
+        drop(s);
+        // 4. the global pool is dry: half of another shard's frames, under
+        // both shards' locks (the lower-numbered first)
         let n = self.stacks.shards();
         for d in 1..n {
             let j = (i + d) % n;
-            let k = {
-                let mut s = self.stacks.shard(j);
-                let k = s.len().div_ceil(2).min(MAX_BATCH);
-                s.take_top(&mut buf[..k])
+            let (mut s, mut t) = if i < j {
+                let s = self.stacks.shard(i);
+                (s, self.stacks.shard(j))
+            } else {
+                let t = self.stacks.shard(j);
+                (self.stacks.shard(i), t)
             };
-            if k > 0 {
-                return Some(self.keep_hottest(i, &buf[..k]));
+            // (A free may have landed on ours meanwhile.)
+            if s.len() == 0 {
+                let k = t.len().div_ceil(2).min(MAX_BATCH);
+                move_top(&mut t, &mut s, k);
+            }
+            drop(t);
+            if let Some(f) = self.pop(&mut s, holder) {
+                return Some(f);
             }
         }
         // 5.
         None
     }
 
-    /// Steps 3-4's end: hands out the hottest of `got` (the last pushed
-    /// where it came from) and caches the rest on shard `i`; frees that
-    /// landed there meanwhile may put it past its high mark, which then
-    /// drains as a free does.
-    fn keep_hottest(&self, i: usize, got: &[FrameNo]) -> FrameNo {
-        let (&f, rest) = got.split_last().expect("a non-empty batch");
-        if !rest.is_empty() {
-            let mut s = self.stacks.shard(i);
-            s.extend(rest);
-            self.drain_past_high(s);
+    /// Pops the top of the locked stack `s` (the hottest frame): marked
+    /// held by `holder` before the pop is committed (5.15 P8b).
+    #[inline]
+    fn pop(&self, s: &mut Locked<'_>, holder: u64) -> Option<FrameNo> {
+        let f = s.top()?;
+        if let Some(h) = &self.hand {
+            h.desc(f).unpooled(holder);
         }
-        f
+        s.pop()
     }
 
     /// Free on shard `i` (protocol steps 1-3).
@@ -239,23 +321,65 @@ impl PerCpuPool {
         let mut s = self.stacks.shard(i);
         debug_assert!(!s.as_slice().contains(&f), "double free of frame {f}");
         s.push(f);
-        self.drain_past_high(s);
+        if let Some(h) = &self.hand {
+            h.desc(f).pooled(); // (P8b: after the push is committed)
+        }
+        // 2-3. past its high mark, the oldest (coldest) batch goes back to
+        // the global pool, under both locks; the count clamped
+        if s.len() > self.high() {
+            let k = self.batch().min(s.len());
+            let mut g = self.stacks.global();
+            let mut buf = [0 as FrameNo; MAX_BATCH];
+            // The source's length first (5.15 P8b), as `move_top`.
+            s.take_bottom(&mut buf[..k]);
+            g.extend(&buf[..k]);
+        }
     }
 
-    /// Free's steps 2-3 on a locked shard: past its high mark, the oldest
-    /// (coldest) batch goes back to the global pool (the count clamped).
-    #[inline]
-    fn drain_past_high(&self, mut s: Locked<'_>) {
-        if s.len() <= self.high() {
-            return;
+    /// 5.15 P8c: with every stack locked, so that no live process is
+    /// inside the pool, each frame in no stack that `lost` judges lost,
+    /// marked held by `holder` (the caller, who frees them after); a frame
+    /// in a stack whose word a dead process left half-written is set back
+    /// to free. Nothing without a hand. Context: takes every pool lock
+    /// (as [`PerCpuPool::with_stacked`]); no other lock held.
+    pub fn census(&self, holder: u64, lost: impl Fn(&FrameDesc) -> bool) -> Vec<FrameNo> {
+        let Some(h) = &self.hand else {
+            return Vec::new();
+        };
+        self.with_stacked(|stacked| {
+            let mut found = Vec::new();
+            for (f, &stacked) in stacked.iter().enumerate() {
+                let d = h.desc(f as FrameNo);
+                if stacked {
+                    d.settle_pooled();
+                } else if lost(d) {
+                    d.unpooled(holder);
+                    found.push(f as FrameNo);
+                }
+            }
+            found
+        })
+    }
+
+    /// Runs `f` with every stack locked (the shards in order, then the
+    /// global one: the order every path takes two in) on which frames
+    /// below the hand's count (or the pool's) are in a stack. Context:
+    /// takes every pool lock; no other lock held.
+    pub fn with_stacked<R>(&self, f: impl FnOnce(&[bool]) -> R) -> R {
+        let shards: Vec<_> = (0..self.stacks.shards())
+            .map(|i| self.stacks.shard(i))
+            .collect();
+        let global = self.stacks.global();
+        let n = self.hand.map_or(self.stacks.frames(), |h| h.frames);
+        let mut stacked = vec![false; n];
+        for s in shards.iter().chain(std::iter::once(&global)) {
+            for &f in s.as_slice() {
+                if let Some(b) = stacked.get_mut(f as usize) {
+                    *b = true;
+                }
+            }
         }
-        let mut buf = [0 as FrameNo; MAX_BATCH];
-        // 2. the oldest frames (bottom) are the coldest; clamp the count
-        let k = self.batch().min(s.len());
-        s.take_bottom(&mut buf[..k]);
-        drop(s);
-        // 3.
-        self.stacks.global().extend(&buf[..k]);
+        f(&stacked)
     }
 
     /// Checks that every frame below `n` is free exactly once (tests; call
@@ -279,6 +403,16 @@ impl PerCpuPool {
             s.as_slice().iter().copied().for_each(&mut check);
         }
     }
+}
+
+/// Moves the top `k` frames of `from` onto `to`, both locked: `from`'s
+/// length committed first, so that a process killed between leaves the
+/// batch in no stack, where the census finds it (5.15 P8c), never in two.
+#[inline]
+fn move_top(from: &mut Locked<'_>, to: &mut Locked<'_>, k: usize) {
+    let mut buf = [0 as FrameNo; MAX_BATCH];
+    from.take_top(&mut buf[..k]);
+    to.extend(&buf[..k]);
 }
 
 impl FrameAllocator for PerCpuPool {
@@ -461,6 +595,67 @@ mod tests {
         }
         assert_eq!(p.free_count(), 16);
         p.validate(16);
+    }
+
+    /// 5.15 P8: what a census finds of a dead process's frames: one it
+    /// took from the pool, a batch it was moving between two stacks, and
+    /// a pop it did not finish; never a live process's frame.
+    #[test]
+    fn a_census_finds_what_a_dead_process_held_and_nothing_else() {
+        use crate::frame::state::HOLDER_SHIFT;
+        const N: usize = 300;
+        let descs: Vec<FrameDesc> = (0..N).map(|_| FrameDesc::new()).collect();
+        let (live, dead, me) = (
+            1u64 << HOLDER_SHIFT,
+            2u64 << HOLDER_SHIFT,
+            3u64 << HOLDER_SHIFT,
+        );
+        // SAFETY: the descriptors outlive the pool (dropped after it).
+        let p = PerCpuPool::with_shards(N, 2).with_hand(unsafe { Hand::new(&descs[0], N, live) });
+        let held = p.alloc_on(0).unwrap();
+        assert_eq!(
+            descs[held as usize].snapshot().latch_holder(),
+            1,
+            "the taker named"
+        );
+        let lost = p.alloc_as(1, dead).unwrap();
+        // A batch taken off the global stack and never pushed anywhere.
+        let mut batch = [0 as FrameNo; 3];
+        p.stacks.global().take_top(&mut batch);
+        // A pop marked and not committed: still in its stack.
+        let top = p.stacks.shard(0).top().unwrap();
+        descs[top as usize].unpooled(dead);
+        let mut found = p.census(me, |d| d.lost_in_hand(2));
+        found.sort_unstable();
+        let mut want = vec![lost, batch[0], batch[1], batch[2]];
+        want.sort_unstable();
+        assert_eq!(
+            found, want,
+            "the dead one's frame and the batch, not the live one's {held}"
+        );
+        assert_eq!(
+            descs[top as usize].snapshot().latch_holder(),
+            0,
+            "the half pop settled"
+        );
+        for &f in &found {
+            assert_eq!(
+                descs[f as usize].snapshot().latch_holder(),
+                3,
+                "marked the taker's"
+            );
+        }
+        assert!(
+            p.census(me, |d| d.lost_in_hand(2)).is_empty(),
+            "the second finds none"
+        );
+        for f in found.into_iter().chain([held]) {
+            descs[f as usize].reset();
+            p.free_on(0, f);
+        }
+        assert_eq!(p.free_count(), N);
+        p.validate(N);
+        assert!(descs.iter().all(|d| d.snapshot().latch_holder() == 0));
     }
 
     #[test]

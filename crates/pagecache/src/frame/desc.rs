@@ -24,6 +24,9 @@ mod writeback;
 // process, and the recovery of a dead one's (5.14).
 #[path = "desc_death.rs"]
 mod death;
+// The frames a process holds with no reference (5.15 P8).
+#[path = "desc_hand.rs"]
+mod hand;
 pub use death::Held;
 
 /// Rounds of `wait_unlatched_spin_as`'s spin before it parks: a pause
@@ -274,16 +277,14 @@ impl FrameDesc {
     #[inline(always)]
     pub fn release(&self) -> Released {
         if self.in_shared() {
-            return self.uncounted_shared(|| self.release_base(), |_| false);
+            return self.uncounted_shared(|| self.drop_ref_shared(), |_| false);
         }
-        self.release_base()
+        self.drop_ref()
     }
 
-    /// Drops the cache's own reference of a page taken out of its index
-    /// (truncate, a torn page dropped, a deferred free): [`FrameDesc::release`]
-    /// of a reference no holder counts (5.15). Context: as `release`.
+    /// `release` in a private cache.
     #[inline(always)]
-    pub fn release_base(&self) -> Released {
+    fn drop_ref(&self) -> Released {
         // Release: our reads of the page's bytes happen-before whoever sees
         // the count drop (a latch holder draining pins, or a remover's
         // freeze CAS).
@@ -563,7 +564,11 @@ impl FrameDesc {
                 self.state
                     .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                         let new = (s | DIRTY | UPTODATE) & !(LATCHED | HOLDER | WAITERS | AWAITERS);
-                        Some(if s & DIRTY != 0 { new - 1 } else { new })
+                        Some(if s & DIRTY != 0 {
+                            self.in_hand_if_last(new - 1)
+                        } else {
+                            new
+                        })
                     })
                     .unwrap_or_else(|s| s),
             )
@@ -614,7 +619,9 @@ impl FrameDesc {
                     .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                         // DRAIN too: a holder that gives the latch up while
                         // waiting for the drain (a future dropped, 5.9).
-                        Some(((s | set) & !(LATCHED | HOLDER | WAITERS | AWAITERS | DRAIN)) - 1)
+                        let new =
+                            ((s | set) & !(LATCHED | HOLDER | WAITERS | AWAITERS | DRAIN)) - 1;
+                        Some(self.in_hand_if_last(new))
                     })
                     .unwrap_or_else(|s| s),
             )
@@ -690,7 +697,12 @@ impl FrameDesc {
         // freeze we reuse the bytes, which must not overtake their reads.
         let r = self
             .state
-            .compare_exchange(s, 0, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(
+                s,
+                self.in_hand_if_last(0),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
             .map(State)
             .map_err(State);
         if r.is_err() {
@@ -710,11 +722,16 @@ impl FrameDesc {
         // Release: as the freeze never happened; the refcount is back.
         // MARK left out: a recount's CAS must fail across the freeze
         // (5.15 P6b).
-        let old = self.state.fetch_or(frozen.0 & !MARK, Ordering::Release);
+        // HOLDER cleared: the freeze's hand (5.15 P8) ends.
+        let old = self
+            .state
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
+                Some((s & !HOLDER) | (frozen.0 & !MARK))
+            });
         debug_assert_eq!(
-            old & !(ACCESSED | MARK),
+            old.unwrap_or(0) & !(ACCESSED | MARK | HOLDER),
             0,
-            "unfreeze of a word that changed"
+            "unfreeze of a changed word"
         );
         self.counted(frozen.refs() as i32 - 1);
     }
@@ -754,7 +771,7 @@ impl FrameDesc {
             .state
             .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                 debug_assert!(State(s).refs() > 0 && s & REMOVED == 0);
-                Some(((s | REMOVED) & !DIRTY) - 1)
+                Some(self.in_hand_if_last(((s | REMOVED) & !DIRTY) - 1))
             })
             .unwrap_or_else(|s| s);
         self.after_drop_ref(State(old))

@@ -147,7 +147,7 @@ impl FrameDesc {
         let old = self
             .state
             .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
-                (State(s).refs() > 0).then(|| s - 1)
+                (State(s).refs() > 0).then(|| self.in_hand_if_last(s - 1))
             })
             .ok()?;
         Some(self.after_drop_ref(State(old)))
@@ -195,7 +195,7 @@ impl FrameDesc {
         self.state
             .compare_exchange(
                 w0,
-                (w0 - extra as u64) & !MARK,
+                self.in_hand_if_last((w0 - extra as u64) & !MARK),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )

@@ -138,12 +138,13 @@ impl FrameDesc {
 
     /// Frees-path reset: clears identity and state. Caller owns the frame
     /// (refcount 0 after `freeze` or `Released::Last`). Leaves the version odd
-    /// until the next owner's `end_change`.
+    /// until the next owner's `end_change`. In a shared cache the word
+    /// keeps the caller's tag in `HOLDER` (5.15 P8a).
     pub fn reset(&self) {
         self.begin_change();
         self.set_identity(NO_OWNER, 0);
         // Relaxed: nobody can change a zero-refcount word except by the
         // owner's next publication; stray pinners only read it and fail.
-        self.state.store(0, Ordering::Relaxed);
+        self.state.store(self.in_hand_if_last(0), Ordering::Relaxed);
     }
 }

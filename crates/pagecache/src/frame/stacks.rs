@@ -235,6 +235,11 @@ impl Stacks {
         self.shards
     }
 
+    /// Frames of the pool (the global stack's room).
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
     /// Frames per refill or drain.
     pub fn batch(&self) -> usize {
         self.batch
@@ -269,7 +274,12 @@ impl Stacks {
         let len = unsafe { (*self.locks.as_ptr().add(l)).lock() };
         // A length past the capacity (memory another process scribbled on)
         // is clamped, never trusted for an access.
-        Locked { len, slots, cap }
+        let mut s = Locked { len, slots, cap };
+        #[cfg(not(loom))]
+        if crate::sync::futex::took_over() {
+            s.repair(self.frames);
+        }
+        s
     }
 }
 
@@ -311,6 +321,34 @@ impl Locked<'_> {
     fn slots_mut(&mut self) -> &mut [FrameNo] {
         // SAFETY: all `cap` slots, guarded by the lock we hold.
         unsafe { std::slice::from_raw_parts_mut(self.slots.as_ptr(), self.cap) }
+    }
+
+    /// The top (the next popped), if any.
+    #[inline]
+    pub fn top(&self) -> Option<FrameNo> {
+        self.as_slice().last().copied()
+    }
+
+    /// The stack taken over from a holder whose process died inside
+    /// (5.14 R3): a `take_bottom` stopped halfway through its shift leaves
+    /// some frames twice below the length (the ones it took out are in no
+    /// stack then, which the census finds, 5.15 P8c). Keeps the first of
+    /// each and drops numbers past `frames`. Context: under the lock.
+    #[cfg(not(loom))]
+    #[cold]
+    fn repair(&mut self, frames: usize) {
+        let mut seen = vec![false; frames];
+        let n = self.len();
+        let s = self.slots_mut();
+        let mut kept = 0;
+        for i in 0..n {
+            let f = s[i];
+            if (f as usize) < frames && !std::mem::replace(&mut seen[f as usize], true) {
+                s[kept] = f;
+                kept += 1;
+            }
+        }
+        *self.len = kept as u32;
     }
 
     /// Pops the top (the last pushed).
@@ -367,7 +405,9 @@ impl Locked<'_> {
     }
 
     /// Moves the bottom `out.len()` frames (the oldest, the coldest) into
-    /// `out`; the caller asks for at most `len()`.
+    /// `out`; the caller asks for at most `len()`. A process killed inside
+    /// the shift leaves frames twice below the length, which the next
+    /// holder's `repair` drops.
     #[inline]
     pub fn take_bottom(&mut self, out: &mut [FrameNo]) -> usize {
         let (n, k) = (self.len(), out.len());
