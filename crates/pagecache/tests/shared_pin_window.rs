@@ -2,7 +2,8 @@
 //! (protocol 5.15 P6), or between a run's RMW on its leaf and its count
 //! (P7): the pin is in the frame's (or the slot's) count and in no
 //! process's, and the recovery's recount drops it, and nothing else: a pin
-//! (or a run) another process holds meanwhile stays.
+//! (or a run) another process holds meanwhile stays. And a process killed
+//! holding frames with no reference (P8): its recovery frees them.
 #![cfg(not(loom))]
 
 mod common;
@@ -39,6 +40,14 @@ fn child() {
         Ok("run") => f.die_in_run_window(1, false),
         // A run's slot uncounted, never unpinned (R4's window).
         Ok("unrun") => f.die_in_run_window(1, true),
+        // A frame with no reference in hand (P8).
+        Ok(what @ ("hand" | "batch")) => c.die_holding_frames(what),
+        Ok("freed") => {
+            // The last reference of a page `set_len` cut, dropped.
+            let p = f.page(3).unwrap();
+            f.set_len(2 * PS as u64).unwrap();
+            f.die_freeing(p)
+        }
         _ => {
             // A pin counted, then one more taken and never counted.
             let p = f.page(1).unwrap();
@@ -144,4 +153,45 @@ fn a_run_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
 #[test]
 fn a_run_pin_a_process_uncounted_and_died_before_dropping_is_dropped_and_no_other() {
     a_run_pin_in_a_window_is_dropped_and_no_other("unrun");
+}
+
+/// Frames the dead process held with no reference (`mode`: one taken from
+/// the pool, a batch taken off the global stack and not yet pushed on a
+/// shard, a frame whose last reference it dropped and had not yet freed)
+/// are found by its recovery's census and freed: every frame is back in
+/// the pool or in an index (`validate`), and as many are free as before
+/// the child ran (without the census, `validate` finds them lost).
+fn frames_held_with_no_reference_come_back(mode: &str) {
+    let td = TempDir::new("hand");
+    let path = td.path("f");
+    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
+    let c = shared(&td.0);
+    let f = c.open(&path).unwrap();
+    drop(f.page(1).unwrap());
+    let free = c.free_frames();
+    let child = spawn_child(&[
+        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
+        ("PC_WINDOW", mode),
+    ]);
+    let st = reap(child);
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
+    recovered(&c);
+    c.validate();
+    assert_eq!(c.free_frames(), free, "every frame the child held back");
+    assert_eq!(f.page(1).unwrap()[0], 7, "this process's page still cached");
+}
+
+#[test]
+fn a_frame_a_process_took_from_the_pool_and_died_holding_comes_back() {
+    frames_held_with_no_reference_come_back("hand");
+}
+
+#[test]
+fn a_batch_a_process_died_moving_between_two_stacks_comes_back() {
+    frames_held_with_no_reference_come_back("batch");
+}
+
+#[test]
+fn a_frame_a_process_died_freeing_comes_back() {
+    frames_held_with_no_reference_come_back("freed");
 }

@@ -86,7 +86,39 @@ impl PageCache {
     }
 }
 
+impl PageCache {
+    /// Tests of a cache shared by processes (5.15 P8): takes a frame from
+    /// the pool (`"hand"`), or a batch off the global stack as a move
+    /// between two stacks does before its second commit (`"batch"`), and
+    /// kills this process holding it. Never returns.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn die_holding_frames(&self, what: &str) -> ! {
+        self.inner.die_holding_frames(what)
+    }
+}
+
 impl super::File {
+    /// Tests of a cache shared by processes (5.15 P8): drops the last
+    /// reference of the page `p` holds (removed from its index: a
+    /// `set_len` cut it) and kills this process before the frame is
+    /// freed. Never returns.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn die_freeing(&self, p: super::PageRef<'_>) -> ! {
+        let d = self.cache.desc(p.frame_hint());
+        std::mem::forget(p);
+        assert!(
+            d.release() == crate::frame::state::Released::Last,
+            "the page's last reference"
+        );
+        // SAFETY: a signal to this process; no memory is touched.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        loop {
+            std::thread::park();
+        }
+    }
+
     /// Tests of a cache shared by processes (5.15 P6): takes one more pin
     /// of the frame `p` holds, inside a pin count's window, and kills this
     /// process before the pin is counted. Never returns.

@@ -485,6 +485,25 @@ mod imp {
             }
         }
 
+        /// `PageCache::die_holding_frames` (tests of P8).
+        pub(crate) fn die_holding_frames(&self, what: &str) -> ! {
+            let Pool::PerCpu(pool) = &self.alloc else {
+                panic!("a per-CPU pool")
+            };
+            match what {
+                "hand" => {
+                    self.alloc_frame().expect("a frame");
+                }
+                "batch" => assert!(pool.take_batch() > 0, "a batch on the global stack"),
+                _ => panic!("die holding {what:?}?"),
+            }
+            // SAFETY: a signal to this process; no memory is touched.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            loop {
+                std::thread::park();
+            }
+        }
+
         /// 5.15 P6d: frame `f`, which a dead process may have pinned
         /// inside a window: recounted until the recount holds, and the
         /// references nobody counts dropped. A page busy with pins is

@@ -361,6 +361,17 @@ impl PerCpuPool {
         })
     }
 
+    /// Tests of 5.15 P8: takes a batch off the global stack as a move
+    /// between two stacks does before its second commit, and leaves it in
+    /// no stack (the caller's process is about to die). How many.
+    #[cfg(not(loom))]
+    pub(crate) fn take_batch(&self) -> usize {
+        let mut g = self.stacks.global();
+        let k = self.batch().min(g.len());
+        let mut buf = [0 as FrameNo; MAX_BATCH];
+        g.take_top(&mut buf[..k])
+    }
+
     /// Runs `f` with every stack locked (the shards in order, then the
     /// global one: the order every path takes two in) on which frames
     /// below the hand's count (or the pool's) are in a stack. Context:
