@@ -1416,6 +1416,61 @@ fn percpu_refill_and_drain() {
     });
 }
 
+/// 5.15 P8c: a census of the pool (every stack locked) against a live
+/// process taking frames, refilling its shard from the global stack,
+/// stealing from another shard and freeing: it finds exactly what a dead
+/// process left (a frame it took, a batch it was moving between two
+/// stacks), never a frame the live one holds or moves, and afterwards
+/// every frame is free once.
+#[test]
+fn census_vs_a_live_process_in_the_pool() {
+    use pagecache::internals::alloc::{FrameAllocator, Hand, PerCpuPool};
+    use pagecache::internals::state::{FrameDesc, HOLDER_SHIFT};
+    const N: usize = 4;
+    let (live, dead, me) = (
+        1u64 << HOLDER_SHIFT,
+        2u64 << HOLDER_SHIFT,
+        3u64 << HOLDER_SHIFT,
+    );
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(move || {
+        let descs: Arc<Vec<FrameDesc>> = Arc::new((0..N).map(|_| FrameDesc::new()).collect());
+        // SAFETY: `descs` outlives the pool (each thread holds both).
+        let hand = unsafe { Hand::new(&descs[0], N, live) };
+        let p = Arc::new(PerCpuPool::with_shards(N, 2).with_hand(hand));
+        // The dead process: a frame taken, a batch (one frame) taken off
+        // the global stack and pushed nowhere.
+        let x = p.alloc_as(0, dead).unwrap();
+        assert_eq!(p.take_batch(), 1);
+        let (p2, d2) = (p.clone(), descs.clone());
+        let t = thread::spawn(move || {
+            // Refills from the global stack, then steals from shard 0.
+            let got: Vec<u32> = (0..3).filter_map(|_| p2.alloc_on(1)).collect();
+            for &f in &got {
+                assert_eq!(d2[f as usize].snapshot().latch_holder(), 1, "held, named");
+            }
+            for f in got {
+                p2.free_on(0, f);
+            }
+        });
+        let found = p.census(me, |d| d.lost_in_hand(2));
+        t.join().unwrap();
+        assert_eq!(found.len(), 2, "the dead one's frame and batch: {found:?}");
+        assert!(found.contains(&x), "its frame {x}: {found:?}");
+        for f in found {
+            assert_eq!(
+                descs[f as usize].snapshot().latch_holder(),
+                3,
+                "marked the taker's"
+            );
+            p.free_on(0, f);
+        }
+        assert_eq!(p.free_count(), N, "no frame lost");
+        p.validate(N);
+    });
+}
+
 /// S3-FIFO batch submission (per-CPU pending batches drained into a shard
 /// under its lock) against a reclaimer draining and evicting: every
 /// submitted page ends up exactly once either evicted or still queued.

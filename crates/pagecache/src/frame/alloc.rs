@@ -364,8 +364,8 @@ impl PerCpuPool {
     /// Tests of 5.15 P8: takes a batch off the global stack as a move
     /// between two stacks does before its second commit, and leaves it in
     /// no stack (the caller's process is about to die). How many.
-    #[cfg(not(loom))]
-    pub(crate) fn take_batch(&self) -> usize {
+    #[doc(hidden)]
+    pub fn take_batch(&self) -> usize {
         let mut g = self.stacks.global();
         let k = self.batch().min(g.len());
         let mut buf = [0 as FrameNo; MAX_BATCH];

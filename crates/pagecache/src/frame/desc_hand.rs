@@ -81,7 +81,7 @@ impl FrameDesc {
     /// found lost (P8c). Context: under the stack's lock, before the pop
     /// is committed; the frame holds no reference.
     #[inline]
-    pub(crate) fn unpooled(&self, holder: u64) {
+    pub fn unpooled(&self, holder: u64) {
         // Relaxed: read under the pool's locks (a census), whose
         // acquisition orders it; nobody else reads `HOLDER` of a frame
         // with no reference.
@@ -110,7 +110,7 @@ impl FrameDesc {
     /// stack's lock: whether it is lost, held with no reference by the
     /// dead process tagged `tag`, or by no one (a batch between two
     /// stacks). Context: under every stack's lock.
-    pub(crate) fn lost_in_hand(&self, tag: u32) -> bool {
+    pub fn lost_in_hand(&self, tag: u32) -> bool {
         // Acquire: the last RMW of the word (a dead holder's) and what it
         // published.
         let s = State(self.state.load(Ordering::Acquire));

@@ -105,7 +105,7 @@ pub(super) const UNEVICTABLE: u64 = 1 << 40;
 pub(super) const STABLE: u64 = 1 << 41;
 pub(super) const AWAITERS: u64 = 1 << 42;
 /// Where a latch holder's process tag sits (see the module docs).
-pub(crate) const HOLDER_SHIFT: u32 = 43;
+pub const HOLDER_SHIFT: u32 = 43;
 /// Bits of the latch holder's tag.
 pub(crate) const HOLDER_BITS: u32 = 21;
 pub(super) const HOLDER: u64 = ((1 << HOLDER_BITS) - 1) << HOLDER_SHIFT;
