@@ -261,12 +261,19 @@ impl PerCpuPool {
     /// [`PerCpuPool::alloc_on`] for the process whose tag in place is
     /// `holder` (what the frame's word names while it is in that
     /// process's hands, 5.15 P8b).
+    #[inline]
     pub fn alloc_as(&self, i: usize, holder: u64) -> Option<FrameNo> {
         let mut s = self.stacks.shard(i);
         // 1.
         if let Some(f) = self.pop(&mut s, holder) {
             return Some(f);
         }
+        self.refill(i, s, holder)
+    }
+
+    /// Steps 2-5 of an allocation on shard `i`, whose stack `s` is empty.
+    #[cold]
+    fn refill(&self, i: usize, mut s: Locked<'_>, holder: u64) -> Option<FrameNo> {
         // 2-3. one acquisition of the global lock for a whole batch, moved
         // under both locks (the shard's, then the global one)
         {
@@ -317,6 +324,7 @@ impl PerCpuPool {
     }
 
     /// Free on shard `i` (protocol steps 1-3).
+    #[inline]
     pub fn free_on(&self, i: usize, f: FrameNo) {
         let mut s = self.stacks.shard(i);
         debug_assert!(!s.as_slice().contains(&f), "double free of frame {f}");
@@ -324,16 +332,22 @@ impl PerCpuPool {
         if let Some(h) = &self.hand {
             h.desc(f).pooled(); // (P8b: after the push is committed)
         }
-        // 2-3. past its high mark, the oldest (coldest) batch goes back to
-        // the global pool, under both locks; the count clamped
         if s.len() > self.high() {
-            let k = self.batch().min(s.len());
-            let mut g = self.stacks.global();
-            let mut buf = [0 as FrameNo; MAX_BATCH];
-            // The source's length first (5.15 P8b), as `move_top`.
-            s.take_bottom(&mut buf[..k]);
-            g.extend(&buf[..k]);
+            self.drain(s);
         }
+    }
+
+    /// Free's steps 2-3: past its high mark, the oldest (coldest) batch of
+    /// the locked shard `s` goes back to the global pool, under both
+    /// locks; the count clamped.
+    #[cold]
+    fn drain(&self, mut s: Locked<'_>) {
+        let k = self.batch().min(s.len());
+        let mut g = self.stacks.global();
+        let mut buf = [0 as FrameNo; MAX_BATCH];
+        // The source's length first (5.15 P8b), as `move_top`.
+        s.take_bottom(&mut buf[..k]);
+        g.extend(&buf[..k]);
     }
 
     /// 5.15 P8c: with every stack locked, so that no live process is

@@ -275,8 +275,9 @@ impl Stacks {
         // A length past the capacity (memory another process scribbled on)
         // is clamped, never trusted for an access.
         let mut s = Locked { len, slots, cap };
+        // (Only a placed block's lock can have a holder in another process.)
         #[cfg(not(loom))]
-        if crate::sync::futex::took_over() {
+        if matches!(self.owner, Owner::Placed) && crate::sync::futex::took_over() {
             s.repair(self.frames);
         }
         s
