@@ -72,6 +72,7 @@ impl FrameDesc {
     /// This process's tag in place in the state word (`HOLDER`), 0 where
     /// nothing is shared: what the pool writes in the frames it hands out
     /// (P8b).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn hand_holder(&self) -> u64 {
         self.holder()
     }

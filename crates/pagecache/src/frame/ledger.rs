@@ -66,8 +66,8 @@
 //! What is not counted here: the cache's own reference of each cached
 //! page (`FrameDesc::release_base`), and the frames a thread holds with no
 //! reference at all (taken from the pool, or freed by its last release, on
-//! their way to the index or the pool): a process killed there loses the
-//! frame.
+//! their way to the index or the pool), which name their holder's process
+//! in their state word instead (P8, `desc_hand.rs`).
 
 #![cfg(not(loom))]
 

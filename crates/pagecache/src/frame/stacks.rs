@@ -274,6 +274,7 @@ impl Stacks {
         let len = unsafe { (*self.locks.as_ptr().add(l)).lock() };
         // A length past the capacity (memory another process scribbled on)
         // is clamped, never trusted for an access.
+        #[cfg_attr(loom, allow(unused_mut))]
         let mut s = Locked { len, slots, cap };
         // (Only a placed block's lock can have a holder in another process.)
         #[cfg(not(loom))]

@@ -19,7 +19,10 @@
 //! * `HOLDER` (bits 43-63): in a cache shared by processes, the tag of the
 //!   process whose thread holds `LATCHED` (set and cleared with it in the
 //!   same RMW; 0 in a private cache), so that a waiter can tell a holder
-//!   whose process died (protocol 5.14 L1-L3).
+//!   whose process died (protocol 5.14 L1-L3); on a frame with no
+//!   reference out of the free pool, the tag of the process that holds
+//!   it (written by the RMW that dropped its last reference, or by the
+//!   pool's pop), so that a dead one's recovery finds it (5.15 P8).
 //!
 //! * `MARK` (bit 31): in a cache shared by processes, set by a recount of
 //!   the frame's pins (5.15 P6) and cleared by every pin's RMW in the same
