@@ -786,3 +786,49 @@ fn throttled_writers_are_not_stalled_by_a_flusher_that_can_write_nothing() {
     }
     c.validate();
 }
+
+/// A pass past the hard limit that writes nothing (here a write-back hook
+/// defers every page) leaves the flusher waiting for a kick; once the
+/// pages may be written and no writer is left to kick it, it must still
+/// write them down, not leave them past the limit until the age pass (off
+/// here: `dirty_expire` is unbounded, so it would never come).
+#[test]
+fn a_flusher_that_stalled_past_the_limit_tries_again_without_a_kick() {
+    use pagecache::{WritebackDecision, WritebackHook};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let d = TempDir::new("stalled-retry");
+    let p = d.path("f");
+    make_file(&p, 0);
+    let c = PageCache::new(Config {
+        capacity: 200 * PS,
+        dirty_background_percent: 10,
+        dirty_limit_percent: 20,
+        dirty_expire: Duration::MAX,
+        ..Config::default()
+    })
+    .unwrap();
+    let f = c.open(&p).unwrap();
+    let allowed = Arc::new(AtomicBool::new(false));
+    let a2 = allowed.clone();
+    f.set_writeback_hook(Some(WritebackHook::new(move |_| {
+        if a2.load(Ordering::SeqCst) {
+            WritebackDecision::Write
+        } else {
+            WritebackDecision::Defer
+        }
+    })));
+    f.write_at(&vec![5u8; 100 * PS], 0).unwrap();
+    assert!(c.dirty_pages() > 40, "past the limit: {}", c.dirty_pages());
+    // Passes past the limit write nothing meanwhile (the hook defers).
+    std::thread::sleep(Duration::from_millis(300));
+    allowed.store(true, Ordering::SeqCst);
+    let t = Instant::now();
+    wait_until("the stalled flusher writes down to the threshold", || {
+        c.dirty_pages() <= 20
+    });
+    eprintln!("written down {:?} after the hook allowed it", t.elapsed());
+    f.sync().unwrap();
+    assert!(std::fs::read(&p).unwrap().iter().all(|&b| b == 5));
+    c.validate();
+}

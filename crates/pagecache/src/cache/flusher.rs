@@ -632,13 +632,20 @@ impl Inner {
     }
 }
 
+/// How long a flusher whose round past the hard limit wrote nothing waits
+/// for a kick before it tries again.
+const STALL_RETRY: Duration = Duration::from_secs(1);
+
 /// The flusher thread: sleeps until kicked (F1) or its next look (W1),
 /// then does what is due. Holds the cache only while it works.
 fn flusher(me: std::sync::Weak<Inner>) {
     let mut next_age = 0;
     // Whether the last kicked round stalled (a pass past the hard limit
-    // wrote nothing: a failing disk, a hook deferring every page): then the
-    // flusher waits for the next kick instead of going round again at once.
+    // wrote nothing: a failing disk, a hook deferring every page, or every
+    // page it looked at latched by a writer): then the flusher waits for
+    // the next kick, or `STALL_RETRY`, instead of going round again at
+    // once. Not for longer: with no writer left to kick it, the pages past
+    // the limit would wait for the age pass (`dirty_expire`, 30 s).
     let mut stalled = false;
     loop {
         let Some(inner) = me.upgrade() else { return };
@@ -646,17 +653,19 @@ fn flusher(me: std::sync::Weak<Inner>) {
         // `stop_flusher` runs when the last handle drops, before the cache
         // can.
         let over_limit = || !stalled && inner.dirty_pages() > inner.dirty_limit;
-        match inner
-            .flusher
-            .passes
-            .wait_kick_for(inner.age_tick(), over_limit)
-        {
+        let tick = match inner.age_tick() {
+            Some(t) if stalled => Some(t.min(STALL_RETRY)),
+            None if stalled => Some(STALL_RETRY),
+            t => t,
+        };
+        match inner.flusher.passes.wait_kick_for(tick, over_limit) {
             None => return,
             Some(true) => match inner.kicked_passes() {
                 None => return,
                 Some(s) => stalled = s,
             },
-            Some(false) => {}
+            // Timed: a stalled round is tried again (the next look).
+            Some(false) => stalled = false,
         }
         // (Timed work runs busy, as a kicked pass: see `wait_kick_for`.)
         let now = now_ms();
