@@ -354,21 +354,29 @@ impl PerCpuPool {
     /// inside the pool, each frame in no stack that `lost` judges lost,
     /// marked held by `holder` (the caller, who frees them after); a frame
     /// in a stack whose word a dead process left half-written is set back
-    /// to free. Nothing without a hand. Context: takes every pool lock
-    /// (as [`PerCpuPool::with_stacked`]); no other lock held.
+    /// to free. Only the frames `lost` judges lost beforehand, with no
+    /// lock held, are looked at again under the locks: a dead process's
+    /// frames are what they are before the census starts (nobody else
+    /// reaches them), and the locks are held for the stacks and those
+    /// frames only, not for every descriptor. Nothing without a hand.
+    /// Context: takes every pool lock (as [`PerCpuPool::with_stacked`]);
+    /// no other lock held.
     pub fn census(&self, holder: u64, lost: impl Fn(&FrameDesc) -> bool) -> Vec<FrameNo> {
         let Some(h) = &self.hand else {
             return Vec::new();
         };
+        let suspects: Vec<FrameNo> = (0..h.frames as FrameNo)
+            .filter(|&f| lost(h.desc(f)))
+            .collect();
         self.with_stacked(|stacked| {
             let mut found = Vec::new();
-            for (f, &stacked) in stacked.iter().enumerate() {
-                let d = h.desc(f as FrameNo);
-                if stacked {
+            for f in suspects {
+                let d = h.desc(f);
+                if stacked[f as usize] {
                     d.settle_pooled();
                 } else if lost(d) {
                     d.unpooled(holder);
-                    found.push(f as FrameNo);
+                    found.push(f);
                 }
             }
             found
