@@ -42,6 +42,7 @@ fn child() {
         Ok("unrun") => f.die_in_run_window(1, true),
         // A frame with no reference in hand (P8).
         Ok(what @ ("hand" | "batch")) => c.die_holding_frames(what),
+        Ok("frozen") => f.die_frozen_in_index(2),
         Ok("freed") => {
             // The last reference of a page `set_len` cut, dropped.
             let p = f.page(3).unwrap();
@@ -194,4 +195,43 @@ fn a_batch_a_process_died_moving_between_two_stacks_comes_back() {
 #[test]
 fn a_frame_a_process_died_freeing_comes_back() {
     frames_held_with_no_reference_come_back("freed");
+}
+
+/// A frame a dead process froze for an eviction that no intent recorded
+/// (a thread with no table) and left in its index: its recovery's census
+/// finds it with no reference and the dead process's tag, and, finding it
+/// still in its index, takes it out as P5 does instead of freeing it
+/// under the index (which would leave the slot naming a frame that holds
+/// another page, and readers of the page going round for ever). The page
+/// is read again from the file.
+#[test]
+fn a_page_a_process_froze_with_no_intent_and_died_is_taken_out() {
+    let td = TempDir::new("frozen");
+    let path = td.path("f");
+    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
+    let c = shared(&td.0);
+    let f = c.open(&path).unwrap();
+    drop(f.page(2).unwrap());
+    let child = spawn_child(&[
+        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
+        ("PC_WINDOW", "frozen"),
+    ]);
+    let st = reap(child);
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
+    recovered(&c);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tx.send(f.page(2).unwrap()[0]).unwrap();
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(b) => assert_eq!(b, 7),
+            Err(_) => {
+                eprintln!("{}", c.describe_held());
+                eprintln!("a read of the page the dead process froze never ended");
+                std::process::abort();
+            }
+        }
+    });
+    c.validate();
 }

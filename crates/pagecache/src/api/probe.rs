@@ -119,6 +119,24 @@ impl super::File {
         }
     }
 
+    /// Tests of a cache shared by processes (5.15 P5, P8): freezes page
+    /// `index` (cached, clean, idle) for an eviction that no intent
+    /// records (as a thread with no table does) and kills this process
+    /// with the frame frozen in its index. Never returns.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    pub fn die_frozen_in_index(&self, index: u64) -> ! {
+        let p = self.page(index).expect("a cached page");
+        let d = self.cache.desc(p.frame_hint());
+        std::mem::forget(p);
+        assert!(d.freeze(2).is_ok(), "page {index} idle and clean");
+        // SAFETY: a signal to this process; no memory is touched.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        loop {
+            std::thread::park();
+        }
+    }
+
     /// Tests of a cache shared by processes (5.15 P6): takes one more pin
     /// of the frame `p` holds, inside a pin count's window, and kills this
     /// process before the pin is counted. Never returns.

@@ -431,23 +431,27 @@ impl Inner {
     /// is such a one (a live eviction does A-C under the same lock), taken
     /// out and freed as C-D would have; or, if a run pinned the slot
     /// meanwhile, it stays, clean and cached (the dead evictor's pin was
-    /// uncounted by its freeze). Context: takes the tree lock; the
+    /// uncounted by its freeze). Whether it was in its index (a frame
+    /// that was not is left as it is). Context: takes the tree lock; the
     /// recovery's thread.
     #[cfg(not(loom))]
-    pub(crate) fn finish_dead_eviction(&self, f: FrameNo) {
+    pub(crate) fn finish_dead_eviction(&self, f: FrameNo) -> bool {
         let d = self.desc(f);
         let (owner, index) = d.identity();
+        let mut indexed = false;
         self.with_slot(owner, |fs| {
             let mut g = fs.tree.lock();
             if d.snapshot().refs() != 0 || fs.tree.lookup(&self.nodes, index) != Some(f) {
                 return;
             }
+            indexed = true;
             let cached = crate::frame::state::State::cached(1);
             if self.frozen_out(&mut g, f, index, cached) {
                 drop(g);
                 self.free_frame(f);
             }
         });
+        indexed
     }
 
     /// A shared cache: the victim `f` (pinned by the caller) is a page of

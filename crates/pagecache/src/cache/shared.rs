@@ -374,7 +374,7 @@ mod imp {
             // Frames its evictions had frozen and not yet taken out of
             // their index (P5): readers of those pages would wait for ever.
             for &f in &taken.evicting {
-                self.finish_dead_eviction(f);
+                let _ = self.finish_dead_eviction(f);
             }
             // Its runs before its pins: a run's end may free frames it
             // kept (deferred frees), and writers of its pages wait for it
@@ -481,7 +481,15 @@ mod imp {
             };
             let me = self.desc(0).hand_holder();
             for f in pool.census(me, |d| d.lost_in_hand(tag)) {
-                self.free_frame(f);
+                // One still in its index is an eviction's frozen frame that
+                // no intent named (the evicting thread had no table, P5):
+                // taken out and freed as P5 does, or kept for a run.
+                let (owner, _) = self.desc(f).identity();
+                let file = owner != crate::frame::state::NO_OWNER
+                    && crate::anon::region_process(owner).is_none();
+                if !(file && self.finish_dead_eviction(f)) {
+                    self.free_frame(f);
+                }
             }
         }
 

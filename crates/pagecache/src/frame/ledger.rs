@@ -492,7 +492,8 @@ fn count_shared(desc: usize, delta: i32) {
 /// P5: records (`evict`) or clears that this thread's eviction has the
 /// frame whose descriptor is at `desc` frozen and in its index, if the
 /// frame is in a shared cache (a thread with no table records nothing: a
-/// death there leaves the frame frozen in its index).
+/// death there leaves the frame frozen in its index, where the census of
+/// frames in hand finds it by its `HOLDER`, P8).
 #[inline]
 pub(crate) fn intend_evict(desc: usize, evict: bool) {
     if !in_shared(desc) {
