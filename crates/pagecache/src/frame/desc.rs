@@ -564,11 +564,7 @@ impl FrameDesc {
                 self.state
                     .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                         let new = (s | DIRTY | UPTODATE) & !(LATCHED | HOLDER | WAITERS | AWAITERS);
-                        Some(if s & DIRTY != 0 {
-                            self.in_hand_if_last(new - 1)
-                        } else {
-                            new
-                        })
+                        Some(self.in_hand_if_last(new - u64::from(s & DIRTY != 0)))
                     })
                     .unwrap_or_else(|s| s),
             )
@@ -695,14 +691,10 @@ impl FrameDesc {
         self.counted(-mine);
         // Acquire: the page's last users released with Release; after the
         // freeze we reuse the bytes, which must not overtake their reads.
+        let to = self.in_hand_if_last(0);
         let r = self
             .state
-            .compare_exchange(
-                s,
-                self.in_hand_if_last(0),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
+            .compare_exchange(s, to, Ordering::Acquire, Ordering::Relaxed)
             .map(State)
             .map_err(State);
         if r.is_err() {
@@ -721,17 +713,15 @@ impl FrameDesc {
     pub fn unfreeze(&self, frozen: State) {
         // Release: as the freeze never happened; the refcount is back.
         // MARK left out: a recount's CAS must fail across the freeze
-        // (5.15 P6b).
-        // HOLDER cleared: the freeze's hand (5.15 P8) ends.
+        // (5.15 P6b). HOLDER cleared: the freeze's hand ends (P8).
         let old = self
             .state
             .fetch_update(Ordering::Release, Ordering::Relaxed, |s| {
                 Some((s & !HOLDER) | (frozen.0 & !MARK))
             });
-        debug_assert_eq!(
-            old.unwrap_or(0) & !(ACCESSED | MARK | HOLDER),
-            0,
-            "unfreeze of a changed word"
+        debug_assert!(
+            old.is_ok_and(|w| w & !(ACCESSED | MARK | HOLDER) == 0),
+            "changed"
         );
         self.counted(frozen.refs() as i32 - 1);
     }
