@@ -20,9 +20,11 @@
 //!   two stacks. A census holding every stack's lock (no live process is
 //!   then inside the pool) takes as lost every frame in no stack with no
 //!   reference whose `HOLDER` is 0 or the dead process's tag, marks it
-//!   with its own tag, and frees it after. A frame in a stack whose word
-//!   a dead process left half-written (a pop or push not finished) is
-//!   set back to 0.
+//!   with its own tag, and frees it after (one still linked in its index
+//!   is an eviction's freeze whose thread had no table to record it, P5:
+//!   the caller takes it out as P5 does instead). A frame in a stack
+//!   whose word a dead process left half-written (a pop or push not
+//!   finished) is set back to 0.
 //!
 //! Where nothing is shared (a private cache, loom), `HOLDER` stays 0
 //! outside latches, as before.
