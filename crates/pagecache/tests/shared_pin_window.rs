@@ -50,11 +50,51 @@ fn child() {
             f.die_freeing(p)
         }
         _ => {
-            // A pin counted, then one more taken and never counted.
+            // ("pin") A pin counted, then one more taken and never counted.
             let p = f.page(1).unwrap();
             f.die_in_pin_window(&p);
         }
     }
+}
+
+/// A new directory with a file `f` of four pages of 7s, a shared cache
+/// there, and the file open.
+fn with_file(name: &str) -> (TempDir, PageCache, pagecache::File) {
+    let td = TempDir::new(name);
+    std::fs::write(td.path("f"), vec![7u8; 4 * PS]).unwrap();
+    let c = shared(&td.0);
+    let f = c.open(td.path("f")).unwrap();
+    (td, c, f)
+}
+
+/// Runs the child in `mode` (its `PC_WINDOW`), which must die by SIGKILL,
+/// and waits until its recovery is done. When it died (was reaped).
+fn child_dies(c: &PageCache, td: &TempDir, mode: &str) -> std::time::Instant {
+    let child = spawn_child(&[
+        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
+        ("PC_WINDOW", mode),
+    ]);
+    let st = reap(child);
+    let t0 = std::time::Instant::now();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
+    recovered(c);
+    t0
+}
+
+/// `op` on another thread, which must end within 20 s; else the frames
+/// the cache holds are printed and the test aborts, naming `what` it
+/// waited for.
+fn ends<T: Send>(c: &PageCache, what: &str, op: impl FnOnce() -> T + Send) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(op()).unwrap());
+        rx.recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                eprintln!("{}", c.describe_held());
+                eprintln!("{what} never ended");
+                std::process::abort()
+            })
+    })
 }
 
 /// Waits until no dead process is left to recover.
@@ -75,17 +115,9 @@ fn recovered(c: &PageCache) {
 /// assertion, and `validate`).
 #[test]
 fn a_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
-    let td = TempDir::new("pin-window");
-    let path = td.path("f");
-    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
-    let c = shared(&td.0);
-    let f = c.open(&path).unwrap();
+    let (td, c, f) = with_file("pin-window");
     let mine = f.page(1).unwrap();
-    let child = spawn_child(&[("PC_WINDOW_DIR", td.0.to_str().unwrap())]);
-    let st = reap(child);
-    let t0 = std::time::Instant::now();
-    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
-    recovered(&c);
+    let t0 = child_dies(&c, &td, "pin");
     assert_eq!(mine[0], 7);
     drop(mine);
     write_ends(&c, &f, t0, "pin");
@@ -96,18 +128,11 @@ fn a_pin_a_process_took_and_died_before_counting_is_dropped_and_no_other() {
 /// Writes page 1 and reads it back; the write must end within 20 s (it
 /// waits for the page's pins and its slot's run pins to go).
 fn write_ends(c: &PageCache, f: &pagecache::File, t0: std::time::Instant, what: &str) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            f.write_at(&[9u8; PS], PS as u64).unwrap();
-            tx.send(()).unwrap();
-        });
-        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            eprintln!("{}", c.describe_held());
-            eprintln!("the write waited for the dead process's uncounted {what}");
-            std::process::abort();
-        }
-    });
+    ends(
+        c,
+        &format!("the write past the dead process's uncounted {what}"),
+        || f.write_at(&[9u8; PS], PS as u64).unwrap(),
+    );
     eprintln!(
         "the write past the dead process's uncounted {what}: {:?} after its death",
         t0.elapsed()
@@ -124,22 +149,11 @@ fn write_ends(c: &PageCache, f: &pagecache::File, t0: std::time::Instant, what: 
 /// recount kept: its end after the recovery is the slot's last pin, not
 /// one too many (a debug assertion, and `validate`: no leaf run-pinned).
 fn a_run_pin_in_a_window_is_dropped_and_no_other(mode: &str) {
-    let td = TempDir::new("run-window");
-    let path = td.path("f");
-    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
-    let c = shared(&td.0);
-    let f = c.open(&path).unwrap();
+    let (td, c, f) = with_file("run-window");
     drop(f.page(1).unwrap());
     let run = f.run(0, 4).unwrap();
     assert_eq!(run.len(), 4, "pages 0..4 in one run");
-    let child = spawn_child(&[
-        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
-        ("PC_WINDOW", mode),
-    ]);
-    let st = reap(child);
-    let t0 = std::time::Instant::now();
-    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
-    recovered(&c);
+    let t0 = child_dies(&c, &td, mode);
     drop(run);
     write_ends(&c, &f, t0, &format!("{mode} window's run pin"));
     drop(f);
@@ -163,20 +177,10 @@ fn a_run_pin_a_process_uncounted_and_died_before_dropping_is_dropped_and_no_othe
 /// the pool or in an index (`validate`), and as many are free as before
 /// the child ran (without the census, `validate` finds them lost).
 fn frames_held_with_no_reference_come_back(mode: &str) {
-    let td = TempDir::new("hand");
-    let path = td.path("f");
-    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
-    let c = shared(&td.0);
-    let f = c.open(&path).unwrap();
+    let (td, c, f) = with_file("hand");
     drop(f.page(1).unwrap());
     let free = c.free_frames();
-    let child = spawn_child(&[
-        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
-        ("PC_WINDOW", mode),
-    ]);
-    let st = reap(child);
-    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
-    recovered(&c);
+    child_dies(&c, &td, mode);
     c.validate();
     assert_eq!(c.free_frames(), free, "every frame the child held back");
     assert_eq!(f.page(1).unwrap()[0], 7, "this process's page still cached");
@@ -206,32 +210,12 @@ fn a_frame_a_process_died_freeing_comes_back() {
 /// is read again from the file.
 #[test]
 fn a_page_a_process_froze_with_no_intent_and_died_is_taken_out() {
-    let td = TempDir::new("frozen");
-    let path = td.path("f");
-    std::fs::write(&path, vec![7u8; 4 * PS]).unwrap();
-    let c = shared(&td.0);
-    let f = c.open(&path).unwrap();
+    let (td, c, f) = with_file("frozen");
     drop(f.page(2).unwrap());
-    let child = spawn_child(&[
-        ("PC_WINDOW_DIR", td.0.to_str().unwrap()),
-        ("PC_WINDOW", "frozen"),
-    ]);
-    let st = reap(child);
-    assert_eq!(st.signal(), Some(libc::SIGKILL), "the child: {st:?}");
-    recovered(&c);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            tx.send(f.page(2).unwrap()[0]).unwrap();
-        });
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(b) => assert_eq!(b, 7),
-            Err(_) => {
-                eprintln!("{}", c.describe_held());
-                eprintln!("a read of the page the dead process froze never ended");
-                std::process::abort();
-            }
-        }
+    child_dies(&c, &td, "frozen");
+    let b = ends(&c, "a read of the page the dead process froze", || {
+        f.page(2).unwrap()[0]
     });
+    assert_eq!(b, 7);
     c.validate();
 }

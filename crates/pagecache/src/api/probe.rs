@@ -112,11 +112,7 @@ impl super::File {
             d.release() == crate::frame::state::Released::Last,
             "the page's last reference"
         );
-        // SAFETY: a signal to this process; no memory is touched.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        loop {
-            std::thread::park();
-        }
+        crate::segment::kill_self()
     }
 
     /// Tests of a cache shared by processes (5.15 P5, P8): freezes page
@@ -130,11 +126,7 @@ impl super::File {
         let d = self.cache.desc(p.frame_hint());
         std::mem::forget(p);
         assert!(d.freeze(2).is_ok(), "page {index} idle and clean");
-        // SAFETY: a signal to this process; no memory is touched.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        loop {
-            std::thread::park();
-        }
+        crate::segment::kill_self()
     }
 
     /// Tests of a cache shared by processes (5.15 P6): takes one more pin

@@ -386,12 +386,7 @@ impl Inner {
         } else {
             assert!(leaf.pin_slots(lo, 1), "slot {lo} pinned three times");
         }
-        // SAFETY: a signal to this process; no memory is touched.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        w.close(); // (never reached)
-        loop {
-            std::thread::park();
-        }
+        crate::segment::kill_self() // (`w` never closed)
     }
 
     /// W2: the caller just claimed the latch of page `index` (frame `f`,

@@ -254,7 +254,7 @@ mod imp {
             // SAFETY: the pool, as above (its head is checked on attach).
             let pool = unsafe { PerCpuPool::over(seg.table(TableId::Pool), nframes)? };
             // What the pool writes in the frames it hands out (5.15 P8b).
-            let holder = frames.desc(0).hand_holder();
+            let holder = frames.desc(0).holder();
             // SAFETY: the descriptors are contiguous and live in `seg`,
             // which outlives the pool (as above).
             let pool = pool.with_hand(unsafe { Hand::new(frames.desc(0), nframes, holder) });
@@ -476,11 +476,10 @@ mod imp {
         /// found by a census under every pool lock and freed. Context: no
         /// lock held; takes the pool's locks, then the free's.
         pub(crate) fn recover_lost_frames(&self, tag: u32) {
-            let crate::frame::alloc::Pool::PerCpu(pool) = &self.alloc else {
+            let Pool::PerCpu(pool) = &self.alloc else {
                 return;
             };
-            let me = self.desc(0).hand_holder();
-            for f in pool.census(me, |d| d.lost_in_hand(tag)) {
+            for f in pool.census(|d| d.lost_in_hand(tag)) {
                 // One still in its index is an eviction's frozen frame that
                 // no intent named (the evicting thread had no table, P5):
                 // taken out and freed as P5 does, or kept for a run.
@@ -505,11 +504,7 @@ mod imp {
                 "batch" => assert!(pool.take_batch() > 0, "a batch on the global stack"),
                 _ => panic!("die holding {what:?}?"),
             }
-            // SAFETY: a signal to this process; no memory is touched.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-            loop {
-                std::thread::park();
-            }
+            crate::segment::kill_self()
         }
 
         /// 5.15 P6d: frame `f`, which a dead process may have pinned

@@ -144,7 +144,7 @@ unsafe impl Sync for Hand {}
 
 impl Hand {
     /// The `frames` descriptors from `first` on, for the process whose tag
-    /// in place is `holder` (`FrameDesc::hand_holder`).
+    /// in place is `holder` (`FrameDesc::holder`).
     ///
     /// # Safety
     ///
@@ -352,7 +352,8 @@ impl PerCpuPool {
 
     /// 5.15 P8c: with every stack locked, so that no live process is
     /// inside the pool, each frame in no stack that `lost` judges lost,
-    /// marked held by `holder` (the caller, who frees them after); a frame
+    /// marked held by this process (the hand's holder: the caller frees
+    /// them after); a frame
     /// in a stack whose word a dead process left half-written is set back
     /// to free. Only the frames `lost` judges lost beforehand, with no
     /// lock held, are looked at again under the locks: a dead process's
@@ -361,7 +362,7 @@ impl PerCpuPool {
     /// frames only, not for every descriptor. Nothing without a hand.
     /// Context: takes every pool lock (as [`PerCpuPool::with_stacked`]);
     /// no other lock held.
-    pub fn census(&self, holder: u64, lost: impl Fn(&FrameDesc) -> bool) -> Vec<FrameNo> {
+    pub fn census(&self, lost: impl Fn(&FrameDesc) -> bool) -> Vec<FrameNo> {
         let Some(h) = &self.hand else {
             return Vec::new();
         };
@@ -375,7 +376,7 @@ impl PerCpuPool {
                 if stacked[f as usize] {
                     d.settle_pooled();
                 } else if lost(d) {
-                    d.unpooled(holder);
+                    d.unpooled(h.holder);
                     found.push(f);
                 }
             }
@@ -394,18 +395,13 @@ impl PerCpuPool {
         g.take_top(&mut buf[..k])
     }
 
-    /// Runs `f` with every stack locked (the shards in order, then the
-    /// global one: the order every path takes two in) on which frames
-    /// below the hand's count (or the pool's) are in a stack. Context:
-    /// takes every pool lock; no other lock held.
+    /// Runs `f` with every stack locked (`lock_all`) on which frames of
+    /// the pool are in a stack. Context: takes every pool lock; no other
+    /// lock held.
     pub fn with_stacked<R>(&self, f: impl FnOnce(&[bool]) -> R) -> R {
-        let shards: Vec<_> = (0..self.stacks.shards())
-            .map(|i| self.stacks.shard(i))
-            .collect();
-        let global = self.stacks.global();
-        let n = self.hand.map_or(self.stacks.frames(), |h| h.frames);
-        let mut stacked = vec![false; n];
-        for s in shards.iter().chain(std::iter::once(&global)) {
+        let all = self.lock_all();
+        let mut stacked = vec![false; self.stacks.frames()];
+        for s in &all {
             for &f in s.as_slice() {
                 if let Some(b) = stacked.get_mut(f as usize) {
                     *b = true;
@@ -413,6 +409,17 @@ impl PerCpuPool {
             }
         }
         f(&stacked)
+    }
+
+    /// Every stack locked, in the order of the two-lock moves (the shards
+    /// by number, then the global one: the reverse deadlocks against a
+    /// refill or drain), the global one last.
+    fn lock_all(&self) -> Vec<Locked<'_>> {
+        let mut all: Vec<_> = (0..self.stacks.shards())
+            .map(|i| self.stacks.shard(i))
+            .collect();
+        all.push(self.stacks.global());
+        all
     }
 
     /// Checks that every frame below `n` is free exactly once (tests; call
@@ -460,15 +467,10 @@ impl FrameAllocator for PerCpuPool {
     }
 
     fn free_count(&self) -> usize {
-        // Every stack's lock at once, in the two-lock moves' order (the
-        // shards', then the global one's: the reverse deadlocks against a
-        // refill or drain), so that a batch moving between two stacks is
-        // counted once: one lock at a time could count it twice or never.
-        let shards: Vec<_> = (0..self.stacks.shards())
-            .map(|i| self.stacks.shard(i))
-            .collect();
-        let global = self.stacks.global();
-        global.len() + shards.iter().map(|s| s.len()).sum::<usize>()
+        // Every stack's lock at once, so that a batch moving between two
+        // stacks is counted once: one lock at a time could count it twice
+        // or never.
+        self.lock_all().iter().map(|s| s.len()).sum()
     }
 }
 
@@ -643,11 +645,7 @@ mod tests {
         use crate::frame::state::HOLDER_SHIFT;
         const N: usize = 300;
         let descs: Vec<FrameDesc> = (0..N).map(|_| FrameDesc::new()).collect();
-        let (live, dead, me) = (
-            1u64 << HOLDER_SHIFT,
-            2u64 << HOLDER_SHIFT,
-            3u64 << HOLDER_SHIFT,
-        );
+        let (live, dead) = (1u64 << HOLDER_SHIFT, 2u64 << HOLDER_SHIFT);
         // SAFETY: the descriptors outlive the pool (dropped after it).
         let p = PerCpuPool::with_shards(N, 2).with_hand(unsafe { Hand::new(&descs[0], N, live) });
         let held = p.alloc_on(0).unwrap();
@@ -663,7 +661,7 @@ mod tests {
         // A pop marked and not committed: still in its stack.
         let top = p.stacks.shard(0).top().unwrap();
         descs[top as usize].unpooled(dead);
-        let mut found = p.census(me, |d| d.lost_in_hand(2));
+        let mut found = p.census(|d| d.lost_in_hand(2));
         found.sort_unstable();
         let mut want = vec![lost, batch[0], batch[1], batch[2]];
         want.sort_unstable();
@@ -679,12 +677,12 @@ mod tests {
         for &f in &found {
             assert_eq!(
                 descs[f as usize].snapshot().latch_holder(),
-                3,
-                "marked the taker's"
+                1,
+                "marked the census taker's (the pool's process)"
             );
         }
         assert!(
-            p.census(me, |d| d.lost_in_hand(2)).is_empty(),
+            p.census(|d| d.lost_in_hand(2)).is_empty(),
             "the second finds none"
         );
         for f in found.into_iter().chain([held]) {

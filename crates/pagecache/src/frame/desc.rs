@@ -689,9 +689,9 @@ impl FrameDesc {
         // cache's), uncounted first and counted again on failure (5.15).
         let mine = expected_refs as i32 - 1;
         self.counted(-mine);
+        let to = self.in_hand_if_last(0);
         // Acquire: the page's last users released with Release; after the
         // freeze we reuse the bytes, which must not overtake their reads.
-        let to = self.in_hand_if_last(0);
         let r = self
             .state
             .compare_exchange(s, to, Ordering::Acquire, Ordering::Relaxed)
@@ -721,7 +721,7 @@ impl FrameDesc {
             });
         debug_assert!(
             old.is_ok_and(|w| w & !(ACCESSED | MARK | HOLDER) == 0),
-            "changed"
+            "unfreeze of a changed word"
         );
         self.counted(frozen.refs() as i32 - 1);
     }

@@ -211,20 +211,18 @@ impl FrameDesc {
     /// killed there leaves: its intent, and a reference nobody counts).
     #[cfg(not(loom))]
     pub fn die_in_pin_window(&self) -> ! {
-        let w = self.window();
+        // (Never closed: the process dies inside.)
+        let _w = self.window();
         // AcqRel: as `pin_cas`.
         self.state.fetch_add(1, Ordering::AcqRel);
-        // SAFETY: a signal to this process; no memory is touched.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        drop(w); // (never reached: not closed)
-        loop {
-            std::thread::park();
-        }
+        crate::segment::kill_self()
     }
 
-    /// [`FrameDesc::my_tag`] in place in the state word (`HOLDER`).
+    /// [`FrameDesc::my_tag`] in place in the state word (`HOLDER`): a
+    /// latch's holder, and what a shared cache's pool writes in the
+    /// frames it hands out (5.15 P8b). 0 where nothing is shared.
     #[inline(always)]
-    pub(super) fn holder(&self) -> u64 {
+    pub(crate) fn holder(&self) -> u64 {
         (self.my_tag() as u64) << HOLDER_SHIFT
     }
 

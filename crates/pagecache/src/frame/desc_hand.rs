@@ -71,23 +71,16 @@ impl FrameDesc {
         }
     }
 
-    /// This process's tag in place in the state word (`HOLDER`), 0 where
-    /// nothing is shared: what the pool writes in the frames it hands out
-    /// (P8b).
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn hand_holder(&self) -> u64 {
-        self.holder()
-    }
-
     /// P8b: the frame leaves a stack of the pool for the process whose
     /// tag `holder` is (in place); also a census's mark of a frame it
     /// found lost (P8c). Context: under the stack's lock, before the pop
     /// is committed; the frame holds no reference.
     #[inline]
     pub fn unpooled(&self, holder: u64) {
-        // Relaxed: read under the pool's locks (a census), whose
-        // acquisition orders it; nobody else reads `HOLDER` of a frame
-        // with no reference.
+        // Relaxed: what counts is read under the pool's locks (a census's
+        // second look), whose acquisition orders it; its first look, with
+        // no lock, only picks suspects, and a dead process's frames no
+        // longer change.
         self.state.store(holder, Ordering::Relaxed);
     }
 
@@ -109,10 +102,11 @@ impl FrameDesc {
         }
     }
 
-    /// P8c, for a frame found in no stack by a census holding every
-    /// stack's lock: whether it is lost, held with no reference by the
-    /// dead process tagged `tag`, or by no one (a batch between two
-    /// stacks). Context: under every stack's lock.
+    /// P8c: whether this frame, if a census holding every stack's lock
+    /// finds it in no stack, is lost: held with no reference by the dead
+    /// process tagged `tag`, or by no one (a batch between two stacks).
+    /// Context: any (a census asks with no lock held to pick its
+    /// suspects, then again under the locks).
     pub fn lost_in_hand(&self, tag: u32) -> bool {
         // Acquire: the last RMW of the word (a dead holder's) and what it
         // published.

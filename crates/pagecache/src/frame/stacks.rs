@@ -420,3 +420,24 @@ impl Locked<'_> {
         k
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// What a holder killed inside `take_bottom`'s shift leaves (frames
+    /// twice below the length), and a number past the pool's frames, are
+    /// what the taker's `repair` drops; each other frame stays once.
+    #[test]
+    fn repair_drops_what_a_half_shift_left_twice() {
+        let s = Stacks::new(8, 1);
+        let mut t = s.shard(0);
+        t.extend(&[0, 1, 2, 3, 4, 5]);
+        // `take_bottom` of two stopped after two slots of its shift: 0 and
+        // 1 are out (in no stack), 2 and 3 are at the bottom and above.
+        t.slots_mut()[..2].copy_from_slice(&[2, 3]);
+        t.push(9);
+        t.repair(8);
+        assert_eq!(t.as_slice(), &[2, 3, 4, 5]);
+    }
+}

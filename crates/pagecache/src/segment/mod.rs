@@ -71,6 +71,7 @@ mod tools;
 use layout::policy_name;
 pub use layout::{layout, Extent, Geometry, TableId, MAX_TABLES, TABLES};
 
+pub(crate) use death::kill_self;
 pub use death::{slot_of_tag, DeathHook, Recovered, WATCH_EVERY};
 pub use stats::StatsHook;
 
