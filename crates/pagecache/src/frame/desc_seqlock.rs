@@ -22,6 +22,14 @@ impl FrameDesc {
         }
     }
 
+    /// Whether this frame ever held a page since its descriptor was made
+    /// (its version moved from 1): a hint, for [`super::FrameTable::note_alloc`].
+    #[inline]
+    pub fn used_before(&self) -> bool {
+        // Relaxed: a hint; the frame was just taken from the pool.
+        self.version.load(Ordering::Relaxed) != 1
+    }
+
     /// Ends a seqlock write section: the version becomes even.
     pub fn end_change(&self) {
         // Relaxed: only the exclusive owner writes `version`.

@@ -216,6 +216,17 @@ fn version_is_odd_inside_a_change() {
 }
 
 #[test]
+fn a_frame_is_used_before_once_it_held_a_page_and_after_its_reset() {
+    let f = FrameDesc::new();
+    assert!(!f.used_before(), "a fresh descriptor");
+    f.assign(1, 2, State::cached(1));
+    assert!(f.used_before());
+    assert_eq!(f.release(), Released::Last);
+    f.reset();
+    assert!(f.used_before(), "a frame freed after holding a page");
+}
+
+#[test]
 fn waiters_are_woken_by_unlatch() {
     let f = std::sync::Arc::new(cached_frame());
     f.try_pin(PinKind::User).unwrap();
