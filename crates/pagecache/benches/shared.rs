@@ -1,7 +1,9 @@
 //! A cache shared by processes against a private one, side by side in one
 //! run (`docs/benchmarks.md`, "A cache shared by processes"): the hit
 //! path (`page()` and 64-byte `read_at` of random cached pages) from one
-//! thread, and 64-byte `read_at` hits from two processes on one shared
+//! thread, and `page()` of pages chained as in a tree's descent (each
+//! page's number depends on a byte of the page before, so that one lookup's
+//! misses cannot overlap the next one's), and 64-byte `read_at` hits from two processes on one shared
 //! cache against one process (and against two threads of one process);
 //! 64-byte `write_at` of random cached pages, shared against private, and
 //! from two threads of one process against one (a shared cache's size
@@ -14,6 +16,7 @@
 //! cargo bench -p pagecache --bench shared                  # 1 GiB file, 5 runs
 //! cargo bench -p pagecache --bench shared -- --quick       # 64 MiB, 3 runs
 //! cargo bench -p pagecache --bench shared -- --dir /mnt/h  # the segment in another tmpfs
+//! cargo bench -p pagecache --bench shared -- --pad 50      # 50 dependent adds between two page()s
 //! ```
 //!
 //! The shared cache is made in `/dev/shm` (or `--dir`) under a name of this
@@ -36,6 +39,9 @@ const PS: usize = 4096;
 struct Opts {
     base: common::Base,
     dir: Option<PathBuf>,
+    /// Dependent adds between two lookups of the (unchained) `page()` rows:
+    /// work a caller does with each page.
+    pad: u64,
 }
 
 impl std::ops::Deref for Opts {
@@ -46,7 +52,7 @@ impl std::ops::Deref for Opts {
 }
 
 fn parse(args: &[String]) -> Opts {
-    let (mut base, mut dir) = (common::Base::default(), None);
+    let (mut base, mut dir, mut pad) = (common::Base::default(), None, 0);
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -54,12 +60,16 @@ fn parse(args: &[String]) -> Opts {
                 i += 1;
                 dir = Some(PathBuf::from(&args[i]));
             }
+            "--pad" => {
+                i += 1;
+                pad = args[i].parse().expect("--pad N: a number of adds");
+            }
             _ if base.take(args, &mut i, 200) => {}
             other => panic!("unknown argument {other}"),
         }
         i += 1;
     }
-    Opts { base, dir }
+    Opts { base, dir, pad }
 }
 
 fn config(bytes: u64) -> Config {
@@ -99,6 +109,18 @@ fn rate1(dur: Duration, mut op: impl FnMut(&mut Rng)) -> f64 {
         n += 64;
     }
     n as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// `k` dependent adds: a caller's work between two lookups, which the
+/// compiler cannot fold away.
+#[inline(always)]
+fn pad(k: u64) {
+    let mut x = 0u64;
+    for _ in 0..k {
+        // SAFETY: one register add; no memory, no flags read.
+        unsafe { std::arch::asm!("add {0}, 1", inout(reg) x, options(nomem, nostack)) };
+    }
+    black_box(x);
 }
 
 /// 64-byte reads of random offsets of `file` from this thread between the
@@ -255,19 +277,34 @@ fn main() {
         "shared page()",
         "private read_at 64 B",
         "shared read_at 64 B",
+        "private page(), chained",
+        "shared page(), chained",
     ];
-    let mut s = vec![Vec::new(); 4];
+    let mut s = vec![Vec::new(); 6];
     for _ in 0..o.runs {
         s[0].push(
             1e9 / rate1(o.dur, |r| {
                 black_box(pc.page(rnd_page(r)).unwrap().index());
+                pad(o.pad);
             }),
         );
         s[1].push(
             1e9 / rate1(o.dur, |r| {
                 black_box(sf.page(rnd_page(r)).unwrap().index());
+                pad(o.pad);
             }),
         );
+        // The next page's number depends on a byte of this one (which is
+        // random: the file's bytes are a hash of their offsets).
+        let prev = std::cell::Cell::new(0u64);
+        for (k, f) in [(4, &pc), (5, &sf)] {
+            s[k].push(
+                1e9 / rate1(o.dur, |r| {
+                    let p = f.page((r.next() ^ prev.get()) % npages).unwrap();
+                    prev.set(p[8] as u64 >> 7);
+                }),
+            );
+        }
         let mut b = [0u8; 64];
         s[2].push(
             1e9 / rate1(o.dur, |r| {
@@ -296,6 +333,7 @@ fn main() {
         "(target <= 1.15x)",
     );
     ratio("read_at 64 B: shared cost / private", &c[3], &c[2], "");
+    ratio("page() chained: shared cost / private", &c[5], &c[4], "");
 
     // 2. 64 B read_at hits: 1 process, 2 threads of one process, 2
     // processes, all on the shared cache.
