@@ -66,6 +66,9 @@ mod arena {
         /// Faults the arena in ahead of use (`None`: small, populated, or
         /// under loom or Miri). Dropped before the arena is unmapped.
         ahead: Option<super::ahead::FaultAhead>,
+        /// A placed arena's frames this process has mapped in, a bit each
+        /// (`map_in`; empty for a private arena).
+        mapped: Box<[std::sync::atomic::AtomicU64]>,
     }
 
     /// Anonymous mapping with `MADV_HUGEPAGE`: random lookups over a large
@@ -247,6 +250,7 @@ mod arena {
                 },
                 placed: false,
                 ahead: None,
+                mapped: Box::new([]),
             })
         }
 
@@ -280,6 +284,9 @@ mod arena {
                 },
                 placed: true,
                 ahead: None,
+                mapped: (0..nframes.div_ceil(64))
+                    .map(|_| std::sync::atomic::AtomicU64::new(0))
+                    .collect(),
             }
         }
 
@@ -306,7 +313,7 @@ mod arena {
         /// faulted in ahead of it. Context: any, no lock held.
         #[inline]
         pub fn note_alloc(&self, f: FrameNo) {
-            if self.placed && self.desc(f).used_before() {
+            if self.placed {
                 self.map_in(f);
             }
             if let Some(a) = &self.ahead {
@@ -314,7 +321,8 @@ mod arena {
             }
         }
 
-        /// Maps frame `f` of a shared cache's arena into this process, and
+        /// Maps frame `f` of a shared cache's arena into this process (once
+        /// per frame and process: a bit in `mapped`), and
         /// with it the frames around it that other processes use, by
         /// reading a byte of it: frames go round the attached processes, and
         /// each process maps each frame it uses. A write (the frame's
@@ -328,14 +336,23 @@ mod arena {
         /// anyway (a cold pass of one process, whose direct reads fault
         /// their frames in on the I/O threads, ran 1.2-1.3 s against
         /// 0.7-0.9).
-        #[inline(never)]
+        #[inline]
         fn map_in(&self, f: FrameNo) {
-            // SAFETY: in bounds of the arena, mapped readable; the caller
-            // just took `f` from the pool (the bytes are nobody's, and
-            // reading them changes nothing).
-            unsafe {
-                std::ptr::read_volatile(self.base.as_ptr().add((f as usize) << self.page_shift))
-            };
+            let (w, bit) = (&self.mapped[f as usize / 64], 1u64 << (f % 64));
+            // Relaxed: a hint of this process's own (two threads may both
+            // read the byte).
+            if w.load(std::sync::atomic::Ordering::Relaxed) & bit != 0 {
+                return;
+            }
+            w.fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
+            if self.desc(f).used_before() {
+                // SAFETY: in bounds of the arena, mapped readable; the
+                // caller just took `f` from the pool (the bytes are
+                // nobody's, and reading them changes nothing).
+                unsafe {
+                    std::ptr::read_volatile(self.base.as_ptr().add((f as usize) << self.page_shift))
+                };
+            }
         }
 
         /// Bytes from the arena's start faulted in ahead of use so far
