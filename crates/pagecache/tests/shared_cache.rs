@@ -189,6 +189,14 @@ fn child() {
             std::thread::sleep(std::time::Duration::from_secs(60));
             drop((one, again, two, run));
         }
+        "die-pinned-large" => {
+            let c = shared(&dir, LARGE);
+            let f = c.open(&file).unwrap();
+            let one = f.page(1).unwrap();
+            std::fs::write(dir.join("pinned"), b"").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            drop(one);
+        }
         "die-anon" => {
             let c = shared(&dir, 64);
             // 40 pages of a region faulted in, one of them latched and
@@ -505,6 +513,37 @@ fn the_pins_of_a_process_that_died_are_given_back() {
     check(&f, 1, 0);
     k.c.validate();
     k.child.wait().unwrap();
+}
+
+/// Frames of the cache of `a_process_is_detached_once_its_last_handle_is_gone`:
+/// 1 GiB, so that a recovery's scans of the descriptors after the pins
+/// take milliseconds.
+const LARGE: usize = 1 << 18;
+
+/// A process whose last handle of a shared cache is dropped while its
+/// recovery of a dead process goes on (the pins given back, the later
+/// scans not done) is detached when the drop returns: the drop waits for
+/// the recovery, whose thread holds the cache. Before, the segment could
+/// not be removed for some milliseconds after ("in use by processes" with
+/// this process's pid).
+#[test]
+fn a_process_is_detached_once_its_last_handle_is_gone() {
+    let mut k = kill_child_of(
+        |d| shared(d, LARGE),
+        "shared-detach",
+        "die-pinned-large",
+        "pinned",
+    );
+    let dir = k.path.parent().unwrap().to_path_buf();
+    let f = k.c.open(&k.path).unwrap();
+    within("the write past the dead process's pin", || {
+        f.write_at(&page(9, 1), PS as u64).unwrap();
+    });
+    k.child.wait().unwrap();
+    drop(f);
+    let Killed { c, _td, .. } = k;
+    drop(c);
+    PageCache::remove_shared("t", Some(&dir)).unwrap();
 }
 
 /// A process killed with pages of an anonymous region in a shared cache

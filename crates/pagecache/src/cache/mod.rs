@@ -219,9 +219,14 @@ impl std::ops::Deref for Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // The flusher first (it submits to the engine); then every I/O in
-        // flight completes (its frame is written by the kernel until then);
-        // the threads and the ring go away.
+        // A shared cache's recoveries of dead processes first: each holds
+        // the cache (the process stays attached until they end), and may
+        // write through the engine. Then the flusher (it submits to the
+        // engine); then every I/O in flight completes (its frame is
+        // written by the kernel until then); the threads and the ring go
+        // away.
+        #[cfg(not(loom))]
+        self.inner.end_recoveries();
         self.inner.stop_flusher();
         self.inner.engine.shutdown();
     }

@@ -91,9 +91,57 @@ mod imp {
     pub(crate) struct SharedPart {
         /// The files by (device, inode), in the segment.
         pub(crate) files: FileTable,
+        /// This process's recoveries of dead processes under way.
+        recoveries: Arc<Recoveries>,
         /// The segment (attached while this lives). Last: unmapped when it
         /// drops.
         pub(crate) seg: Segment,
+    }
+
+    /// A process's recoveries of dead processes under way, each on a thread
+    /// of its own holding the cache (so the process stays attached until
+    /// they end), and whether the last handle is going (no recovery starts
+    /// then: its dead process's slot stays claimed by this process, handed
+    /// back when the segment drops). The last handle's drop waits for them
+    /// (`Inner::end_recoveries`): a process whose handles are all gone is
+    /// detached (before, a `remove_shared` just after the drop could find
+    /// it still attached). Kept apart from the cache: a recovery counts
+    /// itself out after it let the cache go.
+    #[derive(Debug, Default)]
+    struct Recoveries {
+        /// (under way, closing)
+        state: std::sync::Mutex<(usize, bool)>,
+        ended: std::sync::Condvar,
+    }
+
+    impl Recoveries {
+        /// Counts a recovery in, unless the last handle is going.
+        fn begin(&self) -> bool {
+            let mut r = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if r.1 {
+                return false;
+            }
+            r.0 += 1;
+            true
+        }
+
+        /// Counts a recovery out (its thread holds the cache no more).
+        fn end(&self) {
+            let mut r = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            r.0 -= 1;
+            if r.0 == 0 {
+                self.ended.notify_all();
+            }
+        }
+
+        /// No recovery starts from now on; waits for those under way.
+        fn close(&self) {
+            let mut r = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            r.1 = true;
+            while r.0 > 0 {
+                r = self.ended.wait(r).unwrap_or_else(|e| e.into_inner());
+            }
+        }
     }
 
     impl SharedPart {
@@ -275,7 +323,11 @@ mod imp {
                 policy,
                 words,
                 deferred,
-                shared: Some(Arc::new(SharedPart { files, seg })),
+                shared: Some(Arc::new(SharedPart {
+                    files,
+                    recoveries: Arc::default(),
+                    seg,
+                })),
             };
             Self::build(config, backend, engine, tables)
         }
@@ -292,6 +344,7 @@ mod imp {
                 let counters = self.counters.clone();
                 sh.seg.set_stats_hook(Box::new(move || counters.sums()));
                 let me = Arc::downgrade(self);
+                let recoveries = Arc::clone(&sh.recoveries);
                 sh.seg.set_death_hook(Box::new(move |tag, done| {
                     // On a thread of its own: the watcher must never hold
                     // the cache (its last reference would drop the segment
@@ -301,28 +354,48 @@ mod imp {
                     // start, it is handed back at once (`done` dropped),
                     // and waiters still take the latches over (L2-L3).
                     let me = me.clone();
+                    let rec = Arc::clone(&recoveries);
                     let _ = std::thread::Builder::new()
                         .name("pagecache-recover".into())
-                        .spawn(move || match me.upgrade() {
-                            Some(inner) => {
-                                inner.recover_age_lease(tag);
-                                inner.recover_dead_pages(tag);
-                                inner.recover_dead_pins(tag);
-                                inner.recover_dead_anon(tag);
-                                // (The segment mapped: `inner` holds it.)
-                                done.free();
-                                // After the slot is freed: finishing a
-                                // cut waits for the size lock's shared
-                                // holders that reach it, which must not
-                                // keep the dead process's slot.
-                                inner.finish_dead_cuts(tag);
+                        .spawn(move || {
+                            if !rec.begin() {
+                                // The last handle is going: the slot stays
+                                // claimed by this process; its detach
+                                // hands it back.
+                                return done.abandon();
                             }
-                            // The cache is going: its segment may be
-                            // unmapped already. The slot stays claimed by
-                            // this process; its detach hands it back.
-                            None => done.abandon(),
+                            match me.upgrade() {
+                                Some(inner) => {
+                                    inner.recover_age_lease(tag);
+                                    inner.recover_dead_pages(tag);
+                                    inner.recover_dead_pins(tag);
+                                    inner.recover_dead_anon(tag);
+                                    // (The segment mapped: `inner` holds it.)
+                                    done.free();
+                                    // After the slot is freed: finishing a
+                                    // cut waits for the size lock's shared
+                                    // holders that reach it, which must not
+                                    // keep the dead process's slot.
+                                    inner.finish_dead_cuts(tag);
+                                }
+                                // The cache is gone: its segment may be
+                                // unmapped already. As above.
+                                None => done.abandon(),
+                            }
+                            rec.end();
                         });
                 }));
+            }
+        }
+
+        /// The last handle is going: no recovery starts from now on, and
+        /// this waits for those under way (each holds the cache, and the
+        /// process stays attached until the last reference goes: a
+        /// `remove_shared` just after the drop found it in use). Context:
+        /// the last handle's drop; sleeps.
+        pub(crate) fn end_recoveries(&self) {
+            if let Some(sh) = &self.shared {
+                sh.recoveries.close();
             }
         }
 
