@@ -523,9 +523,9 @@ const LARGE: usize = 1 << 18;
 /// A process whose last handle of a shared cache is dropped while its
 /// recovery of a dead process goes on (the pins given back, the later
 /// scans not done) is detached when the drop returns: the drop waits for
-/// the recovery, whose thread holds the cache. Before, the segment could
-/// not be removed for some milliseconds after ("in use by processes" with
-/// this process's pid).
+/// the recovery, whose thread holds the cache. Without the wait, the
+/// segment could not be removed for some milliseconds after ("in use by
+/// processes" with this process's pid; 2 runs of 3 failed so).
 #[test]
 fn a_process_is_detached_once_its_last_handle_is_gone() {
     let mut k = kill_child_of(

@@ -104,8 +104,8 @@ mod imp {
     /// then: its dead process's slot stays claimed by this process, handed
     /// back when the segment drops). The last handle's drop waits for them
     /// (`Inner::end_recoveries`): a process whose handles are all gone is
-    /// detached (before, a `remove_shared` just after the drop could find
-    /// it still attached). Kept apart from the cache: a recovery counts
+    /// detached (else a `remove_shared` just after the drop could find it
+    /// still attached). Kept apart from the cache: a recovery counts
     /// itself out after it let the cache go.
     #[derive(Debug, Default)]
     struct Recoveries {
@@ -391,7 +391,7 @@ mod imp {
         /// The last handle is going: no recovery starts from now on, and
         /// this waits for those under way (each holds the cache, and the
         /// process stays attached until the last reference goes: a
-        /// `remove_shared` just after the drop found it in use). Context:
+        /// `remove_shared` just after the drop would find it in use). Context:
         /// the last handle's drop; sleeps.
         pub(crate) fn end_recoveries(&self) {
             if let Some(sh) = &self.shared {
