@@ -654,6 +654,21 @@ mod tests {
             0,
             "the arena starts on a huge page"
         );
+        // A mapping of its own, kept apart from its neighbours': another
+        // test's arena mapped next to it with the same flags merges with
+        // it, and a mapping reaching past the arena counts for nothing in
+        // `huge_bytes` (a CI run counted 0 bytes in huge pages, most
+        // likely so). VM_DONTCOPY is a flag no other mapping here has.
+        // SAFETY: advice on exactly this table's arena and slack; it
+        // changes how a fork would copy them, nothing else.
+        let r = unsafe {
+            libc::madvise(
+                t.ptr(0).cast(),
+                len + crate::frame::ARENA_SLACK,
+                libc::MADV_DONTFORK,
+            )
+        };
+        assert_eq!(r, 0, "MADV_DONTFORK: {}", std::io::Error::last_os_error());
         t.fault_ahead_small();
         let (collapse, _) = t.collapsed_ahead();
         if !collapse {
