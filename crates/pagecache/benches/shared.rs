@@ -2,9 +2,10 @@
 //! run (`docs/benchmarks.md`, "A cache shared by processes"): the hit
 //! path (`page()` and 64-byte `read_at` of random cached pages) from one
 //! thread, and `page()` of pages chained as in a tree's descent (each
-//! page's number depends on a byte of the page before, so that one lookup's
-//! misses cannot overlap the next one's), and 64-byte `read_at` hits from two processes on one shared
-//! cache against one process (and against two threads of one process);
+//! page's number depends on a byte of the page before, so that one
+//! lookup's misses cannot overlap the next one's); 64-byte `read_at` hits
+//! from two processes on one shared cache against one process (and
+//! against two threads of one process);
 //! 64-byte `write_at` of random cached pages, shared against private, and
 //! from two threads of one process against one (a shared cache's size
 //! locks count a process's holds on one shard per file: its threads share

@@ -438,6 +438,10 @@ impl Inner {
     pub(crate) fn finish_dead_eviction(&self, f: FrameNo) -> bool {
         let d = self.desc(f);
         let (owner, index) = d.identity();
+        if owner == crate::frame::state::NO_OWNER || crate::anon::region_process(owner).is_some() {
+            // No file's page: in no index.
+            return false;
+        }
         let mut indexed = false;
         self.with_slot(owner, |fs| {
             let mut g = fs.tree.lock();

@@ -556,10 +556,7 @@ mod imp {
                 // One still in its index is an eviction's frozen frame that
                 // no intent named (the evicting thread had no table, P5):
                 // taken out and freed as P5 does, or kept for a run.
-                let (owner, _) = self.desc(f).identity();
-                let file = owner != crate::frame::state::NO_OWNER
-                    && crate::anon::region_process(owner).is_none();
-                if !(file && self.finish_dead_eviction(f)) {
+                if !self.finish_dead_eviction(f) {
                     self.free_frame(f);
                 }
             }

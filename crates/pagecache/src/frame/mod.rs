@@ -310,7 +310,8 @@ mod arena {
         }
 
         /// Frame `f` was just taken from the free pool: keeps the arena
-        /// faulted in ahead of it. Context: any, no lock held.
+        /// faulted in ahead of it, or (a shared cache's) maps it into this
+        /// process (`map_in`). Context: any, no lock held.
         #[inline]
         pub fn note_alloc(&self, f: FrameNo) {
             if self.placed {
@@ -322,9 +323,9 @@ mod arena {
         }
 
         /// Maps frame `f` of a shared cache's arena into this process (once
-        /// per frame and process: a bit in `mapped`), and
-        /// with it the frames around it that other processes use, by
-        /// reading a byte of it: frames go round the attached processes, and
+        /// per frame and process: a bit in `mapped`), and with it the
+        /// frames around it that other processes use, by reading a byte of
+        /// it: frames go round the attached processes, and
         /// each process maps each frame it uses. A write (the frame's
         /// zeroing or copy, or a direct read's pinning of it) faults in one
         /// 4 KiB page; a read fault also maps the pages around it already
